@@ -1,0 +1,101 @@
+//! The sked schema and its SQL contract, and typed Rust calls into it.
+//!
+//! Tables come from `migrations/` (embedded with `sqlx::migrate!`); the functions and views
+//! that form the public SQL contract come from `sql/` and are re-applied on every migrate.
+//! Servers and workers call [`check_schema`] at start and refuse to run against a database
+//! whose schema is older or newer than the one compiled into them.
+
+pub mod error;
+pub mod task;
+pub mod token;
+pub mod worker;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{DbError, Result};
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The migrations compiled into this binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// The SQL contract, applied in this order after the migrations.
+pub const CONTRACT: &[(&str, &str)] = &[
+    ("sql/tasks.sql", include_str!("../../sql/tasks.sql")),
+    ("sql/workers.sql", include_str!("../../sql/workers.sql")),
+    ("sql/views.sql", include_str!("../../sql/views.sql")),
+];
+
+/// Advisory lock key held while migrating, so concurrent `sked migrate` runs queue up.
+const MIGRATE_LOCK: i64 = 0x736b_6564_6d69_6772; // "skedmigr"
+
+/// The newest migration version this binary knows.
+pub fn expected_schema_version() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Connects a pool to `url`. The application name shows in `pg_stat_activity`.
+pub async fn connect(url: &str, app: &str, max_connections: u32) -> Result<PgPool> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))?
+        .application_name(app);
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+/// Applies the migrations and then the SQL contract, under an advisory lock.
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    conn.execute(sqlx::query("select pg_advisory_lock($1)").bind(MIGRATE_LOCK))
+        .await?;
+    let result = async {
+        MIGRATOR.run(&mut *conn).await?;
+        let mut tx = conn.begin().await?;
+        for (name, sql) in CONTRACT {
+            tx.execute(sqlx::raw_sql(*sql))
+                .await
+                .map_err(|e| DbError::Config(format!("applying {name}: {e}")))?;
+        }
+        tx.commit().await?;
+        Ok::<_, DbError>(())
+    }
+    .await;
+    conn.execute(sqlx::query("select pg_advisory_unlock($1)").bind(MIGRATE_LOCK))
+        .await?;
+    result
+}
+
+/// The newest migration applied to the database (0 when none).
+pub async fn schema_version(pool: &PgPool) -> Result<i64> {
+    let exists: bool =
+        sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+            .fetch_one(pool)
+            .await?;
+    if !exists {
+        return Ok(0);
+    }
+    let version: Option<i64> =
+        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+            .fetch_one(pool)
+            .await?;
+    Ok(version.unwrap_or(0))
+}
+
+/// Fails with [`DbError::SchemaMismatch`] unless the database has exactly the migrations
+/// compiled into this binary.
+pub async fn check_schema(pool: &PgPool) -> Result<()> {
+    let found = schema_version(pool).await?;
+    let expected = expected_schema_version();
+    if found != expected {
+        return Err(DbError::SchemaMismatch { found, expected });
+    }
+    Ok(())
+}

@@ -1,0 +1,320 @@
+//! Task rows and the task functions of the SQL contract: submit, read, list, cancel, retry.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
+use sqlx::postgres::types::PgInterval;
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::{DbError, Result};
+
+/// A row of `sked.tasks`, as selected by `select t.*`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TaskRow {
+    pub id: Uuid,
+    pub owner: String,
+    pub queue: String,
+    pub priority: i32,
+    pub kind: String,
+    pub command: Option<Vec<String>>,
+    pub args: Vec<String>,
+    pub artifact_url: Option<String>,
+    pub artifact_sha256: Option<String>,
+    pub input: Option<Value>,
+    pub env: Value,
+    pub labels: Vec<String>,
+    pub output_path: Option<String>,
+    pub timeout: Option<PgInterval>,
+    pub max_attempts: i32,
+    pub backoff_base: PgInterval,
+    pub backoff_max: PgInterval,
+    pub idempotency_key: Option<String>,
+    pub state: String,
+    pub attempt: i32,
+    pub next_run_at: DateTime<Utc>,
+    pub worker_id: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: Option<String>,
+    pub stderr_tail: Option<String>,
+    pub output_sha256: Option<String>,
+}
+
+/// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
+pub fn interval_secs(i: &PgInterval) -> f64 {
+    i.microseconds as f64 / 1e6 + f64::from(i.days) * 86_400.0 + f64::from(i.months) * 2_592_000.0
+}
+
+impl TaskRow {
+    pub fn state(&self) -> TaskState {
+        // The schema's check constraint admits only known states.
+        self.state.parse().unwrap_or(TaskState::Failed)
+    }
+
+    /// The environment as a map (the schema guarantees an object of strings).
+    pub fn env_map(&self) -> BTreeMap<String, String> {
+        match &self.env {
+            Value::Object(map) => map
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    pub fn into_task(self) -> Task {
+        Task {
+            env: self.env_map(),
+            state: self.state(),
+            id: self.id,
+            owner: self.owner,
+            queue: self.queue,
+            priority: self.priority,
+            kind: self.kind,
+            command: self.command,
+            args: self.args,
+            artifact_url: self.artifact_url,
+            artifact_sha256: self.artifact_sha256,
+            input: self.input,
+            labels: self.labels,
+            output_path: self.output_path,
+            timeout_secs: self.timeout.as_ref().map(interval_secs),
+            max_attempts: self.max_attempts,
+            backoff_base_secs: interval_secs(&self.backoff_base),
+            backoff_max_secs: interval_secs(&self.backoff_max),
+            idempotency_key: self.idempotency_key,
+            attempt: self.attempt,
+            next_run_at: self.next_run_at,
+            worker_id: self.worker_id,
+            lease_expires_at: self.lease_expires_at,
+            cancel_requested_at: self.cancel_requested_at,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            exit_code: self.exit_code,
+            error: self.error,
+            stdout_tail: self.stdout_tail,
+            stderr_tail: self.stderr_tail,
+            output_sha256: self.output_sha256,
+        }
+    }
+}
+
+fn secs(value: f64, field: &str) -> Result<String> {
+    if !value.is_finite() {
+        return Err(DbError::InvalidInput(format!("{field} must be a finite number")));
+    }
+    Ok(format!("{value} seconds"))
+}
+
+/// The JSON object `sked.tasks_submit` takes for one task.
+pub fn submit_json(task: &SubmitTask) -> Result<Value> {
+    let mut o = Map::new();
+    let mut put = |k: &str, v: Value| {
+        o.insert(k.to_owned(), v);
+    };
+    if let Some(c) = &task.command {
+        put("command", json!(c));
+    }
+    if !task.args.is_empty() {
+        put("args", json!(task.args));
+    }
+    if let Some(v) = &task.kind {
+        put("kind", json!(v));
+    }
+    if let Some(v) = &task.queue {
+        put("queue", json!(v));
+    }
+    if let Some(v) = task.priority {
+        put("priority", json!(v));
+    }
+    if let Some(v) = &task.input {
+        put("input", v.clone());
+    }
+    if !task.env.is_empty() {
+        put("env", json!(task.env));
+    }
+    if let Some(v) = task.run_at {
+        put("run_at", json!(v));
+    }
+    if let Some(v) = task.delay_secs {
+        put("delay", json!(secs(v, "delay_secs")?));
+    }
+    if let Some(v) = task.max_attempts {
+        put("max_attempts", json!(v));
+    }
+    if let Some(v) = task.timeout_secs {
+        put("timeout", json!(secs(v, "timeout_secs")?));
+    }
+    if let Some(v) = task.backoff_base_secs {
+        put("backoff_base", json!(secs(v, "backoff_base_secs")?));
+    }
+    if let Some(v) = task.backoff_max_secs {
+        put("backoff_max", json!(secs(v, "backoff_max_secs")?));
+    }
+    if let Some(v) = &task.idempotency_key {
+        put("idempotency_key", json!(v));
+    }
+    if !task.labels.is_empty() {
+        put("labels", json!(task.labels));
+    }
+    if let Some(v) = &task.artifact_url {
+        put("artifact_url", json!(v));
+    }
+    if let Some(v) = &task.artifact_sha256 {
+        put("artifact_sha256", json!(v));
+    }
+    if let Some(v) = &task.output_path {
+        put("output_path", json!(v));
+    }
+    if let Some(v) = &task.owner {
+        put("owner", json!(v));
+    }
+    Ok(Value::Object(o))
+}
+
+/// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
+/// name no owner get `owner`.
+pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
+    let body = tasks.iter().map(submit_json).collect::<Result<Vec<_>>>()?;
+    let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1, $2)")
+        .bind(Value::Array(body))
+        .bind(owner)
+        .fetch_all(pool)
+        .await?;
+    Ok(ids)
+}
+
+/// One task by id.
+pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<TaskRow>> {
+    Ok(sqlx::query_as("select * from sked.tasks where id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await?)
+}
+
+/// Every attempt of a task, oldest first.
+pub async fn attempts(pool: &PgPool, id: Uuid) -> Result<Vec<Attempt>> {
+    type Row = (
+        i32,
+        Option<Uuid>,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+        String,
+        Option<i32>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "select attempt, worker_id, started_at, finished_at, outcome, exit_code, error,
+                stdout_tail, stderr_tail
+           from sked.task_attempt_history where task_id = $1 order by attempt",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Attempt {
+            attempt: r.0,
+            worker_id: r.1,
+            started_at: r.2,
+            finished_at: r.3,
+            outcome: r.4,
+            exit_code: r.5,
+            error: r.6,
+            stdout_tail: r.7,
+            stderr_tail: r.8,
+        })
+        .collect())
+}
+
+/// Filters of a task listing; `None` means any.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub owner: Option<String>,
+    pub state: Option<TaskState>,
+    pub queue: Option<String>,
+    /// Keyset cursor: only tasks with a smaller (older) id.
+    pub after: Option<Uuid>,
+    pub limit: i64,
+}
+
+/// Tasks newest first (ids are time-ordered), one page at a time by keyset on the primary key.
+pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<TaskRow>> {
+    Ok(sqlx::query_as(
+        "select * from sked.tasks
+          where ($1::text is null or owner = $1)
+            and ($2::text is null or state = $2)
+            and ($3::text is null or queue = $3)
+            and ($4::uuid is null or id < $4)
+          order by id desc
+          limit $5",
+    )
+    .bind(&f.owner)
+    .bind(f.state.map(|s| s.as_str()))
+    .bind(&f.queue)
+    .bind(f.after)
+    .bind(f.limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Log chunks of a task after chunk id `after`, oldest first.
+pub async fn logs(pool: &PgPool, id: Uuid, after: i64, limit: i64) -> Result<Vec<LogChunk>> {
+    let rows: Vec<(i64, i32, String, DateTime<Utc>, String)> = sqlx::query_as(
+        "select id, attempt, stream, at, data from sked.task_logs
+          where task_id = $1 and id > $2 order by id limit $3",
+    )
+    .bind(id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, attempt, stream, at, data)| LogChunk {
+            id,
+            attempt,
+            stream,
+            at,
+            data,
+        })
+        .collect())
+}
+
+/// `sked.task_cancel`: the state after the call, or `None` when there is no such task.
+pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
+    let state: Option<String> = sqlx::query_scalar("select sked.task_cancel($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?;
+    Ok(state.and_then(|s| s.parse().ok()))
+}
+
+/// `sked.task_retry`: the state after the call, or `None` when there is no such task.
+pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
+    let state: Option<String> = sqlx::query_scalar("select sked.task_retry($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?;
+    Ok(state.and_then(|s| s.parse().ok()))
+}
+
+/// Task counts by queue and state.
+pub async fn queue_counts(pool: &PgPool) -> Result<Vec<(String, String, i64)>> {
+    Ok(
+        sqlx::query_as("select queue, state, tasks from sked.queue_counts order by queue, state")
+            .fetch_all(pool)
+            .await?,
+    )
+}

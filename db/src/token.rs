@@ -1,0 +1,91 @@
+//! API tokens: random secrets of which only the SHA-256 is stored.
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::{DbError, Result};
+
+/// A token's role: a `User` sees and acts on its owner's tasks, an `Admin` on all tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    User,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::User => "user",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Role> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "user" => Ok(Role::User),
+            other => Err(DbError::InvalidInput(format!(
+                "unknown role {other:?} (expected admin or user)"
+            ))),
+        }
+    }
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub owner: String,
+    pub role: Role,
+}
+
+impl Principal {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// May this principal see and act on a task of `owner`?
+    pub fn may_access(&self, owner: &str) -> bool {
+        self.is_admin() || self.owner == owner
+    }
+}
+
+fn digest(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// Creates a token and returns its secret, which is shown once and never stored.
+pub async fn create(pool: &PgPool, owner: &str, role: Role, name: &str) -> Result<String> {
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = format!("sked_{}", hex::encode(bytes));
+    sqlx::query("insert into sked.api_tokens (token_sha256, owner, role, name) values ($1, $2, $3, $4)")
+        .bind(digest(&token))
+        .bind(owner)
+        .bind(role.as_str())
+        .bind(name)
+        .execute(pool)
+        .await?;
+    Ok(token)
+}
+
+/// The principal of a token, or `None` when the token is unknown or revoked.
+pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal>> {
+    let row: Option<(String, String)> = sqlx::query_as(
+        "select owner, role from sked.api_tokens where token_sha256 = $1 and revoked_at is null",
+    )
+    .bind(digest(token))
+    .fetch_optional(pool)
+    .await?;
+    row.map(|(owner, role)| Ok(Principal { owner, role: Role::parse(&role)? }))
+        .transpose()
+}
+
+/// True when at least one admin token exists.
+pub async fn admin_exists(pool: &PgPool) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "select exists (select 1 from sked.api_tokens where role = 'admin' and revoked_at is null)",
+    )
+    .fetch_one(pool)
+    .await?)
+}

@@ -1,0 +1,278 @@
+//! The worker functions of the SQL contract: registry, claim, finish, leases and rescue.
+
+use chrono::{DateTime, Utc};
+use sked_types::Worker;
+use sqlx::PgPool;
+use sqlx::postgres::types::PgInterval;
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::task::{TaskRow, interval_secs};
+use crate::Result;
+
+/// What a worker tells the registry about itself.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub id: Uuid,
+    pub name: String,
+    pub host: String,
+    pub pid: i32,
+    pub version: String,
+    pub queues: Vec<String>,
+    pub labels: Vec<String>,
+    pub concurrency: i32,
+    pub lease: Duration,
+}
+
+pub fn pg_interval(d: Duration) -> PgInterval {
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: d.as_micros().min(i64::MAX as u128) as i64,
+    }
+}
+
+pub async fn register(pool: &PgPool, r: &Registration) -> Result<()> {
+    sqlx::query("select sked.worker_register($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+        .bind(r.id)
+        .bind(&r.name)
+        .bind(&r.host)
+        .bind(r.pid)
+        .bind(&r.version)
+        .bind(&r.queues)
+        .bind(&r.labels)
+        .bind(r.concurrency)
+        .bind(pg_interval(r.lease))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+pub async fn deregister(pool: &PgPool, id: Uuid) -> Result<()> {
+    sqlx::query("select sked.worker_deregister($1)")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Marks the worker as stopping (it claims nothing more).
+pub async fn mark_stopping(pool: &PgPool, id: Uuid) -> Result<()> {
+    sqlx::query("update sked.workers set stopping_at = now() where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Refreshes the worker's heartbeat; false when its row is gone.
+pub async fn touch(pool: &PgPool, id: Uuid) -> Result<bool> {
+    Ok(sqlx::query_scalar("select sked.worker_touch($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Claims up to `limit` due tasks (see `sked.tasks_claim`).
+pub async fn claim(
+    pool: &PgPool,
+    worker: Uuid,
+    queues: &[String],
+    labels: &[String],
+    limit: i32,
+    lease: Duration,
+) -> Result<Vec<TaskRow>> {
+    Ok(
+        sqlx::query_as("select * from sked.tasks_claim($1, $2, $3, $4, $5)")
+            .bind(worker)
+            .bind(queues)
+            .bind(labels)
+            .bind(limit)
+            .bind(pg_interval(lease))
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// When the next claimable task of these queues is due (`None` when there is none).
+pub async fn next_due(pool: &PgPool, queues: &[String]) -> Result<Option<DateTime<Utc>>> {
+    Ok(sqlx::query_scalar("select sked.tasks_next_due($1)")
+        .bind(queues)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// How an attempt ended, as `sked.tasks_finish` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// The worker shut down and hands the task back.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The end of one attempt, to be written by [`finish`].
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub id: Uuid,
+    pub attempt: i32,
+    pub outcome: Outcome,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: Option<String>,
+    pub stderr_tail: Option<String>,
+    pub output_sha256: Option<String>,
+}
+
+/// Writes a batch of finished attempts with one statement, fenced by (id, running, attempt).
+/// Returns, in input order, the new state of each attempt's task, or `None` for an attempt
+/// whose lease was lost (its task was rescued or cancelled by someone else): that result is
+/// discarded.
+pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<String>>> {
+    let rows: Vec<(Uuid, String)> =
+        sqlx::query_as("select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(batch.iter().map(|f| f.id).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.attempt).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.exit_code).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.stdout_tail.clone()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.stderr_tail.clone()).collect::<Vec<_>>())
+            .bind(batch.iter().map(|f| f.output_sha256.clone()).collect::<Vec<_>>())
+            .fetch_all(pool)
+            .await?;
+    let by_id: std::collections::HashMap<Uuid, String> = rows.into_iter().collect();
+    Ok(batch.iter().map(|f| by_id.get(&f.id).cloned()).collect())
+}
+
+/// Renews the leases of the given attempts in one statement. Returns the attempts still
+/// held, each with whether its cancel was requested.
+pub async fn renew_leases(
+    pool: &PgPool,
+    worker: Uuid,
+    held: &[(Uuid, i32)],
+    lease: Duration,
+) -> Result<Vec<(Uuid, i32, bool)>> {
+    Ok(
+        sqlx::query_as("select id, attempt, cancel_requested from sked.tasks_renew_leases($1, $2, $3, $4)")
+            .bind(worker)
+            .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
+            .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
+            .bind(pg_interval(lease))
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The attempts among those given whose cancel was requested.
+pub async fn cancel_requested(pool: &PgPool, held: &[(Uuid, i32)]) -> Result<Vec<(Uuid, i32)>> {
+    Ok(
+        sqlx::query_as("select id, attempt from sked.tasks_cancel_requested($1, $2)")
+            .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
+            .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// Takes back running tasks whose lease expired; returns (id, new state) for each.
+pub async fn rescue(pool: &PgPool) -> Result<Vec<(Uuid, String)>> {
+    Ok(sqlx::query_as("select id, state from sked.tasks_rescue()")
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Appends log chunks: (task, attempt, stream, data) each.
+pub async fn append_logs(pool: &PgPool, chunks: &[(Uuid, i32, &'static str, String)]) -> Result<()> {
+    if chunks.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "insert into sked.task_logs (task_id, attempt, stream, data)
+         select * from unnest($1::uuid[], $2::int[], $3::text[], $4::text[])",
+    )
+    .bind(chunks.iter().map(|c| c.0).collect::<Vec<_>>())
+    .bind(chunks.iter().map(|c| c.1).collect::<Vec<_>>())
+    .bind(chunks.iter().map(|c| c.2).collect::<Vec<_>>())
+    .bind(chunks.iter().map(|c| c.3.clone()).collect::<Vec<_>>())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The content of an artifact stored in Postgres, if present.
+pub async fn artifact(pool: &PgPool, sha256: &str) -> Result<Option<Vec<u8>>> {
+    Ok(sqlx::query_scalar("select content from sked.artifacts where sha256 = $1")
+        .bind(sha256)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// Stores bytes as an artifact; returns its SHA-256 (hex).
+pub async fn put_artifact(pool: &PgPool, content: &[u8]) -> Result<String> {
+    use sha2::Digest;
+    let sha = hex::encode(sha2::Sha256::digest(content));
+    sqlx::query("insert into sked.artifacts (sha256, content) values ($1, $2) on conflict do nothing")
+        .bind(&sha)
+        .bind(content)
+        .execute(pool)
+        .await?;
+    Ok(sha)
+}
+
+/// The worker registry with liveness and running counts.
+pub async fn list(pool: &PgPool) -> Result<Vec<Worker>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: Uuid,
+        name: String,
+        host: String,
+        pid: Option<i32>,
+        version: String,
+        queues: Vec<String>,
+        labels: Vec<String>,
+        concurrency: i32,
+        lease: PgInterval,
+        started_at: DateTime<Utc>,
+        heartbeat_at: DateTime<Utc>,
+        stopping_at: Option<DateTime<Utc>>,
+        alive: bool,
+        running: i64,
+    }
+    let rows: Vec<Row> = sqlx::query_as("select * from sked.worker_status order by started_at")
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Worker {
+            lease_secs: interval_secs(&r.lease),
+            id: r.id,
+            name: r.name,
+            host: r.host,
+            pid: r.pid,
+            version: r.version,
+            queues: r.queues,
+            labels: r.labels,
+            concurrency: r.concurrency,
+            started_at: r.started_at,
+            heartbeat_at: r.heartbeat_at,
+            stopping_at: r.stopping_at,
+            alive: r.alive,
+            running: r.running,
+        })
+        .collect())
+}

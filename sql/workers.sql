@@ -1,0 +1,249 @@
+-- The worker functions of the SQL contract: registry, claim, finish, heartbeat and rescue.
+-- Every transition after the claim is fenced by (id, state = 'running', attempt): a worker
+-- whose lease was taken over changes nothing, and learns so from the rows not returned.
+
+-- Register (or re-register) a worker.
+create or replace function sked.worker_register(
+  p_id uuid, p_name text, p_host text, p_pid integer, p_version text, p_queues text[],
+  p_labels text[], p_concurrency integer, p_lease interval, p_now timestamptz default now())
+returns void
+language sql as $$
+  insert into sked.workers (id, name, host, pid, version, queues, labels, concurrency, lease,
+                            started_at, heartbeat_at)
+  values (p_id, p_name, p_host, p_pid, p_version, p_queues, p_labels, p_concurrency, p_lease,
+          p_now, p_now)
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at, queues = excluded.queues,
+         labels = excluded.labels, concurrency = excluded.concurrency, lease = excluded.lease,
+         stopping_at = null
+$$;
+
+-- A clean exit: the worker has handed back or finished all its tasks.
+create or replace function sked.worker_deregister(p_id uuid) returns void
+language sql as $$
+  delete from sked.workers where id = p_id
+$$;
+
+-- Claim up to p_limit due tasks of the given queues whose required labels the worker has.
+--
+-- Shape: the inner SELECT walks the partial index tasks_claimable (queue, priority desc,
+-- next_run_at) in claim order and stops after p_limit rows; FOR UPDATE SKIP LOCKED makes
+-- concurrent claimers pass over each other's rows instead of waiting, so each task is
+-- claimed by exactly one of them. The CTE is an optimisation fence: the LIMIT applies to
+-- the locked rows before the UPDATE, never to a join. One queue gets a plain equality so
+-- the planner keeps the ordered index scan (an `= any(array)` scan would sort).
+create or replace function sked.tasks_claim(
+  p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
+  p_now timestamptz default now())
+returns setof sked.tasks
+language plpgsql as $$
+begin
+  if cardinality(p_queues) = 1 then
+    return query
+    with picked as (
+      select t.id from sked.tasks t
+       where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
+         and t.next_run_at <= p_now and t.labels <@ p_labels
+       order by t.priority desc, t.next_run_at
+       limit p_limit
+       for update skip locked
+    )
+    update sked.tasks t
+       set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+           lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+           stdout_tail = null, stderr_tail = null, output_sha256 = null
+      from picked where t.id = picked.id
+    returning t.*;
+  else
+    return query
+    with picked as (
+      select t.id from sked.tasks t
+       where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+         and t.next_run_at <= p_now and t.labels <@ p_labels
+       order by t.priority desc, t.next_run_at
+       limit p_limit
+       for update skip locked
+    )
+    update sked.tasks t
+       set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+           lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+           stdout_tail = null, stderr_tail = null, output_sha256 = null
+      from picked where t.id = picked.id
+    returning t.*;
+  end if;
+end
+$$;
+
+-- The earliest next_run_at among claimable tasks of these queues (null when none): a worker
+-- with free slots sleeps until then, so a delayed task starts on time.
+create or replace function sked.tasks_next_due(p_queues text[]) returns timestamptz
+language sql stable as $$
+  select min(d.next_run_at)
+    from unnest(p_queues) as q(name)
+    cross join lateral (
+      select t.next_run_at from sked.tasks t
+       where t.state in ('waiting', 'retry') and t.queue = q.name
+       order by t.next_run_at limit 1
+    ) d
+$$;
+
+-- The state an attempt's outcome leads to (see tasks_finish).
+create or replace function sked.finish_state(
+  outcome text, cancel_requested boolean, attempt integer, max_attempts integer)
+returns text
+language sql immutable parallel safe as $$
+  select case
+           when outcome = 'succeeded' then 'succeeded'
+           when outcome = 'cancelled' or cancel_requested then 'cancelled'
+           when outcome = 'interrupted' then 'waiting'
+           when attempt >= max_attempts then 'failed'
+           else 'retry'
+         end
+$$;
+
+-- Finish a batch of attempts. Each element names a task, the attempt it ran and its outcome:
+--   succeeded          -> succeeded
+--   failed, timed_out  -> retry with exponential backoff while attempts remain, else failed
+--   cancelled          -> cancelled (the worker killed it on a cancel request)
+--   interrupted        -> waiting again (the worker shut down; the attempt is not charged:
+--                         max_attempts grows by one so attempt numbers keep growing)
+-- A task whose cancel was requested ends cancelled whatever the failure. The backoff before
+-- attempt n+1 is least(backoff_max, backoff_base * 2^(n-1)) plus up to 10% jitter.
+-- Returns the rows that changed with their new state; an input missing from the result was
+-- not running under that attempt any more: its worker lost the lease.
+create or replace function sked.tasks_finish(
+  p_ids uuid[], p_attempts integer[], p_outcomes text[], p_exit_codes integer[],
+  p_errors text[], p_stdout_tails text[], p_stderr_tails text[], p_output_sha256 text[],
+  p_now timestamptz default now())
+returns table (id uuid, state text)
+language plpgsql as $$
+declare
+  ids uuid[];
+  states text[];
+  queues text;
+begin
+  with input as (
+    select * from unnest(p_ids, p_attempts, p_outcomes, p_exit_codes, p_errors,
+                         p_stdout_tails, p_stderr_tails, p_output_sha256)
+             as u(id, attempt, outcome, exit_code, error, stdout_tail, stderr_tail, output_sha256)
+  ), updated as (
+    update sked.tasks t
+       set state = sked.finish_state(u.outcome, t.cancel_requested_at is not null, t.attempt, t.max_attempts),
+           finished_at = case when sked.finish_state(u.outcome, t.cancel_requested_at is not null,
+                                                     t.attempt, t.max_attempts)
+                                   in ('succeeded', 'failed', 'cancelled')
+                              then p_now end,
+           next_run_at = case sked.finish_state(u.outcome, t.cancel_requested_at is not null,
+                                                t.attempt, t.max_attempts)
+                           when 'retry' then p_now + least(t.backoff_max, t.backoff_base * power(2, t.attempt - 1))
+                                                     * (1 + 0.1 * random())
+                           when 'waiting' then p_now
+                           else t.next_run_at end,
+           max_attempts = t.max_attempts + (u.outcome = 'interrupted' and t.cancel_requested_at is null)::integer,
+           lease_expires_at = null,
+           exit_code = u.exit_code, error = u.error,
+           stdout_tail = u.stdout_tail, stderr_tail = u.stderr_tail,
+           output_sha256 = u.output_sha256
+      from input u
+     where t.id = u.id and t.state = 'running' and t.attempt = u.attempt
+    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt, u.outcome,
+              u.exit_code, u.error, u.stdout_tail, u.stderr_tail
+  ), history as (
+    insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome,
+                                    exit_code, error, stdout_tail, stderr_tail)
+    select d.id, d.attempt, d.worker_id, d.started_at, p_now,
+           case when d.state = 'cancelled' then 'cancelled' else d.outcome end,
+           d.exit_code, d.error, d.stdout_tail, d.stderr_tail
+      from updated d where d.state <> 'succeeded'
+  )
+  select array_agg(d.id), array_agg(d.state),
+         string_agg(distinct d.queue, ',') filter (where d.state in ('retry', 'waiting'))
+    into ids, states, queues
+    from updated d;
+  if queues is not null then
+    perform pg_notify('sked_tasks', left(queues, 7000));
+  end if;
+  return query select * from unnest(ids, states);
+end
+$$;
+
+-- Refresh a worker's heartbeat; false when its row is gone (it must register again).
+create or replace function sked.worker_touch(p_worker uuid, p_now timestamptz default now())
+returns boolean
+language plpgsql as $$
+begin
+  update sked.workers set heartbeat_at = p_now where id = p_worker;
+  return found;
+end
+$$;
+
+-- Renew the leases of a worker's running attempts in one statement. Returns the attempts the
+-- worker still holds, and whether a cancel was requested for each; an attempt missing from
+-- the result is no longer the worker's (its lease expired and the task was rescued).
+create or replace function sked.tasks_renew_leases(
+  p_worker uuid, p_ids uuid[], p_attempts integer[], p_lease interval,
+  p_now timestamptz default now())
+returns table (id uuid, attempt integer, cancel_requested boolean)
+language sql as $$
+  update sked.tasks t set lease_expires_at = p_now + p_lease
+    from unnest(p_ids, p_attempts) as u(id, attempt)
+   where t.id = u.id and t.attempt = u.attempt and t.state = 'running' and t.worker_id = p_worker
+  returning t.id, t.attempt, t.cancel_requested_at is not null
+$$;
+
+-- The attempts among those given whose cancel was requested (polled every second while a
+-- worker runs tasks; the sked_cancel notification makes it faster).
+create or replace function sked.tasks_cancel_requested(p_ids uuid[], p_attempts integer[])
+returns table (id uuid, attempt integer)
+language sql stable as $$
+  select t.id, t.attempt from sked.tasks t
+    join unnest(p_ids, p_attempts) as u(id, attempt) on t.id = u.id and t.attempt = u.attempt
+   where t.state = 'running' and t.cancel_requested_at is not null
+$$;
+
+-- Take back running tasks whose lease expired (their worker died or lost the database).
+-- The lost attempt counts as failed ("worker lost"): the task is retried at once while
+-- attempts remain, else it fails; a task whose cancel was requested ends cancelled.
+-- Safe to run from any number of processes at once (SKIP LOCKED).
+create or replace function sked.tasks_rescue(p_now timestamptz default now(), p_limit integer default 1000)
+returns table (id uuid, state text)
+language plpgsql as $$
+declare
+  ids uuid[];
+  states text[];
+  queues text;
+begin
+  with lost as (
+    select t.id from sked.tasks t
+     where t.state = 'running' and t.lease_expires_at < p_now
+     order by t.lease_expires_at
+     limit p_limit
+     for update skip locked
+  ), updated as (
+    update sked.tasks t
+       set state = sked.finish_state('worker_lost', t.cancel_requested_at is not null, t.attempt, t.max_attempts),
+           finished_at = case when t.cancel_requested_at is not null or t.attempt >= t.max_attempts
+                              then p_now end,
+           next_run_at = p_now, lease_expires_at = null, exit_code = null,
+           error = 'worker lost: lease expired', stdout_tail = null, stderr_tail = null
+      from lost where t.id = lost.id
+    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt
+  ), history as (
+    insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome, error)
+    select d.id, d.attempt, d.worker_id, d.started_at, p_now,
+           case when d.state = 'cancelled' then 'cancelled' else 'worker_lost' end,
+           'worker lost: lease expired'
+      from updated d
+  )
+  select array_agg(d.id), array_agg(d.state),
+         string_agg(distinct d.queue, ',') filter (where d.state = 'retry')
+    into ids, states, queues
+    from updated d;
+  if queues is not null then
+    perform pg_notify('sked_tasks', left(queues, 7000));
+  end if;
+  -- Workers silent for a day are gone for good; their tasks were rescued long ago.
+  delete from sked.workers w where w.heartbeat_at < p_now - interval '1 day';
+  return query select * from unnest(ids, states);
+end
+$$;

@@ -1,0 +1,335 @@
+//! Wire types of the sked REST API, shared by the server, the CLI and the dashboard.
+//!
+//! This crate compiles to `wasm32-unknown-unknown`: it depends only on serde, chrono (without
+//! the clock) and uuid (without random generation). Keep clocks, random ids, sqlx and tokio out.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The state of a task; see `docs/state_machine.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for DAG parents (reserved for workflows).
+    Blocked,
+    /// Claimable once `next_run_at` has passed.
+    Waiting,
+    /// Claimed by a worker that holds its lease.
+    Running,
+    /// Failed with attempts left; claimable again at `next_run_at`.
+    Retry,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 7] = [
+        TaskState::Blocked,
+        TaskState::Waiting,
+        TaskState::Running,
+        TaskState::Retry,
+        TaskState::Succeeded,
+        TaskState::Failed,
+        TaskState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Blocked => "blocked",
+            TaskState::Waiting => "waiting",
+            TaskState::Running => "running",
+            TaskState::Retry => "retry",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Final states never change again, except by an explicit retry.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing an unknown state name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownState(pub String);
+
+impl fmt::Display for UnknownState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown task state {:?} (expected one of blocked, waiting, running, retry, succeeded, failed, cancelled)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownState {}
+
+impl FromStr for TaskState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Task {
+    pub id: Uuid,
+    pub owner: String,
+    pub queue: String,
+    pub priority: i32,
+    pub kind: String,
+    pub command: Option<Vec<String>>,
+    pub args: Vec<String>,
+    pub artifact_url: Option<String>,
+    pub artifact_sha256: Option<String>,
+    pub input: Option<serde_json::Value>,
+    /// Environment variables given to the process.
+    pub env: BTreeMap<String, String>,
+    pub labels: Vec<String>,
+    pub output_path: Option<String>,
+    /// Timeout of one attempt, in seconds.
+    pub timeout_secs: Option<f64>,
+    pub max_attempts: i32,
+    pub backoff_base_secs: f64,
+    pub backoff_max_secs: f64,
+    pub idempotency_key: Option<String>,
+    pub state: TaskState,
+    /// Attempts started so far.
+    pub attempt: i32,
+    pub next_run_at: DateTime<Utc>,
+    pub worker_id: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: Option<String>,
+    pub stderr_tail: Option<String>,
+    pub output_sha256: Option<String>,
+}
+
+/// One attempt of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attempt {
+    pub attempt: i32,
+    pub worker_id: Option<Uuid>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `running`, `succeeded`, `failed`, `timed_out`, `cancelled`, `worker_lost` or `interrupted`.
+    pub outcome: String,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: Option<String>,
+    pub stderr_tail: Option<String>,
+}
+
+/// A task with the history of its attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskDetail {
+    #[serde(flatten)]
+    pub task: Task,
+    pub attempts: Vec<Attempt>,
+}
+
+/// A request to submit one task. Only `command` (or `artifact_url` with `artifact_sha256`, or
+/// a built-in `kind`) is required.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTask {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// `command` (default), or the built-ins `noop` and `sleep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Start no earlier than this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Start no earlier than this many seconds from now (added to `run_at` when both are given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_base_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_max_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_path: Option<String>,
+    /// Admins may submit on behalf of another owner; for users it must be absent or their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// The answer to a submission: the ids in request order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Submitted {
+    pub ids: Vec<Uuid>,
+}
+
+/// Many submissions in one request; all or nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBatch {
+    pub tasks: Vec<SubmitTask>,
+}
+
+/// A page of tasks, newest first. Pass `next_cursor` as `after` to get the next page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    pub next_cursor: Option<Uuid>,
+}
+
+/// A chunk of a task's stdout or stderr.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogChunk {
+    /// Increasing; pass the last one seen as `after` to follow the log.
+    pub id: i64,
+    pub attempt: i32,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    pub at: DateTime<Utc>,
+    pub data: String,
+}
+
+/// A worker in the registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Worker {
+    pub id: Uuid,
+    pub name: String,
+    pub host: String,
+    pub pid: Option<i32>,
+    pub version: String,
+    pub queues: Vec<String>,
+    pub labels: Vec<String>,
+    pub concurrency: i32,
+    pub lease_secs: f64,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub stopping_at: Option<DateTime<Utc>>,
+    /// The heartbeat is younger than the lease.
+    pub alive: bool,
+    /// Tasks it runs now.
+    pub running: i64,
+}
+
+/// Task counts of one queue by state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueCounts {
+    pub queue: String,
+    pub counts: BTreeMap<String, i64>,
+}
+
+/// `GET /api/v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub schema_version: i64,
+}
+
+/// Who a token belongs to (`GET /api/v1/me`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Me {
+    pub owner: String,
+    pub role: String,
+}
+
+/// Every API error has this body; `code` is stable, `message` is for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApiError {
+    pub code: String,
+    pub message: String,
+}
+
+/// The answer to cancel and retry: the state the task has after the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StateChange {
+    pub id: Uuid,
+    pub state: TaskState,
+    /// True when a running task's cancel was requested and its worker will stop it.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_names_round_trip() {
+        for state in TaskState::ALL {
+            assert_eq!(state.as_str().parse::<TaskState>(), Ok(state));
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::Value::String(state.as_str().into())
+            );
+        }
+        assert!("bogus".parse::<TaskState>().is_err());
+    }
+
+    #[test]
+    fn submit_rejects_unknown_fields() {
+        let err = serde_json::from_str::<SubmitTask>(r#"{"comand":["x"]}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,124 @@
+//! The worker's configuration, parsed once at the edge (flags with environment fallbacks)
+//! into a validated [`WorkerConfig`]. Nothing below `main` reads the environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Command-line flags of `sked-worker` (and of the worker inside `sked dev`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Queues to take tasks from, comma-separated.
+    #[arg(long, env = "SKED_QUEUES", default_value = "default", value_delimiter = ',')]
+    pub queues: Vec<String>,
+    /// Tasks run at once.
+    #[arg(long, env = "SKED_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+    /// Labels this worker offers, comma-separated; a task runs only on a worker that has all
+    /// of the task's labels.
+    #[arg(long, env = "SKED_LABELS", value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Lease of a running task in seconds: another worker takes a task over when its worker
+    /// has not renewed the lease for this long. Renewed every third of it.
+    #[arg(long, env = "SKED_LEASE_SECS", default_value_t = 30.0)]
+    pub lease_secs: f64,
+    /// Poll interval in seconds (notifications usually wake the worker sooner).
+    #[arg(long, env = "SKED_POLL_SECS", default_value_t = 1.0)]
+    pub poll_secs: f64,
+    /// On SIGTERM/SIGINT, how long running tasks may take to finish before they are killed
+    /// and handed back, in seconds.
+    #[arg(long, env = "SKED_SHUTDOWN_GRACE_SECS", default_value_t = 30.0)]
+    pub shutdown_grace_secs: f64,
+    /// After SIGTERM to a task's process group (timeout, cancel, shutdown), seconds before
+    /// SIGKILL.
+    #[arg(long, env = "SKED_KILL_GRACE_SECS", default_value_t = 5.0)]
+    pub kill_grace_secs: f64,
+    /// Worker name shown in the registry (default: host:pid).
+    #[arg(long, env = "SKED_WORKER_NAME")]
+    pub name: Option<String>,
+    /// Directory for task working directories and the artifact cache
+    /// (default: a `sked-worker` folder in the system temp directory).
+    #[arg(long, env = "SKED_WORK_DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// A validated worker configuration.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub queues: Vec<String>,
+    pub concurrency: usize,
+    pub labels: Vec<String>,
+    pub lease: Duration,
+    pub poll_interval: Duration,
+    pub shutdown_grace: Duration,
+    pub kill_grace: Duration,
+    pub name: Option<String>,
+    pub work_dir: PathBuf,
+    /// Flush interval of log chunks while tasks run.
+    pub log_flush: Duration,
+    /// Bytes of stdout/stderr kept as the attempt's tail.
+    pub tail_bytes: usize,
+}
+
+fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
+    if !value.is_finite() || value < min {
+        return Err(format!("--{flag} must be a number of seconds of at least {min}, got {value}"));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+impl WorkerArgs {
+    pub fn into_config(self) -> Result<WorkerConfig, String> {
+        let queues: Vec<String> = self
+            .queues
+            .into_iter()
+            .map(|q| q.trim().to_owned())
+            .filter(|q| !q.is_empty())
+            .collect();
+        if queues.is_empty() {
+            return Err("--queues must name at least one queue".into());
+        }
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            return Err(format!("--concurrency must be between 1 and 10000, got {}", self.concurrency));
+        }
+        let lease = seconds(self.lease_secs, "lease-secs", 1.0)?;
+        Ok(WorkerConfig {
+            queues,
+            concurrency: self.concurrency,
+            labels: self
+                .labels
+                .into_iter()
+                .map(|l| l.trim().to_owned())
+                .filter(|l| !l.is_empty())
+                .collect(),
+            lease,
+            poll_interval: seconds(self.poll_secs, "poll-secs", 0.01)?,
+            shutdown_grace: seconds(self.shutdown_grace_secs, "shutdown-grace-secs", 0.0)?,
+            kill_grace: seconds(self.kill_grace_secs, "kill-grace-secs", 0.0)?,
+            name: self.name,
+            work_dir: self
+                .work_dir
+                .unwrap_or_else(|| std::env::temp_dir().join("sked-worker")),
+            log_flush: Duration::from_millis(250),
+            tail_bytes: 4096,
+        })
+    }
+}
+
+impl WorkerConfig {
+    /// A configuration with the defaults, for tests and embedding.
+    pub fn for_queues(queues: &[&str]) -> WorkerConfig {
+        WorkerArgs {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            concurrency: 8,
+            labels: vec![],
+            lease_secs: 30.0,
+            poll_secs: 1.0,
+            shutdown_grace_secs: 30.0,
+            kill_grace_secs: 5.0,
+            name: None,
+            work_dir: None,
+        }
+        .into_config()
+        .expect("default worker configuration is valid")
+    }
+}
