@@ -74,11 +74,13 @@ begin
 end
 $$;
 
--- The earliest next_run_at among claimable tasks of these queues (null when none): a worker
--- with free slots sleeps until then, so a delayed task starts on time.
-create or replace function sked.tasks_next_due(p_queues text[]) returns timestamptz
+-- Seconds until the earliest next_run_at among claimable tasks of these queues (null when
+-- there is none; zero or negative when one is due). Measured on the database clock, so a
+-- worker whose own clock is off still wakes on time: it sleeps this long, then claims.
+create or replace function sked.tasks_next_due(p_queues text[], p_now timestamptz default now())
+returns double precision
 language sql stable as $$
-  select min(d.next_run_at)
+  select extract(epoch from min(d.next_run_at) - p_now)::double precision
     from unnest(p_queues) as q(name)
     cross join lateral (
       select t.next_run_at from sked.tasks t

@@ -94,8 +94,9 @@ pub async fn claim(
     )
 }
 
-/// When the next claimable task of these queues is due (`None` when there is none).
-pub async fn next_due(pool: &PgPool, queues: &[String]) -> Result<Option<DateTime<Utc>>> {
+/// Seconds until the next claimable task of these queues is due, on the database clock
+/// (`None` when there is none; zero or less when one is due now).
+pub async fn next_due(pool: &PgPool, queues: &[String]) -> Result<Option<f64>> {
     Ok(sqlx::query_scalar("select sked.tasks_next_due($1)")
         .bind(queues)
         .fetch_one(pool)

@@ -1,16 +1,38 @@
 //! The sked worker: claims tasks from Postgres and runs them.
 //!
-//! See `ARCHITECTURE.md` for the pieces: the main loop claims in batches up to the free slots
-//! (woken by NOTIFY, a poll, or the next due time), each task runs in its own tokio task
-//! (`executor`), results are written in batches (`completer`), leases are renewed by the
-//! heartbeat, and expired leases of dead workers are rescued.
+//! One main loop (`Worker::run`, a single `select!`) owns claiming: it claims in batches up to
+//! its free slots whenever something may be due — a notification on `sked_tasks`, a slot
+//! freed while the queue was saturated, the poll timer (the truth when notifications are
+//! lost), or the due time of the next delayed task. Each claimed attempt runs in its own
+//! tokio task (`executor`); results go to the batching `completer`; output goes to the `logs`
+//! writer. The `heartbeat` service renews all leases with one statement, stops attempts
+//! whose cancel was requested or whose lease was lost, and rescues tasks of dead workers.
 
+pub mod artifact;
+pub mod completer;
 pub mod config;
+pub mod executor;
+pub mod heartbeat;
+pub mod logs;
+pub mod process;
 
 pub use config::{WorkerArgs, WorkerConfig};
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use sked_db::worker::Registration;
 use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use executor::{Context, StopReason, Stopper};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -20,10 +42,271 @@ pub enum WorkerError {
     Io(#[from] std::io::Error),
 }
 
+/// The attempts this worker runs now: task id -> (attempt, stopper). The main loop inserts
+/// and removes entries; the heartbeat only reads them and stops attempts.
+pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
+
+/// Most tasks claimed by one statement.
+const MAX_CLAIM: usize = 1000;
+
 /// Runs a worker until `shutdown` is cancelled, then stops claiming, lets running tasks
 /// finish within the grace period, kills and hands back the rest, and deregisters.
 pub async fn run(pool: PgPool, config: WorkerConfig, shutdown: CancellationToken) -> Result<(), WorkerError> {
-    let _ = (pool, config);
-    shutdown.cancelled().await;
-    Ok(())
+    sked_db::check_schema(&pool).await?;
+    let worker = Worker::start(pool, config).await?;
+    worker.run(shutdown).await
+}
+
+struct Worker {
+    id: Uuid,
+    pool: PgPool,
+    config: WorkerConfig,
+    ctx: Arc<Context>,
+    running: Running,
+    wake: Arc<Notify>,
+    done: tokio::sync::mpsc::UnboundedSender<sked_db::worker::Finished>,
+    completer: tokio::task::JoinHandle<()>,
+    logs: tokio::task::JoinHandle<()>,
+    services_stop: CancellationToken,
+    services: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Worker {
+    async fn start(pool: PgPool, config: WorkerConfig) -> Result<Worker, WorkerError> {
+        let id = Uuid::new_v4();
+        let host = hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        let pid = std::process::id() as i32;
+        let registration = Registration {
+            id,
+            name: config.name.clone().unwrap_or_else(|| format!("{host}:{pid}")),
+            host,
+            pid,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            queues: config.queues.clone(),
+            labels: config.labels.clone(),
+            concurrency: config.concurrency as i32,
+            lease: config.lease,
+        };
+        std::fs::create_dir_all(config.work_dir.join("tasks"))?;
+        sked_db::worker::register(&pool, &registration).await?;
+        tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
+            concurrency = config.concurrency, "worker started");
+
+        let (logs_handle, logs_writer) = logs::start(pool.clone(), config.log_flush);
+        let (done, completer) = completer::start(pool.clone());
+        let ctx = Arc::new(Context {
+            pool: pool.clone(),
+            logs: logs_handle,
+            artifacts: artifact::Artifacts::new(pool.clone(), config.work_dir.join("artifacts")),
+            work_dir: config.work_dir.clone(),
+            kill_grace: config.kill_grace,
+            tail_bytes: config.tail_bytes,
+        });
+        let running: Running = Arc::default();
+        let wake = Arc::new(Notify::new());
+        let cancel_check = Arc::new(Notify::new());
+        let services_stop = CancellationToken::new();
+        let hb = heartbeat::Heartbeat {
+            pool: pool.clone(),
+            registration,
+            running: running.clone(),
+            wake: wake.clone(),
+            poll_interval: config.poll_interval,
+        };
+        let services = vec![
+            tokio::spawn(heartbeat::listen(
+                pool.clone(),
+                config.queues.clone(),
+                wake.clone(),
+                cancel_check.clone(),
+                running.clone(),
+                services_stop.clone(),
+            )),
+            tokio::spawn(hb.run(cancel_check, services_stop.clone())),
+        ];
+        Ok(Worker {
+            id,
+            pool,
+            config,
+            ctx,
+            running,
+            wake,
+            done,
+            completer,
+            logs: logs_writer,
+            services_stop,
+            services,
+        })
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let mut tasks: JoinSet<Uuid> = JoinSet::new();
+        let mut want_claim = true;
+        // The last claim filled every slot it asked for: more may be due right now.
+        let mut saturated = false;
+        let mut next_due: Option<Instant> = None;
+        let mut next_poll = Instant::now() + self.jittered_poll();
+
+        loop {
+            let free = self.config.concurrency.saturating_sub(tasks.len());
+            if want_claim && free > 0 {
+                want_claim = false;
+                let asked = free.min(MAX_CLAIM);
+                match sked_db::worker::claim(
+                    &self.pool,
+                    self.id,
+                    &self.config.queues,
+                    &self.config.labels,
+                    asked as i32,
+                    self.config.lease,
+                )
+                .await
+                {
+                    Ok(rows) => {
+                        saturated = rows.len() == asked;
+                        for row in rows {
+                            self.spawn(&mut tasks, row);
+                        }
+                        if saturated {
+                            want_claim = tasks.len() < self.config.concurrency;
+                            next_due = None;
+                        } else {
+                            next_due = self.next_due().await;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
+                        saturated = false;
+                    }
+                }
+                if want_claim {
+                    continue;
+                }
+            }
+
+            let wake_at = match next_due {
+                Some(due) if due < next_poll => due,
+                _ => next_poll,
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    self.reap(joined);
+                    want_claim |= saturated;
+                }
+                _ = self.wake.notified() => want_claim = true,
+                _ = tokio::time::sleep_until(wake_at) => {
+                    want_claim = true;
+                    if wake_at == next_poll {
+                        next_poll = Instant::now() + self.jittered_poll();
+                    } else {
+                        next_due = None;
+                    }
+                }
+            }
+        }
+        self.shut_down(tasks).await
+    }
+
+    fn spawn(&self, tasks: &mut JoinSet<Uuid>, row: sked_db::task::TaskRow) {
+        let stopper = Arc::new(Stopper::default());
+        self.running
+            .lock()
+            .expect("running map")
+            .insert(row.id, (row.attempt, stopper.clone()));
+        let ctx = self.ctx.clone();
+        let done = self.done.clone();
+        let span = tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
+        tasks.spawn(
+            async move {
+                tracing::debug!("attempt started");
+                let finished = executor::execute(&ctx, &row, stopper).await;
+                let _ = done.send(finished);
+                row.id
+            }
+            .instrument(span),
+        );
+    }
+
+    fn reap(&self, joined: Result<Uuid, tokio::task::JoinError>) {
+        match joined {
+            Ok(id) => {
+                self.running.lock().expect("running map").remove(&id);
+            }
+            Err(e) => {
+                // A panic in an attempt is a bug; its task comes back when its lease expires.
+                tracing::error!(error = %e, "an attempt's task panicked");
+            }
+        }
+    }
+
+    /// When to claim next for delayed tasks; `None` when nothing is scheduled or something
+    /// is due but could not be claimed (taken by others, or labels that don't match): then
+    /// the poll decides, which keeps a worker from spinning.
+    async fn next_due(&self) -> Option<Instant> {
+        match sked_db::worker::next_due(&self.pool, &self.config.queues).await {
+            Ok(Some(secs)) if secs > 0.0 => {
+                Some(Instant::now() + Duration::from_secs_f64(secs.min(86_400.0)))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the next due time failed");
+                None
+            }
+        }
+    }
+
+    fn jittered_poll(&self) -> Duration {
+        self.config
+            .poll_interval
+            .mul_f64(rand::rng().random_range(0.9..1.1))
+    }
+
+    async fn shut_down(self, mut tasks: JoinSet<Uuid>) -> Result<(), WorkerError> {
+        tracing::info!(running = tasks.len(), grace = ?self.config.shutdown_grace,
+            "shutting down: no more claims; waiting for running tasks");
+        if let Err(e) = sked_db::worker::mark_stopping(&self.pool, self.id).await {
+            tracing::warn!(error = %e, "could not mark the worker as stopping");
+        }
+        let deadline = Instant::now() + self.config.shutdown_grace;
+        while !tasks.is_empty() {
+            tokio::select! {
+                Some(joined) = tasks.join_next() => self.reap(joined),
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        if !tasks.is_empty() {
+            tracing::info!(running = tasks.len(), "grace period over: stopping and handing back the remaining tasks");
+            for (_, stopper) in self.running.lock().expect("running map").values() {
+                stopper.stop(StopReason::Shutdown);
+            }
+            while let Some(joined) = tasks.join_next().await {
+                self.reap(joined);
+            }
+        }
+        let Worker {
+            id,
+            pool,
+            ctx,
+            done,
+            completer,
+            logs,
+            services_stop,
+            services,
+            ..
+        } = self;
+        drop(done);
+        let _ = completer.await;
+        drop(ctx);
+        let _ = logs.await;
+        services_stop.cancel();
+        for s in services {
+            let _ = s.await;
+        }
+        sked_db::worker::deregister(&pool, id).await?;
+        tracing::info!(worker = %id, "worker stopped");
+        Ok(())
+    }
 }

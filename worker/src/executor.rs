@@ -1,0 +1,239 @@
+//! Runs one claimed attempt to its end and turns what happened into a [`Finished`] record:
+//! the built-ins `noop` and `sleep` in-process, everything else as a child process in a
+//! fresh working directory that is removed afterwards.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sked_db::task::{TaskRow, interval_secs};
+use sked_db::worker::{Finished, Outcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::artifact::Artifacts;
+use crate::logs::Logs;
+use crate::process::{self, Ended, Spec};
+
+/// Why a running attempt is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A user cancelled the task.
+    Cancel,
+    /// The worker shuts down and hands the task back.
+    Shutdown,
+    /// The worker no longer holds the lease (another worker may run the task now).
+    LeaseLost,
+}
+
+/// The handle to stop one running attempt; the first reason given wins.
+#[derive(Debug, Default)]
+pub struct Stopper {
+    token: CancellationToken,
+    reason: OnceLock<StopReason>,
+}
+
+impl Stopper {
+    pub fn stop(&self, reason: StopReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        self.reason.get().copied()
+    }
+}
+
+/// What every attempt needs from the worker.
+pub struct Context {
+    pub pool: sqlx::PgPool,
+    pub logs: Logs,
+    pub artifacts: Artifacts,
+    pub work_dir: PathBuf,
+    pub kill_grace: Duration,
+    pub tail_bytes: usize,
+}
+
+/// Runs the attempt and describes how it ended. Never fails: every problem (a missing
+/// executable, a bad artifact) is the attempt's failure, recorded with its error.
+pub async fn execute(ctx: &Context, task: &TaskRow, stopper: Arc<Stopper>) -> Finished {
+    let timeout = task
+        .timeout
+        .as_ref()
+        .map(|t| Duration::from_secs_f64(interval_secs(t).max(0.0)));
+    let mut finished = Finished {
+        id: task.id,
+        attempt: task.attempt,
+        outcome: Outcome::Succeeded,
+        exit_code: None,
+        error: None,
+        stdout_tail: None,
+        stderr_tail: None,
+        output_sha256: None,
+    };
+    let result = match task.kind.as_str() {
+        "noop" => Ok(Ended::Exited(success())),
+        "sleep" => sleep(task, timeout, &stopper.token).await,
+        _ => run_command(ctx, task, timeout, &stopper, &mut finished).await,
+    };
+    match result {
+        Ok(Ended::Exited(status)) => {
+            finished.exit_code = status.code();
+            if status.success() {
+                finished.outcome = Outcome::Succeeded;
+            } else {
+                finished.outcome = Outcome::Failed;
+                finished.error = Some(match (status.code(), signal_of(&status)) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (None, Some(sig)) => format!("killed by signal {sig}"),
+                    _ => "exited abnormally".to_owned(),
+                });
+            }
+        }
+        Ok(Ended::TimedOut) => {
+            finished.outcome = Outcome::TimedOut;
+            finished.error = Some(format!(
+                "timed out after {:.3} s",
+                timeout.unwrap_or_default().as_secs_f64()
+            ));
+        }
+        Ok(Ended::Stopped) => match stopper.reason() {
+            Some(StopReason::Shutdown) => {
+                finished.outcome = Outcome::Interrupted;
+                finished.error = Some("interrupted: the worker shut down".to_owned());
+            }
+            Some(StopReason::LeaseLost) => {
+                finished.outcome = Outcome::Failed;
+                finished.error = Some("stopped: the worker lost the lease".to_owned());
+            }
+            _ => {
+                finished.outcome = Outcome::Cancelled;
+                finished.error = Some("cancelled".to_owned());
+            }
+        },
+        Err(error) => {
+            finished.outcome = Outcome::Failed;
+            finished.error = Some(error);
+        }
+    }
+    finished
+}
+
+fn success() -> std::process::ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    std::process::ExitStatus::from_raw(0)
+}
+
+fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// The built-in `sleep`: `input` `{"seconds": N}`, or `args[0]` seconds.
+async fn sleep(
+    task: &TaskRow,
+    timeout: Option<Duration>,
+    stop: &CancellationToken,
+) -> Result<Ended, String> {
+    let secs = task
+        .input
+        .as_ref()
+        .and_then(|i| i.get("seconds"))
+        .and_then(|s| s.as_f64())
+        .or_else(|| task.args.first().and_then(|a| a.parse().ok()))
+        .ok_or("the sleep kind needs input {\"seconds\": N} or a number in args[0]")?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("cannot sleep {secs} seconds"));
+    }
+    let wanted = Duration::from_secs_f64(secs.min(1e9));
+    let limit = timeout.unwrap_or(Duration::MAX);
+    tokio::select! {
+        _ = tokio::time::sleep(wanted.min(limit)) => Ok(if wanted > limit { Ended::TimedOut } else { Ended::Exited(success()) }),
+        _ = stop.cancelled() => Ok(Ended::Stopped),
+    }
+}
+
+async fn run_command(
+    ctx: &Context,
+    task: &TaskRow,
+    timeout: Option<Duration>,
+    stopper: &Stopper,
+    finished: &mut Finished,
+) -> Result<Ended, String> {
+    let mut argv: Vec<String> = match (&task.command, &task.artifact_url, &task.artifact_sha256) {
+        (Some(command), _, _) => command.clone(),
+        (None, Some(url), Some(sha)) => {
+            let path = ctx.artifacts.get(url, sha).await?;
+            vec![path.to_string_lossy().into_owned()]
+        }
+        _ => return Err("the task has neither a command nor an artifact".to_owned()),
+    };
+    argv.extend(task.args.iter().cloned());
+
+    let dir = ctx.work_dir.join("tasks").join(format!("{}-{}", task.id, task.attempt));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating working directory: {e}"))?;
+    let mut env: BTreeMap<String, String> = task.env_map();
+    env.insert("SKED_TASK_ID".into(), task.id.to_string());
+    env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
+    env.insert("SKED_QUEUE".into(), task.queue.clone());
+    let stdin = task.input.as_ref().map(|v| {
+        let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    });
+    let sink = ctx.logs.sink(task.id, task.attempt);
+    let mut tries = 0;
+    let report = loop {
+        let spec = Spec {
+            argv: &argv,
+            env: &env,
+            dir: &dir,
+            stdin: stdin.clone(),
+            timeout,
+            kill_grace: ctx.kill_grace,
+            tail_bytes: ctx.tail_bytes,
+        };
+        match process::run(spec, sink.clone(), stopper.token.clone()).await {
+            Ok(report) => break report,
+            // A freshly written executable can be briefly busy while another thread forks.
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("cannot start {:?}: {e}", argv[0]));
+            }
+        }
+    };
+    sink.flush().await;
+    finished.stdout_tail = Some(report.stdout_tail);
+    finished.stderr_tail = Some(report.stderr_tail);
+    let ended = report.ended;
+    if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path) {
+        if status.success() {
+            match upload_output(ctx, &dir, output).await {
+                Ok(sha) => finished.output_sha256 = Some(sha),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        tracing::warn!(error = %e, dir = %dir.display(), "could not remove the task's working directory");
+    }
+    Ok(ended)
+}
+
+/// Stores the file the task promised to write as its output artifact.
+async fn upload_output(ctx: &Context, dir: &std::path::Path, output: &str) -> Result<String, String> {
+    let path = dir.join(output);
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| format!("the task succeeded but its output_path {output:?} cannot be read: {e}"))?;
+    sked_db::worker::put_artifact(&ctx.pool, &bytes)
+        .await
+        .map_err(|e| format!("storing the output artifact: {e}"))
+}

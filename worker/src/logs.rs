@@ -1,0 +1,158 @@
+//! Log shipping: the stdout/stderr chunks of every running task go through one channel to
+//! one writer, which appends them to `sked.task_logs` in batches at least every flush
+//! interval (250 ms by default), so the dashboard and `sked logs --follow` can tail them.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+enum Msg {
+    Chunk {
+        task: Uuid,
+        attempt: i32,
+        stream: Stream,
+        data: String,
+    },
+    /// Answered once everything sent before it is written (or given up on).
+    Flush(oneshot::Sender<()>),
+}
+
+/// The sending side, bound to one attempt. Sending waits when the writer is behind, which
+/// slows the reading of the pipe and, in turn, a process that writes faster than the
+/// database takes its output.
+#[derive(Clone)]
+pub struct LogSink {
+    tx: mpsc::Sender<Msg>,
+    task: Uuid,
+    attempt: i32,
+}
+
+impl LogSink {
+    pub async fn send(&self, stream: Stream, data: String) {
+        let _ = self
+            .tx
+            .send(Msg::Chunk {
+                task: self.task,
+                attempt: self.attempt,
+                stream,
+                data,
+            })
+            .await;
+    }
+
+    /// Waits until every chunk sent so far is in the database (or the writer gave up on it).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// The writer's handle: makes sinks for attempts.
+#[derive(Clone)]
+pub struct Logs {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl Logs {
+    pub fn sink(&self, task: Uuid, attempt: i32) -> LogSink {
+        LogSink {
+            tx: self.tx.clone(),
+            task,
+            attempt,
+        }
+    }
+}
+
+/// Starts the writer; it ends when every `Logs` and `LogSink` is dropped, after writing what
+/// it holds.
+pub fn start(pool: PgPool, flush_every: Duration) -> (Logs, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(4096);
+    let handle = tokio::spawn(write_loop(pool, rx, flush_every));
+    (Logs { tx }, handle)
+}
+
+/// A chunk waiting to be written: consecutive chunks of one stream are merged.
+type Pending = Vec<(Uuid, i32, &'static str, String)>;
+
+const MAX_BUFFERED: usize = 512 * 1024;
+
+async fn write_loop(pool: PgPool, mut rx: mpsc::Receiver<Msg>, flush_every: Duration) {
+    let mut pending: Pending = Vec::new();
+    let mut buffered = 0usize;
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut tick = tokio::time::interval(flush_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let flush_now = tokio::select! {
+            msg = rx.recv() => match msg {
+                None => { write(&pool, &mut pending).await; break; }
+                Some(Msg::Chunk { task, attempt, stream, data }) => {
+                    buffered += data.len();
+                    match pending.last_mut() {
+                        Some(last) if last.0 == task && last.1 == attempt && last.2 == stream.as_str() => last.3.push_str(&data),
+                        _ => pending.push((task, attempt, stream.as_str(), data)),
+                    }
+                    buffered >= MAX_BUFFERED
+                }
+                Some(Msg::Flush(done)) => { waiters.push(done); true }
+            },
+            _ = tick.tick() => true,
+        };
+        if flush_now {
+            write(&pool, &mut pending).await;
+            buffered = 0;
+            for w in waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+    for w in waiters.drain(..) {
+        let _ = w.send(());
+    }
+}
+
+/// Writes the pending chunks, retrying transient errors a few times; a chunk that cannot be
+/// written is dropped with an error event (logs never block a task's result).
+async fn write(pool: &PgPool, pending: &mut Pending) {
+    if pending.is_empty() {
+        return;
+    }
+    let mut delay = Duration::from_millis(100);
+    for attempt in 1..=5 {
+        match sked_db::worker::append_logs(pool, pending).await {
+            Ok(()) => {
+                pending.clear();
+                return;
+            }
+            Err(e) if e.is_transient() && attempt < 5 => {
+                tracing::warn!(error = %e, "writing task logs failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, chunks = pending.len(), "dropping task log chunks that could not be written");
+                pending.clear();
+                return;
+            }
+        }
+    }
+}
