@@ -75,10 +75,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 
 /// The newest migration applied to the database (0 when none).
 pub async fn schema_version(pool: &PgPool) -> Result<i64> {
-    let exists: bool =
-        sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
-            .fetch_one(pool)
-            .await?;
+    let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+        .fetch_one(pool)
+        .await?;
     if !exists {
         return Ok(0);
     }

@@ -110,7 +110,9 @@ impl TaskRow {
 
 fn secs(value: f64, field: &str) -> Result<String> {
     if !value.is_finite() {
-        return Err(DbError::InvalidInput(format!("{field} must be a finite number")));
+        return Err(DbError::InvalidInput(format!(
+            "{field} must be a finite number"
+        )));
     }
     Ok(format!("{value} seconds"))
 }

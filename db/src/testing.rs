@@ -25,7 +25,9 @@ impl TestDb {
     /// Creates and migrates a fresh database.
     pub async fn new() -> TestDb {
         let db = TestDb::empty().await;
-        crate::migrate(&db.pool).await.expect("migrating the test database");
+        crate::migrate(&db.pool)
+            .await
+            .expect("migrating the test database");
         db
     }
 
@@ -37,9 +39,11 @@ impl TestDb {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("tests need PostgreSQL at {}: {e}", admin_url()));
-        conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {name}"))))
-            .await
-            .expect("creating the test database");
+        conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "create database {name}"
+        ))))
+        .await
+        .expect("creating the test database");
         conn.close().await.ok();
         let options = admin.database(&name);
         let url = options.to_url_lossy().to_string();
@@ -59,7 +63,11 @@ impl Drop for TestDb {
         let _ = std::thread::spawn(move || {
             let rt = tokio_rt();
             rt.block_on(async move {
-                if let Ok(mut conn) = PgConnectOptions::from_str(&admin_url()).unwrap().connect().await {
+                if let Ok(mut conn) = PgConnectOptions::from_str(&admin_url())
+                    .unwrap()
+                    .connect()
+                    .await
+                {
                     let _ = conn
                         .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                             "drop database if exists {name} with (force)"
@@ -73,5 +81,8 @@ impl Drop for TestDb {
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }

@@ -59,13 +59,15 @@ pub async fn create(pool: &PgPool, owner: &str, role: Role, name: &str) -> Resul
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
     let token = format!("sked_{}", hex::encode(bytes));
-    sqlx::query("insert into sked.api_tokens (token_sha256, owner, role, name) values ($1, $2, $3, $4)")
-        .bind(digest(&token))
-        .bind(owner)
-        .bind(role.as_str())
-        .bind(name)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "insert into sked.api_tokens (token_sha256, owner, role, name) values ($1, $2, $3, $4)",
+    )
+    .bind(digest(&token))
+    .bind(owner)
+    .bind(role.as_str())
+    .bind(name)
+    .execute(pool)
+    .await?;
     Ok(token)
 }
 
@@ -77,8 +79,13 @@ pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal
     .bind(digest(token))
     .fetch_optional(pool)
     .await?;
-    row.map(|(owner, role)| Ok(Principal { owner, role: Role::parse(&role)? }))
-        .transpose()
+    row.map(|(owner, role)| {
+        Ok(Principal {
+            owner,
+            role: Role::parse(&role)?,
+        })
+    })
+    .transpose()
 }
 
 /// True when at least one admin token exists.

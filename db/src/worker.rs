@@ -7,8 +7,8 @@ use sqlx::postgres::types::PgInterval;
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::task::{TaskRow, interval_secs};
 use crate::Result;
+use crate::task::{TaskRow, interval_secs};
 
 /// What a worker tells the registry about itself.
 #[derive(Debug, Clone)]
@@ -151,9 +151,24 @@ pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<Stri
             .bind(batch.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
             .bind(batch.iter().map(|f| f.exit_code).collect::<Vec<_>>())
             .bind(batch.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.stdout_tail.clone()).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.stderr_tail.clone()).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.output_sha256.clone()).collect::<Vec<_>>())
+            .bind(
+                batch
+                    .iter()
+                    .map(|f| f.stdout_tail.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                batch
+                    .iter()
+                    .map(|f| f.stderr_tail.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                batch
+                    .iter()
+                    .map(|f| f.output_sha256.clone())
+                    .collect::<Vec<_>>(),
+            )
             .fetch_all(pool)
             .await?;
     let by_id: std::collections::HashMap<Uuid, String> = rows.into_iter().collect();
@@ -168,15 +183,15 @@ pub async fn renew_leases(
     held: &[(Uuid, i32)],
     lease: Duration,
 ) -> Result<Vec<(Uuid, i32, bool)>> {
-    Ok(
-        sqlx::query_as("select id, attempt, cancel_requested from sked.tasks_renew_leases($1, $2, $3, $4)")
-            .bind(worker)
-            .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
-            .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
-            .bind(pg_interval(lease))
-            .fetch_all(pool)
-            .await?,
+    Ok(sqlx::query_as(
+        "select id, attempt, cancel_requested from sked.tasks_renew_leases($1, $2, $3, $4)",
     )
+    .bind(worker)
+    .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
+    .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
+    .bind(pg_interval(lease))
+    .fetch_all(pool)
+    .await?)
 }
 
 /// The attempts among those given whose cancel was requested.
@@ -198,7 +213,10 @@ pub async fn rescue(pool: &PgPool) -> Result<Vec<(Uuid, String)>> {
 }
 
 /// Appends log chunks: (task, attempt, stream, data) each.
-pub async fn append_logs(pool: &PgPool, chunks: &[(Uuid, i32, &'static str, String)]) -> Result<()> {
+pub async fn append_logs(
+    pool: &PgPool,
+    chunks: &[(Uuid, i32, &'static str, String)],
+) -> Result<()> {
     if chunks.is_empty() {
         return Ok(());
     }
@@ -217,21 +235,25 @@ pub async fn append_logs(pool: &PgPool, chunks: &[(Uuid, i32, &'static str, Stri
 
 /// The content of an artifact stored in Postgres, if present.
 pub async fn artifact(pool: &PgPool, sha256: &str) -> Result<Option<Vec<u8>>> {
-    Ok(sqlx::query_scalar("select content from sked.artifacts where sha256 = $1")
-        .bind(sha256)
-        .fetch_optional(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar("select content from sked.artifacts where sha256 = $1")
+            .bind(sha256)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 /// Stores bytes as an artifact; returns its SHA-256 (hex).
 pub async fn put_artifact(pool: &PgPool, content: &[u8]) -> Result<String> {
     use sha2::Digest;
     let sha = hex::encode(sha2::Sha256::digest(content));
-    sqlx::query("insert into sked.artifacts (sha256, content) values ($1, $2) on conflict do nothing")
-        .bind(&sha)
-        .bind(content)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "insert into sked.artifacts (sha256, content) values ($1, $2) on conflict do nothing",
+    )
+    .bind(&sha)
+    .bind(content)
+    .execute(pool)
+    .await?;
     Ok(sha)
 }
 

@@ -4,4 +4,5 @@
 mod api;
 mod cli;
 mod sql;
+mod support;
 mod worker;

@@ -1,1 +1,584 @@
-//! Tests of the sql.
+//! Tests of the SQL contract: constraints, submission functions, claims, fencing, rescue.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use sked_db::testing::TestDb;
+use sked_db::worker::{Finished, Outcome};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::support::insert;
+
+async fn count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from sked.tasks")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn bad_rows_are_rejected_with_a_readable_message_and_leave_nothing() {
+    let db = TestDb::new().await;
+    let cases: &[(&str, &str)] = &[
+        (
+            "(command) values (array[]::text[])",
+            "tasks_command_must_not_be_empty",
+        ),
+        (
+            "(command) values (array[''])",
+            "tasks_command_must_not_be_empty",
+        ),
+        (
+            "(queue) values ('q')",
+            "tasks_command_or_artifact_is_required",
+        ),
+        (
+            "(command, max_attempts) values (array['true'], 0)",
+            "tasks_max_attempts_must_be_at_least_1",
+        ),
+        (
+            "(command, timeout) values (array['true'], '-1 s')",
+            "tasks_timeout_must_be_positive",
+        ),
+        (
+            "(command, env) values (array['true'], '{\"A\": 1}')",
+            "tasks_env_must_be_an_object_of_strings",
+        ),
+        (
+            "(command, env) values (array['true'], '[\"A\"]')",
+            "tasks_env_must_be_an_object_of_strings",
+        ),
+        (
+            "(command, state) values (array['true'], 'bogus')",
+            "tasks_state_is_known",
+        ),
+        (
+            "(command, state) values (array['true'], 'running')",
+            "tasks_running_requires_worker_and_lease",
+        ),
+        (
+            "(command, state) values (array['true'], 'succeeded')",
+            "tasks_finished_at_is_set_iff_state_is_final",
+        ),
+        (
+            "(command, queue) values (array['true'], 'bad queue!')",
+            "tasks_queue_name_must_be_1_to_64_word_characters",
+        ),
+        (
+            "(command, kind) values (array['true'], 'teleport')",
+            "tasks_kind_is_known",
+        ),
+        (
+            "(artifact_url) values ('file:///bin/true')",
+            "tasks_artifact_requires_sha256",
+        ),
+        (
+            "(artifact_url, artifact_sha256) values ('ftp://x', repeat('a', 64))",
+            "tasks_artifact_url_scheme_must_be_file_http_https_or_pg",
+        ),
+        (
+            "(artifact_url, artifact_sha256) values ('file:///x', 'abc')",
+            "tasks_artifact_sha256_must_be_64_lowercase_hex",
+        ),
+        (
+            "(command, artifact_url, artifact_sha256) values (array['x'], 'file:///x', repeat('a', 64))",
+            "tasks_command_and_artifact_are_exclusive",
+        ),
+        (
+            "(command, backoff_base) values (array['true'], '0 s')",
+            "tasks_backoff_must_be_positive",
+        ),
+    ];
+    for (values, constraint) in cases {
+        let err = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "insert into sked.tasks {values}"
+        )))
+        .execute(&db.pool)
+        .await
+        .expect_err(&format!("{values} must be rejected"));
+        let message = err
+            .as_database_error()
+            .map(|e| e.message().to_owned())
+            .unwrap_or_default();
+        assert!(
+            message.contains(constraint),
+            "{values}: expected {constraint}, got {message}"
+        );
+    }
+    // A malformed value is rejected by its type before any constraint, also readably.
+    let err = sqlx::query(
+        "insert into sked.tasks (command, next_run_at) values (array['true'], 'not a time')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("invalid input syntax"), "{err}");
+    // One bad row in a multi-row insert rejects the whole statement.
+    let err =
+        sqlx::query("insert into sked.tasks (command) values (array['true']), (array[]::text[])")
+            .execute(&db.pool)
+            .await;
+    assert!(err.is_err());
+    assert_eq!(count(&db.pool).await, 0, "nothing half-written remains");
+}
+
+#[tokio::test]
+async fn the_submit_function_uses_the_tables_defaults_and_honours_idempotency_keys() {
+    let db = TestDb::new().await;
+    let by_insert = insert(&db.pool, "(command) values (array['echo','x'])").await;
+    let by_fn: Uuid = sqlx::query_scalar("select sked.task_submit(command => array['echo','x'])")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let defaults = "select to_jsonb(d) from (
+                      select owner, queue, priority, kind, args, env, labels, max_attempts, backoff_base,
+                             backoff_max, state, attempt, timeout, input from sked.tasks where id = $1) d";
+    let a: serde_json::Value = sqlx::query_scalar(defaults)
+        .bind(by_insert)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let b: serde_json::Value = sqlx::query_scalar(defaults)
+        .bind(by_fn)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(a, b, "task_submit's defaults are the table's");
+
+    let first: Uuid = sqlx::query_scalar(
+        "select sked.task_submit(command => array['a'], idempotency_key => 'order-1')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let second: Uuid = sqlx::query_scalar(
+        "select sked.task_submit(command => array['b'], idempotency_key => 'order-1')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        first, second,
+        "an unfinished task holds its idempotency key"
+    );
+    sqlx::query("select sked.task_cancel($1)")
+        .bind(first)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let third: Uuid = sqlx::query_scalar(
+        "select sked.task_submit(command => array['c'], idempotency_key => 'order-1')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_ne!(third, first, "a finished task frees its key");
+
+    let delayed_id: Uuid = sqlx::query_scalar(
+        "select sked.task_submit(command => array['x'], delay => interval '15 minutes')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let delayed: f64 = sqlx::query_scalar(
+        "select extract(epoch from next_run_at - created_at)::float8 from sked.tasks where id = $1",
+    )
+    .bind(delayed_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        (899.0..901.0).contains(&delayed),
+        "delay => 15 minutes: {delayed}"
+    );
+}
+
+#[tokio::test]
+async fn bulk_submit_and_copy_insert_many_tasks_with_one_notification() {
+    let db = TestDb::new().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen("sked_tasks").await.unwrap();
+    let body = serde_json::json!([
+        {"command": ["echo", "1"], "queue": "a"},
+        {"kind": "noop", "queue": "b", "idempotency_key": "k"},
+        {"kind": "noop", "queue": "b", "idempotency_key": "k"},
+        {"command": ["echo", "3"], "delay": "1 hour", "env": {"X": "y"}}
+    ]);
+    let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1)")
+        .bind(&body)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 4, "one id per input, in order");
+    assert_eq!(
+        ids[1], ids[2],
+        "a repeated key in one batch names the same task"
+    );
+    assert_eq!(count(&db.pool).await, 3);
+    let queues: Vec<String> =
+        sqlx::query_scalar("select queue from sked.tasks where id = any($1) order by id")
+            .bind(&ids)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(queues, vec!["a", "b", "default"]);
+
+    let n = tokio::time::timeout(Duration::from_secs(2), listener.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut named: Vec<&str> = n.payload().split(',').collect();
+    named.sort();
+    assert_eq!(
+        named,
+        vec!["a", "b", "default"],
+        "one notification names the queues"
+    );
+    let extra = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
+    assert!(
+        extra.is_err(),
+        "one notification per statement, not per row"
+    );
+
+    let bad = serde_json::json!([{"kind": "noop"}, {"command": []}]);
+    assert!(
+        sqlx::query("select * from sked.tasks_submit($1)")
+            .bind(&bad)
+            .execute(&db.pool)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        count(&db.pool).await,
+        3,
+        "a bad task rejects the whole batch"
+    );
+
+    let mut conn = db.pool.acquire().await.unwrap();
+    let mut copy = conn
+        .copy_in_raw("copy sked.tasks (command, queue) from stdin")
+        .await
+        .unwrap();
+    copy.send("{sh,-c,\"echo copied\"}\tcopied\n{true}\tcopied\n".as_bytes())
+        .await
+        .unwrap();
+    let rows = copy.finish().await.unwrap();
+    assert_eq!(rows, 2);
+    let copied: i64 = sqlx::query_scalar(
+        "select count(*) from sked.tasks where queue = 'copied' and state = 'waiting'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(copied, 2, "COPY into the table makes waiting tasks");
+}
+
+#[tokio::test]
+async fn concurrent_claimers_claim_each_task_exactly_once() {
+    let db = TestDb::new().await;
+    const TASKS: i64 = 5000;
+    sqlx::query("insert into sked.tasks (kind) select 'noop' from generate_series(1, $1)")
+        .bind(TASKS)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut claimers = Vec::new();
+    for _ in 0..8 {
+        let pool = db.pool.clone();
+        claimers.push(tokio::spawn(async move {
+            let worker = Uuid::new_v4();
+            let queues = vec!["default".to_string()];
+            let mut mine = Vec::new();
+            loop {
+                let rows = sked_db::worker::claim(
+                    &pool,
+                    worker,
+                    &queues,
+                    &[],
+                    37,
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+                if rows.is_empty() {
+                    return mine;
+                }
+                let done: Vec<Finished> = rows
+                    .iter()
+                    .map(|r| Finished {
+                        id: r.id,
+                        attempt: r.attempt,
+                        outcome: Outcome::Succeeded,
+                        exit_code: Some(0),
+                        error: None,
+                        stdout_tail: None,
+                        stderr_tail: None,
+                        output_sha256: None,
+                    })
+                    .collect();
+                let states = sked_db::worker::finish(&pool, &done).await.unwrap();
+                assert!(
+                    states.iter().all(|s| s.as_deref() == Some("succeeded")),
+                    "every fenced finish lands"
+                );
+                mine.extend(rows.into_iter().map(|r| r.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    let mut busy = 0;
+    for c in claimers {
+        let mine = c.await.unwrap();
+        busy += usize::from(!mine.is_empty());
+        all.extend(mine);
+    }
+    let unique: HashSet<Uuid> = all.iter().copied().collect();
+    assert_eq!(
+        all.len() as i64,
+        TASKS,
+        "every task was claimed exactly once in total"
+    );
+    assert_eq!(unique.len(), all.len(), "no task was claimed twice");
+    assert!(busy > 1, "the claimers actually raced");
+    let succeeded: i64 = sqlx::query_scalar(
+        "select count(*) from sked.tasks where state = 'succeeded' and attempt = 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(succeeded, TASKS);
+}
+
+fn finished(id: Uuid, attempt: i32, outcome: Outcome) -> Finished {
+    Finished {
+        id,
+        attempt,
+        outcome,
+        exit_code: Some(if outcome == Outcome::Succeeded { 0 } else { 1 }),
+        error: None,
+        stdout_tail: None,
+        stderr_tail: None,
+        output_sha256: None,
+    }
+}
+
+#[tokio::test]
+async fn a_stale_attempt_cannot_finish_a_task_that_was_taken_over() {
+    let db = TestDb::new().await;
+    let id = insert(&db.pool, "(command) values (array['true'])").await;
+    let q = vec!["default".to_string()];
+    let (zombie, rescuer) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = sked_db::worker::claim(&db.pool, zombie, &q, &[], 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(first[0].attempt, 1);
+    // The lease runs out (time is an input: rescue as of one minute from now).
+    let rescued: Vec<(Uuid, String)> =
+        sqlx::query_as("select * from sked.tasks_rescue(now() + interval '1 minute')")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rescued,
+        vec![(id, "retry".to_string())],
+        "an expired lease is a failed attempt with retries left"
+    );
+    let second: Vec<i32> = sqlx::query_scalar(
+        "select attempt from sked.tasks_claim($1, '{default}', '{}', 1, '30 s', now() + interval '1 minute')",
+    )
+    .bind(rescuer)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        second,
+        vec![2],
+        "the rescued task is claimed again as attempt 2"
+    );
+
+    let late = sked_db::worker::finish(&db.pool, &[finished(id, 1, Outcome::Succeeded)])
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        vec![None],
+        "the stale attempt's result is refused (lease lost)"
+    );
+    let (st, attempt): (String, i32) =
+        sqlx::query_as("select state, attempt from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (st.as_str(), attempt),
+        ("running", 2),
+        "the stale result changed nothing"
+    );
+    let renewed =
+        sked_db::worker::renew_leases(&db.pool, zombie, &[(id, 1)], Duration::from_secs(30))
+            .await
+            .unwrap();
+    assert!(
+        renewed.is_empty(),
+        "the zombie cannot renew a lease it lost"
+    );
+    let now = sked_db::worker::finish(&db.pool, &[finished(id, 2, Outcome::Succeeded)])
+        .await
+        .unwrap();
+    assert_eq!(now, vec![Some("succeeded".to_string())]);
+}
+
+#[tokio::test]
+async fn backoff_doubles_from_the_base_up_to_the_cap() {
+    let db = TestDb::new().await;
+    let id = insert(
+        &db.pool,
+        "(command, max_attempts, backoff_max) values (array['false'], 5, '3 s')",
+    )
+    .await;
+    let t0 = "2030-01-01 00:00:00+00";
+    let mut delays = Vec::new();
+    for attempt in 1..=5 {
+        // Claim as of the moment the task is due, then fail it at that same moment.
+        let due: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+            "select greatest(next_run_at, $2::timestamptz) from sked.tasks where id = $1",
+        )
+        .bind(id)
+        .bind(t0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let claimed: i64 = sqlx::query_scalar(
+            "select count(*) from sked.tasks_claim(gen_random_uuid(), '{default}', '{}', 1, '30 s', $1)",
+        )
+        .bind(due)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(claimed, 1, "attempt {attempt} is claimable once due");
+        let state: String = sqlx::query_scalar(
+            "select state from sked.tasks_finish(array[$1]::uuid[], array[$2], array['failed'], array[1], array['x'],
+                                                 array[null]::text[], array[null]::text[], array[null]::text[], $3)",
+        )
+        .bind(id)
+        .bind(attempt)
+        .bind(due)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if attempt < 5 {
+            assert_eq!(state, "retry");
+            let delay: f64 = sqlx::query_scalar("select extract(epoch from next_run_at - $2::timestamptz)::float8 from sked.tasks where id = $1")
+                .bind(id)
+                .bind(due)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            delays.push(delay);
+        } else {
+            assert_eq!(state, "failed", "the last failure is final");
+        }
+    }
+    for (delay, base) in delays.iter().zip([1.0, 2.0, 3.0, 3.0]) {
+        assert!(
+            *delay >= base && *delay <= base * 1.1 + 1e-6,
+            "delay {delay} should be {base} s plus up to 10% jitter: {delays:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn retry_reruns_a_finished_task_and_keeps_its_history() {
+    let db = TestDb::new().await;
+    let id = insert(
+        &db.pool,
+        "(command, max_attempts) values (array['true'], 1)",
+    )
+    .await;
+    let q = vec!["default".to_string()];
+    let w = Uuid::new_v4();
+    sked_db::worker::claim(&db.pool, w, &q, &[], 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    sked_db::worker::finish(&db.pool, &[finished(id, 1, Outcome::Failed)])
+        .await
+        .unwrap();
+    let not_final: String = sqlx::query_scalar("select sked.task_retry($1)")
+        .bind(insert(&db.pool, "(command, queue) values (array['true'], 'other')").await)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        not_final, "waiting",
+        "retry of an unfinished task changes nothing and reports its state"
+    );
+    let after: String = sqlx::query_scalar("select sked.task_retry($1)")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(after, "waiting");
+    let (attempt, max): (i32, i32) =
+        sqlx::query_as("select attempt, max_attempts from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (attempt, max),
+        (1, 2),
+        "the attempt count stays; one more attempt is granted"
+    );
+    let rows = sked_db::worker::claim(&db.pool, w, &q, &[], 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(rows[0].attempt, 2);
+    sked_db::worker::finish(&db.pool, &[finished(id, 2, Outcome::Succeeded)])
+        .await
+        .unwrap();
+    sqlx::query("select sked.task_retry($1)")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let history: Vec<(i32, String)> = sqlx::query_as("select attempt, outcome from sked.task_attempt_history where task_id = $1 order by attempt")
+        .bind(id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        history,
+        vec![(1, "failed".into()), (2, "succeeded".into())],
+        "re-running keeps every attempt"
+    );
+}
+
+#[tokio::test]
+async fn schema_check_refuses_older_and_newer_databases() {
+    let empty = TestDb::empty().await;
+    let err = sked_db::check_schema(&empty.pool).await.unwrap_err();
+    assert!(
+        err.to_string().contains("sked migrate"),
+        "an older schema asks for a migration: {err}"
+    );
+    let db = TestDb::new().await;
+    sked_db::check_schema(&db.pool)
+        .await
+        .expect("a migrated database matches");
+    sqlx::query(
+        "insert into _sqlx_migrations (version, description, success, checksum, execution_time)
+                 values (99991231000000, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let err = sked_db::check_schema(&db.pool).await.unwrap_err();
+    assert!(
+        err.to_string().contains("newer"),
+        "a newer schema is refused: {err}"
+    );
+}

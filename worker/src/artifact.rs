@@ -68,14 +68,18 @@ impl Artifacts {
                 .and_then(|r| r.error_for_status())
                 .map_err(|e| format!("downloading artifact {url}: {e}"))?;
             if response.content_length().unwrap_or(0) as usize > MAX_ARTIFACT_BYTES {
-                return Err(format!("artifact {url} is larger than {MAX_ARTIFACT_BYTES} bytes"));
+                return Err(format!(
+                    "artifact {url} is larger than {MAX_ARTIFACT_BYTES} bytes"
+                ));
             }
             let bytes = response
                 .bytes()
                 .await
                 .map_err(|e| format!("downloading artifact {url}: {e}"))?;
             if bytes.len() > MAX_ARTIFACT_BYTES {
-                return Err(format!("artifact {url} is larger than {MAX_ARTIFACT_BYTES} bytes"));
+                return Err(format!(
+                    "artifact {url} is larger than {MAX_ARTIFACT_BYTES} bytes"
+                ));
             }
             return Ok(bytes.to_vec());
         }

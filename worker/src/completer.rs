@@ -35,9 +35,13 @@ async fn write(pool: &PgPool, batch: &[Finished]) {
             Ok(states) => {
                 for (f, state) in batch.iter().zip(states) {
                     match state {
-                        Some(state) => tracing::debug!(id = %f.id, attempt = f.attempt, outcome = f.outcome.as_str(), %state, "attempt finished"),
-                        None => tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome.as_str(),
-                            "lost the lease: the task was taken over or cancelled, this result is discarded"),
+                        Some(state) => {
+                            tracing::debug!(id = %f.id, attempt = f.attempt, outcome = f.outcome.as_str(), %state, "attempt finished")
+                        }
+                        None => {
+                            tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome.as_str(),
+                            "lost the lease: the task was taken over or cancelled, this result is discarded")
+                        }
                     }
                 }
                 return;

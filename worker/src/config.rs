@@ -8,7 +8,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
     /// Queues to take tasks from, comma-separated.
-    #[arg(long, env = "SKED_QUEUES", default_value = "default", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKED_QUEUES",
+        default_value = "default",
+        value_delimiter = ','
+    )]
     pub queues: Vec<String>,
     /// Tasks run at once.
     #[arg(long, env = "SKED_CONCURRENCY", default_value_t = 8)]
@@ -61,7 +66,9 @@ pub struct WorkerConfig {
 
 fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
     if !value.is_finite() || value < min {
-        return Err(format!("--{flag} must be a number of seconds of at least {min}, got {value}"));
+        return Err(format!(
+            "--{flag} must be a number of seconds of at least {min}, got {value}"
+        ));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -78,7 +85,10 @@ impl WorkerArgs {
             return Err("--queues must name at least one queue".into());
         }
         if self.concurrency == 0 || self.concurrency > 10_000 {
-            return Err(format!("--concurrency must be between 1 and 10000, got {}", self.concurrency));
+            return Err(format!(
+                "--concurrency must be between 1 and 10000, got {}",
+                self.concurrency
+            ));
         }
         let lease = seconds(self.lease_secs, "lease-secs", 1.0)?;
         Ok(WorkerConfig {

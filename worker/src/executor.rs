@@ -170,7 +170,10 @@ async fn run_command(
     };
     argv.extend(task.args.iter().cloned());
 
-    let dir = ctx.work_dir.join("tasks").join(format!("{}-{}", task.id, task.attempt));
+    let dir = ctx
+        .work_dir
+        .join("tasks")
+        .join(format!("{}-{}", task.id, task.attempt));
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating working directory: {e}"))?;
     let mut env: BTreeMap<String, String> = task.env_map();
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
@@ -228,11 +231,15 @@ async fn run_command(
 }
 
 /// Stores the file the task promised to write as its output artifact.
-async fn upload_output(ctx: &Context, dir: &std::path::Path, output: &str) -> Result<String, String> {
+async fn upload_output(
+    ctx: &Context,
+    dir: &std::path::Path,
+    output: &str,
+) -> Result<String, String> {
     let path = dir.join(output);
-    let bytes = tokio::fs::read(&path)
-        .await
-        .map_err(|e| format!("the task succeeded but its output_path {output:?} cannot be read: {e}"))?;
+    let bytes = tokio::fs::read(&path).await.map_err(|e| {
+        format!("the task succeeded but its output_path {output:?} cannot be read: {e}")
+    })?;
     sked_db::worker::put_artifact(&ctx.pool, &bytes)
         .await
         .map_err(|e| format!("storing the output artifact: {e}"))

@@ -84,7 +84,14 @@ impl Heartbeat {
         if held.is_empty() {
             return;
         }
-        match sked_db::worker::renew_leases(&self.pool, self.registration.id, &held, self.registration.lease).await {
+        match sked_db::worker::renew_leases(
+            &self.pool,
+            self.registration.id,
+            &held,
+            self.registration.lease,
+        )
+        .await
+        {
             Ok(kept) => {
                 let kept_ids: HashSet<(Uuid, i32)> = kept.iter().map(|k| (k.0, k.1)).collect();
                 for (id, attempt) in held {
@@ -170,7 +177,9 @@ pub async fn listen(
             match received {
                 Ok(Some(n)) => match n.channel() {
                     "sked_tasks" => {
-                        if n.payload().is_empty() || n.payload().split(',').any(|q| ours.contains(q)) {
+                        if n.payload().is_empty()
+                            || n.payload().split(',').any(|q| ours.contains(q))
+                        {
                             wake.notify_one();
                         }
                     }

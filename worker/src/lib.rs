@@ -51,7 +51,11 @@ const MAX_CLAIM: usize = 1000;
 
 /// Runs a worker until `shutdown` is cancelled, then stops claiming, lets running tasks
 /// finish within the grace period, kills and hands back the rest, and deregisters.
-pub async fn run(pool: PgPool, config: WorkerConfig, shutdown: CancellationToken) -> Result<(), WorkerError> {
+pub async fn run(
+    pool: PgPool,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
     sked_db::check_schema(&pool).await?;
     let worker = Worker::start(pool, config).await?;
     worker.run(shutdown).await
@@ -80,7 +84,10 @@ impl Worker {
         let pid = std::process::id() as i32;
         let registration = Registration {
             id,
-            name: config.name.clone().unwrap_or_else(|| format!("{host}:{pid}")),
+            name: config
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{host}:{pid}")),
             host,
             pid,
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -218,7 +225,8 @@ impl Worker {
             .insert(row.id, (row.attempt, stopper.clone()));
         let ctx = self.ctx.clone();
         let done = self.done.clone();
-        let span = tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
+        let span =
+            tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
                 tracing::debug!("attempt started");
@@ -278,7 +286,10 @@ impl Worker {
             }
         }
         if !tasks.is_empty() {
-            tracing::info!(running = tasks.len(), "grace period over: stopping and handing back the remaining tasks");
+            tracing::info!(
+                running = tasks.len(),
+                "grace period over: stopping and handing back the remaining tasks"
+            );
             for (_, stopper) in self.running.lock().expect("running map").values() {
                 stopper.stop(StopReason::Shutdown);
             }

@@ -48,7 +48,11 @@ pub struct Report {
 
 /// Runs the process to its end. Cancelling `stop` stops the process group (SIGTERM, then
 /// SIGKILL after `kill_grace`). Fails only when the process cannot be started.
-pub async fn run(spec: Spec<'_>, logs: LogSink, stop: CancellationToken) -> std::io::Result<Report> {
+pub async fn run(
+    spec: Spec<'_>,
+    logs: LogSink,
+    stop: CancellationToken,
+) -> std::io::Result<Report> {
     let (program, args) = spec
         .argv
         .split_first()
@@ -60,11 +64,26 @@ pub async fn run(spec: Spec<'_>, logs: LogSink, stop: CancellationToken) -> std:
         .env("HOME", spec.dir)
         .envs(spec.env)
         .current_dir(spec.dir)
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // If the worker dies (kill -9), its children die with it instead of running on
+    // unsupervised while another worker starts the task again.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|pid| pid as i32);
 
@@ -75,8 +94,18 @@ pub async fn run(spec: Spec<'_>, logs: LogSink, stop: CancellationToken) -> std:
             let _ = pipe.shutdown().await;
         });
     }
-    let out = tokio::spawn(capture(child.stdout.take(), Stream::Stdout, logs.clone(), spec.tail_bytes));
-    let err = tokio::spawn(capture(child.stderr.take(), Stream::Stderr, logs, spec.tail_bytes));
+    let out = tokio::spawn(capture(
+        child.stdout.take(),
+        Stream::Stdout,
+        logs.clone(),
+        spec.tail_bytes,
+    ));
+    let err = tokio::spawn(capture(
+        child.stderr.take(),
+        Stream::Stderr,
+        logs,
+        spec.tail_bytes,
+    ));
 
     let timeout = async {
         match spec.timeout {

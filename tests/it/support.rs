@@ -1,0 +1,112 @@
+//! Test helpers shared by the modules: an in-process worker and waiting for task states.
+
+use std::time::Duration;
+
+use sked_db::testing::TestDb;
+use sked_worker::WorkerConfig;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A worker running in this process until dropped or stopped.
+pub struct TestWorker {
+    pub stop: CancellationToken,
+    pub handle: Option<tokio::task::JoinHandle<Result<(), sked_worker::WorkerError>>>,
+}
+
+impl TestWorker {
+    /// Stops the worker (as on SIGTERM) and waits until it has deregistered.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        if let Some(h) = self.handle.take() {
+            h.await
+                .expect("worker task")
+                .expect("worker shut down cleanly");
+        }
+    }
+}
+
+impl Drop for TestWorker {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A worker configuration for tests: fast polls, short grace periods, a private work dir.
+pub fn config(queues: &[&str]) -> WorkerConfig {
+    let mut c = WorkerConfig::for_queues(queues);
+    c.poll_interval = Duration::from_millis(200);
+    c.kill_grace = Duration::from_millis(500);
+    c.shutdown_grace = Duration::from_secs(2);
+    c.work_dir = std::env::temp_dir().join(format!("sked-test-{}", Uuid::new_v4().simple()));
+    c
+}
+
+pub fn start_worker(db: &TestDb, config: WorkerConfig) -> TestWorker {
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(sked_worker::run(db.pool.clone(), config, stop.clone()));
+    TestWorker {
+        stop,
+        handle: Some(handle),
+    }
+}
+
+/// Inserts a task with plain SQL (`insert into sked.tasks <columns_and_values>`).
+pub async fn insert(pool: &PgPool, columns_and_values: &str) -> Uuid {
+    let sql = format!("insert into sked.tasks {columns_and_values} returning id");
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .expect("inserting a task")
+}
+
+pub async fn state(pool: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar("select state from sked.tasks where id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("reading a task's state")
+}
+
+/// Waits until the task is in one of `states`; panics with the last state after `within`.
+pub async fn wait_for(pool: &PgPool, id: Uuid, states: &[&str], within: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let s = state(pool, id).await;
+        if states.contains(&s.as_str()) {
+            return s;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("task {id} should reach one of {states:?} within {within:?}, but is {s}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// True while a process with this pid exists and is not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => !status.lines().any(|l| {
+            l.starts_with("State:") && (l.contains("Z (zombie)") || l.contains("X (dead)"))
+        }),
+        Err(_) => false,
+    }
+}
+
+/// Waits for a file to exist and hold a pid.
+pub async fn read_pid(path: &std::path::Path, within: Duration) -> i32 {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pid appeared in {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
