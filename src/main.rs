@@ -1,1 +1,87 @@
-fn main() {}
+//! `sked`: the command-line tool. Administers the database (`migrate`, `token create`), talks
+//! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`), runs the server or a
+//! worker, and starts everything in one process with `sked dev`.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
+
+use commands::{ListArgs, LogsArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand};
+
+/// sked: a task scheduler that uses PostgreSQL as its only moving part.
+#[derive(Debug, Parser)]
+#[command(name = "sked", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create or upgrade the sked schema, then print its version.
+    Migrate(DatabaseArgs),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Submit a task: `sked submit [flags] -- COMMAND [ARGS...]`.
+    Submit(SubmitArgs),
+    /// List tasks, newest first.
+    List(ListArgs),
+    /// Show a task and its attempts.
+    Show(ShowArgs),
+    /// Print a task's output (stdout and stderr); --follow until the task is finished.
+    Logs(LogsArgs),
+    /// Cancel a task (a running one is stopped by its worker).
+    Cancel(TaskIdArgs),
+    /// Run a finished task again.
+    Retry(TaskIdArgs),
+    /// Run the REST API server.
+    Server(ServerCommand),
+    /// Run a worker.
+    Worker(WorkerCommand),
+    /// Start everything in one process: a private PostgreSQL (unless DATABASE_URL is set), the
+    /// API server and a worker.
+    Dev(DevCommand),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    app::init_tracing();
+    let result: anyhow::Result<()> = match cli.command {
+        Command::Migrate(args) => commands::migrate(args).await,
+        Command::Token(cmd) => commands::token(cmd).await,
+        Command::Submit(args) => commands::submit(args).await,
+        Command::List(args) => commands::list(args).await,
+        Command::Show(args) => commands::show(args).await,
+        Command::Logs(args) => commands::logs(args).await,
+        Command::Cancel(args) => commands::cancel(args).await,
+        Command::Retry(args) => commands::retry(args).await,
+        Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),
+        Command::Worker(cmd) => app::run_worker(cmd).await.map_err(Into::into),
+        Command::Dev(cmd) => app::run_dev(cmd, std::env::var_os("PATH"))
+            .await
+            .map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

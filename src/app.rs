@@ -1,0 +1,388 @@
+//! Running sked's long-lived processes: the API server, the worker, and `sked dev` (both in one
+//! process, with a private PostgreSQL when no `DATABASE_URL` is given). Shared by the `sked`,
+//! `sked-server` and `sked-worker` binaries, whose `main` parses flags and calls in here.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use sked_db::DbError;
+use sked_db::token::{self, Role};
+use sked_server::ServerArgs;
+use sked_worker::{WorkerArgs, WorkerConfig, WorkerError};
+use sqlx::PgPool;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::embedded_pg::{Cluster, PgBinaries, PgError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{context}")]
+    Db {
+        context: &'static str,
+        #[source]
+        source: DbError,
+    },
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the worker stopped")]
+    Worker(#[source] WorkerError),
+    #[error("the private PostgreSQL cluster")]
+    Postgres(#[source] PgError),
+    #[error("the {0} task panicked")]
+    Panicked(&'static str),
+}
+
+fn db(context: &'static str) -> impl FnOnce(DbError) -> RunError {
+    move |source| RunError::Db { context, source }
+}
+
+/// `DATABASE_URL`, required.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL of the sked database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// Flags of `sked server` and `sked-server`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerCommand {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Flags of `sked worker` and `sked-worker`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerCommand {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+/// Flags of `sked dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevCommand {
+    /// Use this PostgreSQL instead of a private cluster (it is migrated on start).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Data directory of the private PostgreSQL cluster (used when DATABASE_URL is unset).
+    #[arg(long, default_value = ".sked/postgres")]
+    pub data_dir: PathBuf,
+    /// Folder of the PostgreSQL server binaries (default: found on PATH or in the usual places).
+    #[arg(long, env = "SKED_PG_BIN")]
+    pub pg_bin: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A token cancelled by the first SIGINT or SIGTERM; a second one exits at once.
+pub fn shutdown_on_signal() -> Result<CancellationToken, RunError> {
+    let io = |source| RunError::Io {
+        context: "installing the signal handlers".into(),
+        source,
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(io)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received, shutting down"),
+            _ = int.recv() => info!("SIGINT received, shutting down"),
+        }
+        cancel.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("second signal received: exiting without a clean shutdown");
+        std::process::exit(130);
+    });
+    Ok(token)
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, RunError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Io {
+            context: format!("listening on {addr} (choose another address with --listen)"),
+            source,
+        })
+}
+
+async fn connect(url: &str, app: &str, max: u32) -> Result<PgPool, RunError> {
+    sked_db::connect(url, app, max)
+        .await
+        .map_err(db("connecting to the database"))
+}
+
+fn worker_pool_size(config: &WorkerConfig) -> u32 {
+    u32::try_from(config.concurrency)
+        .unwrap_or(u32::MAX)
+        .clamp(4, 32)
+        + 4
+}
+
+/// The API server until SIGINT/SIGTERM.
+pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
+    let shutdown = shutdown_on_signal()?;
+    let pool = connect(&cmd.db.database_url, "sked-server", 16).await?;
+    sked_db::check_schema(&pool)
+        .await
+        .map_err(db("checking the database schema"))?;
+    let listener = bind(cmd.server.listen).await?;
+    info!(addr = %cmd.server.listen, "API listening");
+    let served = sked_server::serve(pool.clone(), listener, shutdown).await;
+    pool.close().await;
+    served.map_err(|source| RunError::Io {
+        context: "serving the API".into(),
+        source,
+    })
+}
+
+/// A worker until SIGINT/SIGTERM, then its graceful shutdown.
+pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
+    let config = cmd.worker.into_config().map_err(RunError::Config)?;
+    let shutdown = shutdown_on_signal()?;
+    let pool = connect(
+        &cmd.db.database_url,
+        "sked-worker",
+        worker_pool_size(&config),
+    )
+    .await?;
+    sked_db::check_schema(&pool)
+        .await
+        .map_err(db("checking the database schema"))?;
+    let result = sked_worker::run(pool.clone(), config, shutdown).await;
+    pool.close().await;
+    result.map_err(RunError::Worker)
+}
+
+/// `sked dev`: a private PostgreSQL (unless `DATABASE_URL` is set), migrated, with the API
+/// server and a worker in this process, until SIGINT/SIGTERM. Then the worker shuts down
+/// gracefully, the server stops, and the private cluster is stopped.
+pub async fn run_dev(cmd: DevCommand, path_var: Option<OsString>) -> Result<(), RunError> {
+    let config = cmd.worker.into_config().map_err(RunError::Config)?;
+    let shutdown = shutdown_on_signal()?;
+    let listener = bind(cmd.server.listen).await?;
+    let api = listener
+        .local_addr()
+        .map(|a| format!("http://{a}"))
+        .unwrap_or_else(|_| format!("http://{}", cmd.server.listen));
+    let Some(url) = cmd.database_url.clone() else {
+        let bins = match cmd.pg_bin {
+            Some(dir) => PgBinaries::at(dir),
+            None => PgBinaries::find(path_var.as_deref()),
+        }
+        .map_err(RunError::Postgres)?;
+        println!(
+            "Starting the private PostgreSQL cluster in {} ({})",
+            cmd.data_dir.display(),
+            bins.dir.display()
+        );
+        let cluster = Cluster::start(&bins, &cmd.data_dir)
+            .await
+            .map_err(RunError::Postgres)?;
+        let result = async {
+            cluster
+                .ensure_database("sked")
+                .await
+                .map_err(RunError::Postgres)?;
+            let info = ClusterInfo::of(&cluster);
+            serve_dev(
+                &cluster.url("sked"),
+                Some(info),
+                &api,
+                listener,
+                config,
+                shutdown,
+            )
+            .await
+        }
+        .await;
+        println!("Stopping PostgreSQL ({})…", cluster.data_dir.display());
+        let stopped = cluster.stop().await.map_err(RunError::Postgres);
+        result?;
+        stopped?;
+        println!("Stopped.");
+        return Ok(());
+    };
+    serve_dev(&url, None, &api, listener, config, shutdown).await?;
+    println!("Stopped.");
+    Ok(())
+}
+
+/// What the banner says about a private cluster.
+struct ClusterInfo {
+    data_dir: PathBuf,
+    created: bool,
+    reused: bool,
+    notes: Vec<String>,
+}
+
+impl ClusterInfo {
+    fn of(cluster: &Cluster) -> ClusterInfo {
+        ClusterInfo {
+            data_dir: cluster.data_dir.clone(),
+            created: cluster.created,
+            reused: cluster.reused,
+            notes: cluster.notes.clone(),
+        }
+    }
+}
+
+async fn serve_dev(
+    url: &str,
+    cluster: Option<ClusterInfo>,
+    api: &str,
+    listener: tokio::net::TcpListener,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let pool = connect(url, "sked-dev", worker_pool_size(&config) + 12).await?;
+    sked_db::migrate(&pool)
+        .await
+        .map_err(db("migrating the database"))?;
+    let version = sked_db::schema_version(&pool)
+        .await
+        .map_err(db("reading the schema version"))?;
+    let new_token = if token::admin_exists(&pool)
+        .await
+        .map_err(db("looking for an admin token"))?
+    {
+        None
+    } else {
+        let secret = token::create(&pool, "admin", Role::Admin, "created by sked dev")
+            .await
+            .map_err(db("creating an admin token"))?;
+        Some(secret)
+    };
+    print_banner(url, cluster.as_ref(), api, version, new_token.as_deref());
+
+    // Each part cancels `shutdown` when it ends, so a part that fails stops the others.
+    let worker_stop = CancellationToken::new();
+    let server_stop = CancellationToken::new();
+    let worker = tokio::spawn({
+        let (pool, stop, shutdown) = (pool.clone(), worker_stop.clone(), shutdown.clone());
+        async move {
+            let result = sked_worker::run(pool, config, stop).await;
+            shutdown.cancel();
+            result
+        }
+    });
+    let server = tokio::spawn({
+        let (pool, stop, shutdown) = (pool.clone(), server_stop.clone(), shutdown.clone());
+        async move {
+            let result = sked_server::serve(pool, listener, stop).await;
+            shutdown.cancel();
+            result
+        }
+    });
+    shutdown.cancelled().await;
+    println!("Shutting down: the worker finishes its running tasks, then the server stops…");
+    worker_stop.cancel();
+    let worker_result = match worker.await {
+        Ok(r) => r.map_err(RunError::Worker),
+        Err(_) => Err(RunError::Panicked("worker")),
+    };
+    server_stop.cancel();
+    let server_result = match server.await {
+        Ok(r) => r.map_err(|source| RunError::Io {
+            context: "serving the API".into(),
+            source,
+        }),
+        Err(_) => Err(RunError::Panicked("server")),
+    };
+    pool.close().await;
+    if let Err(e) = &worker_result {
+        warn!(error = %e, "worker");
+    }
+    worker_result.and(server_result)
+}
+
+fn print_banner(
+    url: &str,
+    cluster: Option<&ClusterInfo>,
+    api: &str,
+    version: i64,
+    new_token: Option<&str>,
+) {
+    let mut out = String::new();
+    out.push_str("\nsked dev is running.\n\n");
+    out.push_str(&format!("  API:           {api}/api/v1\n"));
+    match cluster {
+        Some(c) => {
+            let state = if c.created {
+                "created now"
+            } else if c.reused {
+                "was already running"
+            } else {
+                "started"
+            };
+            out.push_str(&format!("  DATABASE_URL:  {url}\n"));
+            out.push_str(&format!(
+                "  PostgreSQL:    private cluster in {} ({state}; log: postgres.log there)\n",
+                c.data_dir.display()
+            ));
+            for note in &c.notes {
+                out.push_str(&format!("  Note:          {note}\n"));
+            }
+        }
+        None => out.push_str("  DATABASE_URL:  (from the environment)\n"),
+    }
+    out.push_str(&format!("  Schema:        version {version}\n"));
+    let token_hint = match new_token {
+        Some(secret) => {
+            out.push_str(&format!(
+                "  Admin token:   {secret}\n                 (shown only this once: keep it)\n"
+            ));
+            secret.to_owned()
+        }
+        None => {
+            out.push_str(
+                "  Admin token:   one exists already (it was shown when it was created);\n\
+                 \x20                create another with: sked token create --owner admin --role admin\n",
+            );
+            "<your token>".to_owned()
+        }
+    };
+    let psql_url = if cluster.is_some() {
+        url.to_owned()
+    } else {
+        "$DATABASE_URL".to_owned()
+    };
+    out.push_str(&format!(
+        "\nTry it:\n\
+         \x20 export SKED_URL={api} SKED_TOKEN={token_hint}\n\
+         \x20 sked submit -- sh -c 'echo hello from sked'\n\
+         \x20 sked list\n\
+         \x20 curl -H \"Authorization: Bearer $SKED_TOKEN\" $SKED_URL/api/v1/tasks\n\
+         \x20 psql {psql_url} -c \"insert into sked.tasks (command) values (array['echo', 'hi'])\"\n\
+         \nPress Ctrl-C to stop.\n"
+    ));
+    print!("{out}");
+}

@@ -1,0 +1,212 @@
+//! A small client of the sked REST API (`/api/v1`), used by the `sked` CLI.
+//!
+//! Every call returns the typed answer of the API or a [`ClientError`]; an error answer of the
+//! API (a JSON [`ApiError`]) becomes [`ClientError::Api`], shown as `<message> (<code>)`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sked_types::{
+    ApiError, Health, LogChunk, StateChange, SubmitTask, Submitted, TaskDetail, TaskPage, TaskState,
+};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The API answered with an error.
+    #[error("{message} ({code})")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("cannot reach the sked API at {url}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer is not what the API promises (wrong URL, a proxy, a version mismatch).
+    #[error("unexpected answer from {url} (HTTP {status}): {body}")]
+    Unexpected {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Filters of `GET /api/v1/tasks`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ListQuery {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// A client of one sked server, authenticated by a bearer token.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client of the server at `base_url` (such as `http://127.0.0.1:8080`).
+    pub fn new(base_url: &str, token: Option<String>) -> Result<Client, ClientError> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::Config(format!(
+                "the API URL must start with http:// or https://, got {base_url:?}"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .user_agent(concat!("sked-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::Config(format!("building the HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            base,
+            token: token.filter(|t| !t.is_empty()),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: String,
+    ) -> Result<T, ClientError> {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let unreachable = |source| ClientError::Unreachable {
+            url: url.clone(),
+            source,
+        };
+        let response = request.send().await.map_err(unreachable)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(unreachable)?;
+        if status.is_success() {
+            return serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
+                url: url.clone(),
+                status: status.as_u16(),
+                body: format!("{e}: {}", snippet(&body)),
+            });
+        }
+        match serde_json::from_slice::<ApiError>(&body) {
+            Ok(err) => Err(ClientError::Api {
+                status: status.as_u16(),
+                code: err.code,
+                message: err.message,
+            }),
+            Err(_) => Err(ClientError::Unexpected {
+                url,
+                status: status.as_u16(),
+                body: snippet(&body),
+            }),
+        }
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let url = self.url(path);
+        self.send(self.http.get(&url), url).await
+    }
+
+    async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let url = self.url(path);
+        self.send(self.http.post(&url).json(body), url).await
+    }
+
+    /// `GET /api/v1/health`.
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        self.get("/health").await
+    }
+
+    /// `POST /api/v1/tasks`: the ids of the submitted tasks.
+    pub async fn submit(&self, task: &SubmitTask) -> Result<Submitted, ClientError> {
+        self.post("/tasks", task).await
+    }
+
+    /// `GET /api/v1/tasks`, as the raw JSON the server sent.
+    pub async fn list_json(&self, query: &ListQuery) -> Result<serde_json::Value, ClientError> {
+        let url = self.url("/tasks");
+        self.send(self.http.get(&url).query(query), url).await
+    }
+
+    /// `GET /api/v1/tasks`.
+    pub async fn list(&self, query: &ListQuery) -> Result<TaskPage, ClientError> {
+        let url = self.url("/tasks");
+        self.send(self.http.get(&url).query(query), url).await
+    }
+
+    /// `GET /api/v1/tasks/{id}`, as the raw JSON the server sent.
+    pub async fn task_json(&self, id: Uuid) -> Result<serde_json::Value, ClientError> {
+        self.get(&format!("/tasks/{id}")).await
+    }
+
+    /// `GET /api/v1/tasks/{id}`.
+    pub async fn task(&self, id: Uuid) -> Result<TaskDetail, ClientError> {
+        self.get(&format!("/tasks/{id}")).await
+    }
+
+    /// `GET /api/v1/tasks/{id}/logs?after=&limit=`: chunks after chunk id `after`, oldest first.
+    pub async fn logs(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<LogChunk>, ClientError> {
+        let url = self.url(&format!("/tasks/{id}/logs"));
+        let request = self
+            .http
+            .get(&url)
+            .query(&[("after", after.to_string()), ("limit", limit.to_string())]);
+        self.send(request, url).await
+    }
+
+    /// `POST /api/v1/tasks/{id}/cancel`.
+    pub async fn cancel(&self, id: Uuid) -> Result<StateChange, ClientError> {
+        self.post(&format!("/tasks/{id}/cancel"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /api/v1/tasks/{id}/retry`.
+    pub async fn retry(&self, id: Uuid) -> Result<StateChange, ClientError> {
+        self.post(&format!("/tasks/{id}/retry"), &serde_json::json!({}))
+            .await
+    }
+}
+
+/// The start of a body, for error messages.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,508 @@
+//! The one-shot subcommands of the `sked` binary: database administration (`migrate`,
+//! `token create`) and the REST API commands (`submit`, `list`, `show`, `logs`, `cancel`,
+//! `retry`). Flags are validated here, before any connection or request.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use sked::app::DatabaseArgs;
+use sked::client::{Client, ListQuery};
+use sked_db::token::Role;
+use sked_types::{StateChange, SubmitTask, Task, TaskDetail, TaskState};
+use uuid::Uuid;
+
+/// Where the API is and who is calling.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiArgs {
+    /// URL of the sked server.
+    #[arg(long, env = "SKED_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API token (`sked token create`, or the one `sked dev` printed).
+    #[arg(long, env = "SKED_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl ApiArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.url, self.token.clone())?)
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token and print its secret (shown only this once).
+    Create(TokenCreateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TokenCreateArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Owner of the token: the tasks it submits belong to this owner.
+    #[arg(long)]
+    owner: String,
+    /// `admin` sees and acts on all tasks, `user` on its owner's tasks only.
+    #[arg(long, value_parser = ["admin", "user"])]
+    role: String,
+    /// A name to recognise the token by.
+    #[arg(long, default_value = "")]
+    name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Queue of the task (default: `default`).
+    #[arg(long)]
+    queue: Option<String>,
+    /// Higher runs first.
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
+    /// An environment variable of the process; repeat for more.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// JSON input, given to the process on stdin.
+    #[arg(long, value_name = "JSON", value_parser = parse_json, conflicts_with = "input_file")]
+    input: Option<serde_json::Value>,
+    /// File holding the JSON input (`-` for stdin).
+    #[arg(long, value_name = "FILE")]
+    input_file: Option<PathBuf>,
+    /// Start no earlier than this many seconds from now.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
+          value_parser = |s: &str| parse_secs(s, "--delay", 0.0))]
+    delay: Option<f64>,
+    /// Attempts before the task fails for good.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    max_attempts: Option<i32>,
+    /// Timeout of one attempt, in seconds.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
+          value_parser = |s: &str| parse_secs(s, "--timeout", f64::MIN_POSITIVE))]
+    timeout: Option<f64>,
+    /// At most one unfinished task of yours has this key; submitting it again returns it.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// A label the worker must offer; repeat for more.
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only.
+    #[arg(long, value_parser = ["command", "noop", "sleep"])]
+    kind: Option<String>,
+    /// Submit on behalf of this owner (admin tokens only).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Only tasks in this state.
+    #[arg(long)]
+    state: Option<TaskState>,
+    #[arg(long)]
+    queue: Option<String>,
+    #[arg(long)]
+    owner: Option<String>,
+    /// Tasks per page.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: u32,
+    /// Only tasks older than this one (the cursor printed below a full page).
+    #[arg(long)]
+    after: Option<Uuid>,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    id: Uuid,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    id: Uuid,
+    /// Keep printing new output until the task is finished.
+    #[arg(long, short)]
+    follow: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TaskIdArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    id: Uuid,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+fn parse_secs(s: &str, flag: &str, min: f64) -> Result<f64, String> {
+    let value: f64 = s
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if !value.is_finite() || value < min {
+        let bound = if min > 0.0 {
+            "positive"
+        } else {
+            "zero or more"
+        };
+        return Err(format!("{flag} must be {bound} seconds, got {s}"));
+    }
+    Ok(value)
+}
+
+pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
+    let pool = sked_db::connect(&args.database_url, "sked-migrate", 2)
+        .await
+        .context("connecting to the database")?;
+    sked_db::migrate(&pool).await.context("migrating")?;
+    let version = sked_db::schema_version(&pool).await?;
+    pool.close().await;
+    println!("migrated: schema version {version}");
+    Ok(())
+}
+
+pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
+    let TokenCommand::Create(args) = cmd;
+    let role = Role::parse(&args.role)?;
+    if args.owner.trim().is_empty() {
+        bail!("--owner must not be empty");
+    }
+    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
+        .await
+        .context("connecting to the database")?;
+    sked_db::check_schema(&pool).await?;
+    let secret = sked_db::token::create(&pool, &args.owner, role, &args.name).await?;
+    pool.close().await;
+    eprintln!(
+        "Created a {} token for owner {:?}. Its secret is shown only this once:",
+        role.as_str(),
+        args.owner
+    );
+    println!("{secret}");
+    Ok(())
+}
+
+pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    let kind = args.kind.clone().unwrap_or_else(|| "command".to_owned());
+    let input = match (&args.input, &args.input_file) {
+        (Some(v), _) => Some(v.clone()),
+        (None, Some(path)) => Some(read_input(path)?),
+        (None, None) => None,
+    };
+    let (command, task_args) = if kind == "command" {
+        if args.command.is_empty() {
+            bail!("give the command to run after `--`, for example: sked submit -- echo hello");
+        }
+        (Some(args.command.clone()), vec![])
+    } else {
+        (None, args.command.clone())
+    };
+    let task = SubmitTask {
+        command,
+        args: task_args,
+        kind: args.kind.clone(),
+        queue: args.queue.clone(),
+        priority: args.priority,
+        input,
+        env: args.env.iter().cloned().collect::<BTreeMap<_, _>>(),
+        delay_secs: args.delay,
+        max_attempts: args.max_attempts,
+        timeout_secs: args.timeout,
+        idempotency_key: args.idempotency_key.clone(),
+        labels: args.labels.clone(),
+        owner: args.owner.clone(),
+        ..SubmitTask::default()
+    };
+    let submitted = args.api.client()?.submit(&task).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&submitted)?);
+    } else {
+        for id in submitted.ids {
+            println!("{id}");
+        }
+    }
+    Ok(())
+}
+
+fn read_input(path: &PathBuf) -> anyhow::Result<serde_json::Value> {
+    let mut text = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the input from stdin")?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --input-file {}", path.display()))?;
+    }
+    serde_json::from_str(&text)
+        .with_context(|| format!("--input-file {} is not valid JSON", path.display()))
+}
+
+pub async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    let query = ListQuery {
+        state: args.state,
+        queue: args.queue,
+        owner: args.owner,
+        after: args.after,
+        limit: Some(args.limit),
+    };
+    if args.json {
+        let page = client.list_json(&query).await?;
+        println!("{}", serde_json::to_string_pretty(&page)?);
+        return Ok(());
+    }
+    let page = client.list(&query).await?;
+    if page.tasks.is_empty() {
+        eprintln!("no tasks");
+        return Ok(());
+    }
+    println!(
+        "{:<36}  {:<9}  {:<12}  {:>7}  {:<19}  COMMAND",
+        "ID", "STATE", "QUEUE", "ATTEMPT", "CREATED"
+    );
+    for t in &page.tasks {
+        println!(
+            "{:<36}  {:<9}  {:<12}  {:>7}  {:<19}  {}",
+            t.id,
+            t.state.as_str(),
+            truncate(&t.queue, 12),
+            format!("{}/{}", t.attempt, t.max_attempts),
+            time(Some(t.created_at)),
+            truncate(&what(t), 60)
+        );
+    }
+    if let Some(cursor) = page.next_cursor {
+        eprintln!("more: sked list --after {cursor}");
+    }
+    Ok(())
+}
+
+pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    if args.json {
+        let detail = client.task_json(args.id).await?;
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+        return Ok(());
+    }
+    let detail = client.task(args.id).await?;
+    print!("{}", describe(&detail));
+    Ok(())
+}
+
+/// The text `sked show` prints.
+fn describe(detail: &TaskDetail) -> String {
+    let t = &detail.task;
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<13} {v}\n"));
+    line("id:", t.id.to_string());
+    let exit = t.exit_code.map(|c| format!(" (exit code {c})"));
+    line("state:", format!("{}{}", t.state, exit.unwrap_or_default()));
+    line("owner:", t.owner.clone());
+    line("queue:", format!("{} (priority {})", t.queue, t.priority));
+    line("kind:", t.kind.clone());
+    line("run:", what(t));
+    if !t.env.is_empty() {
+        let env: Vec<String> = t.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        line("env:", env.join(" "));
+    }
+    if let Some(input) = &t.input {
+        line("input:", input.to_string());
+    }
+    if !t.labels.is_empty() {
+        line("labels:", t.labels.join(", "));
+    }
+    if let Some(timeout) = t.timeout_secs {
+        line("timeout:", format!("{timeout} s"));
+    }
+    line("attempt:", format!("{} of {}", t.attempt, t.max_attempts));
+    line("created:", time(Some(t.created_at)));
+    if !t.state.is_final() {
+        line("next run:", time(Some(t.next_run_at)));
+    }
+    line("started:", time(t.started_at));
+    line("finished:", time(t.finished_at));
+    if let Some(err) = &t.error {
+        line("error:", err.clone());
+    }
+    for (name, tail) in [("stdout:", &t.stdout_tail), ("stderr:", &t.stderr_tail)] {
+        if let Some(tail) = tail.as_deref().filter(|s| !s.is_empty()) {
+            out.push_str(&format!("{name}\n"));
+            for l in tail.lines() {
+                out.push_str(&format!("  | {l}\n"));
+            }
+        }
+    }
+    if !detail.attempts.is_empty() {
+        out.push_str(&format!(
+            "attempts:\n  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  ERROR\n",
+            "#", "OUTCOME", "EXIT", "STARTED", "FINISHED"
+        ));
+        for a in &detail.attempts {
+            out.push_str(&format!(
+                "  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  {}\n",
+                a.attempt,
+                a.outcome,
+                a.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+                time(a.started_at),
+                time(a.finished_at),
+                truncate(a.error.as_deref().unwrap_or(""), 60)
+            ));
+        }
+    }
+    out
+}
+
+pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
+    const PAGE: u32 = 1000;
+    let client = args.api.client()?;
+    let mut after = 0;
+    loop {
+        // The state is read before the logs: once it is final, the worker has written every
+        // chunk, so draining the logs after seeing it misses nothing.
+        let finished = !args.follow || client.task(args.id).await?.task.state.is_final();
+        loop {
+            let chunks = client.logs(args.id, after, PAGE).await?;
+            for chunk in &chunks {
+                let bytes = chunk.data.as_bytes();
+                if chunk.stream == "stderr" {
+                    let mut err = std::io::stderr().lock();
+                    err.write_all(bytes)?;
+                    err.flush()?;
+                } else {
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(bytes)?;
+                    out.flush()?;
+                }
+                after = after.max(chunk.id);
+            }
+            if chunks.len() < PAGE as usize {
+                break;
+            }
+        }
+        if finished {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+pub async fn cancel(args: TaskIdArgs) -> anyhow::Result<()> {
+    let change = args.api.client()?.cancel(args.id).await?;
+    print_change(&change);
+    Ok(())
+}
+
+pub async fn retry(args: TaskIdArgs) -> anyhow::Result<()> {
+    let change = args.api.client()?.retry(args.id).await?;
+    print_change(&change);
+    Ok(())
+}
+
+fn print_change(change: &StateChange) {
+    if change.cancel_requested {
+        println!(
+            "{}: {} (cancel requested: its worker stops it)",
+            change.id, change.state
+        );
+    } else {
+        println!("{}: {}", change.id, change.state);
+    }
+}
+
+/// What a task runs, as a shell-like line.
+fn what(t: &Task) -> String {
+    let mut words: Vec<String> = vec![];
+    match (&t.command, &t.artifact_url) {
+        (Some(cmd), _) => words.extend(cmd.iter().map(|w| quote(w))),
+        (None, Some(url)) => words.push(url.clone()),
+        (None, None) => words.push(format!("({})", t.kind)),
+    }
+    words.extend(t.args.iter().map(|w| quote(w)));
+    words.join(" ")
+}
+
+/// Quotes a word for a POSIX shell when it needs it.
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let one_line = s.replace('\n', " ");
+    match one_line.char_indices().nth(max.saturating_sub(1)) {
+        Some((cut, _)) if one_line.chars().count() > max => format!("{}…", &one_line[..cut]),
+        _ => one_line,
+    }
+}
+
+fn time(t: Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_needs_an_equals_sign() {
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env("A").is_err());
+        assert!(parse_env("=b").is_err());
+    }
+
+    #[test]
+    fn seconds_are_checked() {
+        assert_eq!(parse_secs("1.5", "--delay", 0.0), Ok(1.5));
+        assert_eq!(parse_secs("0", "--delay", 0.0), Ok(0.0));
+        assert!(parse_secs("-1", "--delay", 0.0).is_err());
+        assert!(parse_secs("0", "--timeout", f64::MIN_POSITIVE).is_err());
+        assert!(parse_secs("NaN", "--delay", 0.0).is_err());
+    }
+
+    #[test]
+    fn words_are_quoted_for_the_shell() {
+        assert_eq!(quote("echo"), "echo");
+        assert_eq!(quote("echo hi"), "'echo hi'");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abc", 4), "abc");
+    }
+}
