@@ -1,9 +1,39 @@
 //! The sked REST API server (axum), under `/api/v1`.
+//!
+//! The server is stateless: every request reads and writes Postgres through `sked_db`, so any
+//! number of servers can run side by side. [`router`] builds the whole API over a pool (tests
+//! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
+//!
+//! - `tasks` — submit, list, read, logs, cancel and retry.
+//! - `system` — workers, queues, the caller (`me`) and health.
+//! - `openapi` — the OpenAPI 3 document, generated from the handlers.
+//! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
+//! - `error` — the one error type, rendered to HTTP in one place.
+//!
+//! Every endpoint but `GET /api/v1/health` and `GET /api/v1/openapi.json` needs
+//! `Authorization: Bearer <token>`. Errors have the body [`sked_types::ApiError`] with a stable
+//! `code`: `unauthorized`, `forbidden`, `not_found`, `invalid_request`, `too_large`,
+//! `rejected`, `conflict`, `already_finished`, `not_finished`, `method_not_allowed`,
+//! `unavailable` or `internal`.
+
+mod error;
+mod extract;
+mod openapi;
+mod system;
+mod tasks;
 
 use std::net::SocketAddr;
 
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+pub use error::Error;
+pub use openapi::ApiDoc;
+pub use tasks::{MAX_BATCH, MAX_PAGE};
 
 /// Command-line flags of `sked-server` (and of the server inside `sked dev`).
 #[derive(Debug, Clone, clap::Args)]
@@ -13,18 +43,60 @@ pub struct ServerArgs {
     pub listen: SocketAddr,
 }
 
+/// What every handler shares: the pool, and nothing else (the server keeps no state).
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+}
+
 /// The API router over a pool.
-pub fn router(pool: PgPool) -> axum::Router {
-    let _ = pool;
-    axum::Router::new()
+pub fn router(pool: PgPool) -> Router {
+    let api = Router::new()
+        .route("/tasks", get(tasks::list).post(tasks::submit))
+        .route(
+            "/tasks/batch",
+            post(tasks::submit_batch).layer(DefaultBodyLimit::max(tasks::MAX_BATCH_BODY)),
+        )
+        .route("/tasks/{id}", get(tasks::detail))
+        .route("/tasks/{id}/logs", get(tasks::logs))
+        .route("/tasks/{id}/cancel", post(tasks::cancel))
+        .route("/tasks/{id}/retry", post(tasks::retry))
+        .route("/workers", get(system::workers))
+        .route("/queues", get(system::queues))
+        .route("/me", get(system::me))
+        .route("/health", get(system::health))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .method_not_allowed_fallback(method_not_allowed);
+    Router::new()
+        .nest("/api/v1", api)
+        .fallback(not_found)
+        .layer(TraceLayer::new_for_http())
+        .with_state(AppState { pool })
+}
+
+async fn not_found() -> Error {
+    Error::NotFound("no such endpoint".to_owned())
+}
+
+async fn method_not_allowed() -> Error {
+    Error::MethodNotAllowed
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled.
+///
+/// Refuses to start (with an error naming both versions) when the database's schema is not
+/// the one this binary was built for.
 pub async fn serve(
     pool: PgPool,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    sked_db::check_schema(&pool)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving the API");
+    }
     axum::serve(listener, router(pool))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -1,0 +1,246 @@
+//! The one error type of the API and the one place it becomes an HTTP response.
+//!
+//! Every failure a handler or extractor can meet is an [`Error`]; [`IntoResponse`] renders it
+//! as a status code and a JSON [`sked_types::ApiError`] body whose `code` is stable. Database
+//! text never reaches a response: schema rejections are described from the constraint's name,
+//! and anything unexpected is logged in full and answered with a generic message.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sked_db::DbError;
+
+/// An API failure. The variant decides the status code and the stable `code` of the body.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No token, a malformed `Authorization` header, or an unknown or revoked token (401).
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The token is valid but may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such resource, or one the caller may not see (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is malformed: bad JSON, unknown fields, bad query or path values (400).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The request body or batch is larger than the server accepts (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The schema rejected a row; the message is derived from the constraint's name (422).
+    #[error("{0}")]
+    Rejected(String),
+    /// A unique rule holds another row, such as an idempotency key (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Cancel of a task that is already in a final state (409).
+    #[error("the task is already finished")]
+    AlreadyFinished,
+    /// Retry of a task that is not in a final state (409).
+    #[error("only a finished task (succeeded, failed or cancelled) can be retried")]
+    NotFinished,
+    /// The path exists but not with this method (405).
+    #[error("this endpoint does not accept this method")]
+    MethodNotAllowed,
+    /// The database cannot be reached (503); only the health check reports this.
+    #[error("the database is unavailable")]
+    Unavailable(#[source] DbError),
+    /// Anything else (500). The source is logged, never sent.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn not_found_task() -> Error {
+        Error::NotFound("no such task".to_owned())
+    }
+
+    /// The status code and stable code of this error.
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Error::Rejected(_) => (StatusCode::UNPROCESSABLE_ENTITY, "rejected"),
+            Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::AlreadyFinished => (StatusCode::CONFLICT, "already_finished"),
+            Error::NotFinished => (StatusCode::CONFLICT, "not_finished"),
+            Error::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        match &self {
+            Error::Internal(source) => tracing::error!(error = %source, "request failed"),
+            Error::Unavailable(source) => tracing::warn!(error = %source, "database unavailable"),
+            _ => {}
+        }
+        let body = sked_types::ApiError {
+            code: code.to_owned(),
+            message: self.to_string(),
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<DbError> for Error {
+    fn from(err: DbError) -> Self {
+        match err {
+            DbError::Rejected { constraint, .. } => Error::Rejected(describe_rule(&constraint)),
+            DbError::Conflict { constraint } => Error::Conflict(describe_conflict(&constraint)),
+            DbError::InvalidInput(detail) => {
+                // Postgres' own wording (and the value it quotes) stays in the log.
+                tracing::debug!(%detail, "database rejected a value as malformed");
+                Error::InvalidRequest(
+                    "a value is malformed or out of range for its field".to_owned(),
+                )
+            }
+            other => Error::Internal(Box::new(other)),
+        }
+    }
+}
+
+impl From<JsonRejection> for Error {
+    fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Error::TooLarge("the request body is too large".to_owned());
+        }
+        Error::InvalidRequest(rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for Error {
+    fn from(rejection: QueryRejection) -> Self {
+        Error::InvalidRequest(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for Error {
+    fn from(rejection: PathRejection) -> Self {
+        Error::InvalidRequest(rejection.body_text())
+    }
+}
+
+/// Constraints whose names do not read as a rule on their own, or name a column differently
+/// from the API field that sets it.
+const RULES: &[(&str, &str)] = &[
+    (
+        "tasks_kind_is_known",
+        "kind must be one of command, noop, sleep",
+    ),
+    (
+        "tasks_state_is_known",
+        "state must be one of blocked, waiting, running, retry, succeeded, failed, cancelled",
+    ),
+    (
+        "tasks_command_or_artifact_is_required",
+        "command (or artifact_url) is required",
+    ),
+    (
+        "tasks_command_and_artifact_are_exclusive",
+        "command and artifact_url are exclusive: give one of them",
+    ),
+    (
+        "tasks_queue_name_must_be_1_to_64_word_characters",
+        "queue must be 1 to 64 letters, digits or `_.:-`, starting with a letter or digit",
+    ),
+    (
+        "tasks_env_must_be_an_object_of_strings",
+        "env names must be non-empty and must not contain `=`",
+    ),
+    (
+        "tasks_timeout_must_be_positive",
+        "timeout_secs must be positive",
+    ),
+    (
+        "tasks_max_attempts_must_be_at_least_1",
+        "max_attempts must be at least 1",
+    ),
+    (
+        "tasks_backoff_must_be_positive",
+        "backoff_base_secs must be positive and backoff_max_secs at least backoff_base_secs",
+    ),
+];
+
+/// Prefixes of constraint names: the table the rule belongs to.
+const TABLE_PREFIXES: &[&str] = &[
+    "task_attempts_",
+    "task_logs_",
+    "api_tokens_",
+    "artifacts_",
+    "workers_",
+    "tasks_",
+];
+
+/// A rule as people read it, from a constraint name:
+/// `tasks_command_must_not_be_empty` becomes `command must not be empty`.
+pub fn describe_rule(constraint: &str) -> String {
+    if let Some((_, rule)) = RULES.iter().find(|(name, _)| *name == constraint) {
+        return (*rule).to_owned();
+    }
+    if constraint.is_empty() {
+        // A not-null violation names a column, not a constraint.
+        return "a required value is missing".to_owned();
+    }
+    let rule = TABLE_PREFIXES
+        .iter()
+        .find_map(|prefix| constraint.strip_prefix(prefix))
+        .unwrap_or(constraint);
+    rule.replace('_', " ")
+}
+
+fn describe_conflict(constraint: &str) -> String {
+    match constraint {
+        "tasks_idempotency_key_unfinished" => {
+            "an unfinished task of this owner already holds this idempotency key".to_owned()
+        }
+        _ => "conflicts with an existing row".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constraint_names_read_as_rules() {
+        assert_eq!(
+            describe_rule("tasks_command_must_not_be_empty"),
+            "command must not be empty"
+        );
+        assert_eq!(
+            describe_rule("tasks_artifact_sha256_must_be_64_lowercase_hex"),
+            "artifact sha256 must be 64 lowercase hex"
+        );
+        assert_eq!(
+            describe_rule("workers_concurrency_must_be_at_least_1"),
+            "concurrency must be at least 1"
+        );
+        assert_eq!(
+            describe_rule("tasks_max_attempts_must_be_at_least_1"),
+            "max_attempts must be at least 1"
+        );
+        assert_eq!(
+            describe_rule("tasks_kind_is_known"),
+            "kind must be one of command, noop, sleep"
+        );
+        assert_eq!(describe_rule(""), "a required value is missing");
+    }
+}

@@ -1,0 +1,95 @@
+//! Extractors whose failures are API errors: the caller's token, and JSON bodies, query
+//! strings and path segments that reject with a JSON body instead of axum's plain text.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use sked_db::token::Principal;
+
+use crate::AppState;
+use crate::error::Error;
+
+/// The principal of the request's `Authorization: Bearer <token>`.
+#[derive(Debug, Clone)]
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or(Error::Unauthorized(
+                "missing Authorization header (expected `Bearer <token>`)",
+            ))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or(Error::Unauthorized(
+                "malformed Authorization header (expected `Bearer <token>`)",
+            ))?;
+        match sked_db::token::authenticate(&state.pool, token).await? {
+            Some(principal) => Ok(Auth(principal)),
+            None => Err(Error::Unauthorized("unknown or revoked token")),
+        }
+    }
+}
+
+/// A JSON body; malformed JSON and unknown fields are `invalid_request`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        Ok(Json(value))
+    }
+}
+
+/// A query string; unparseable values are `invalid_request`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Query(value))
+    }
+}
+
+/// Path parameters; a malformed id is `invalid_request`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Path(value))
+    }
+}
