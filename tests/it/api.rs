@@ -1041,3 +1041,39 @@ async fn serve_refuses_a_database_without_the_schema() {
         "the error says how to fix it: {err}"
     );
 }
+
+#[tokio::test]
+async fn unexpected_database_errors_are_500_without_database_text() {
+    let api = Api::new().await;
+    let id = api.submit(&api.alice, echo()).await;
+    sqlx::query("alter table sked.task_logs rename to task_logs_elsewhere")
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    let (status, json) = api
+        .get(&format!("/api/v1/tasks/{id}/logs"), &api.alice)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "an unexpected database error is a 500"
+    );
+    assert_error(&json, "internal");
+    assert!(
+        !json["message"].as_str().unwrap().contains("task_logs"),
+        "a 500 hides what failed: {json}"
+    );
+}
+
+#[tokio::test]
+async fn health_reports_an_unreachable_database_as_503() {
+    let api = Api::new().await;
+    api.db.pool.close().await;
+    let (status, _, json) = api.raw(Method::GET, "/api/v1/health", None, None).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "health fails when the database does not answer"
+    );
+    assert_error(&json, "unavailable");
+}
