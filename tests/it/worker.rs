@@ -380,7 +380,8 @@ async fn artifacts_run_when_their_hash_matches_and_are_refused_otherwise() {
     wait_for(&db.pool, from_pg, &["succeeded"], 10 * SECS).await;
     wait_for(&db.pool, tampered, &["failed"], 10 * SECS).await;
     let outs: Vec<Option<String>> = sqlx::query_scalar(
-        "select coalesce(stdout_tail, error) from sked.tasks where id = any($1) order by id",
+        "select coalesce(t.stdout_tail, t.error) from unnest($1::uuid[]) with ordinality as u(id, n)
+           join sked.tasks t on t.id = u.id order by u.n",
     )
     .bind(vec![from_file, from_pg, tampered])
     .fetch_all(&db.pool)
