@@ -200,7 +200,7 @@ pub async fn run_dev(cmd: DevCommand, path_var: Option<OsString>) -> Result<(), 
         }
         .map_err(RunError::Postgres)?;
         println!(
-            "Starting the private PostgreSQL cluster in {} ({})",
+            "Starting a private PostgreSQL for {} (server binaries in {})…",
             cmd.data_dir.display(),
             bins.dir.display()
         );

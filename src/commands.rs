@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chrono::{DateTime, Utc};
 use sked::app::DatabaseArgs;
 use sked::client::{Client, ListQuery};
 use sked_db::token::Role;
-use sked_types::{StateChange, SubmitTask, Task, TaskDetail, TaskState};
+use sked_types::{SubmitTask, TaskState};
 use uuid::Uuid;
+
+use crate::format::{describe, print_change, time, truncate, what};
 
 /// Where the API is and who is calling.
 #[derive(Debug, Clone, clap::Args)]
@@ -318,69 +319,6 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The text `sked show` prints.
-fn describe(detail: &TaskDetail) -> String {
-    let t = &detail.task;
-    let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<13} {v}\n"));
-    line("id:", t.id.to_string());
-    let exit = t.exit_code.map(|c| format!(" (exit code {c})"));
-    line("state:", format!("{}{}", t.state, exit.unwrap_or_default()));
-    line("owner:", t.owner.clone());
-    line("queue:", format!("{} (priority {})", t.queue, t.priority));
-    line("kind:", t.kind.clone());
-    line("run:", what(t));
-    if !t.env.is_empty() {
-        let env: Vec<String> = t.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        line("env:", env.join(" "));
-    }
-    if let Some(input) = &t.input {
-        line("input:", input.to_string());
-    }
-    if !t.labels.is_empty() {
-        line("labels:", t.labels.join(", "));
-    }
-    if let Some(timeout) = t.timeout_secs {
-        line("timeout:", format!("{timeout} s"));
-    }
-    line("attempt:", format!("{} of {}", t.attempt, t.max_attempts));
-    line("created:", time(Some(t.created_at)));
-    if !t.state.is_final() {
-        line("next run:", time(Some(t.next_run_at)));
-    }
-    line("started:", time(t.started_at));
-    line("finished:", time(t.finished_at));
-    if let Some(err) = &t.error {
-        line("error:", err.clone());
-    }
-    for (name, tail) in [("stdout:", &t.stdout_tail), ("stderr:", &t.stderr_tail)] {
-        if let Some(tail) = tail.as_deref().filter(|s| !s.is_empty()) {
-            out.push_str(&format!("{name}\n"));
-            for l in tail.lines() {
-                out.push_str(&format!("  | {l}\n"));
-            }
-        }
-    }
-    if !detail.attempts.is_empty() {
-        out.push_str(&format!(
-            "attempts:\n  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  ERROR\n",
-            "#", "OUTCOME", "EXIT", "STARTED", "FINISHED"
-        ));
-        for a in &detail.attempts {
-            out.push_str(&format!(
-                "  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  {}\n",
-                a.attempt,
-                a.outcome,
-                a.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-                time(a.started_at),
-                time(a.finished_at),
-                truncate(a.error.as_deref().unwrap_or(""), 60)
-            ));
-        }
-    }
-    out
-}
-
 pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
     const PAGE: u32 = 1000;
     let client = args.api.client()?;
@@ -427,55 +365,6 @@ pub async fn retry(args: TaskIdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_change(change: &StateChange) {
-    if change.cancel_requested {
-        println!(
-            "{}: {} (cancel requested: its worker stops it)",
-            change.id, change.state
-        );
-    } else {
-        println!("{}: {}", change.id, change.state);
-    }
-}
-
-/// What a task runs, as a shell-like line.
-fn what(t: &Task) -> String {
-    let mut words: Vec<String> = vec![];
-    match (&t.command, &t.artifact_url) {
-        (Some(cmd), _) => words.extend(cmd.iter().map(|w| quote(w))),
-        (None, Some(url)) => words.push(url.clone()),
-        (None, None) => words.push(format!("({})", t.kind)),
-    }
-    words.extend(t.args.iter().map(|w| quote(w)));
-    words.join(" ")
-}
-
-/// Quotes a word for a POSIX shell when it needs it.
-fn quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    let one_line = s.replace('\n', " ");
-    match one_line.char_indices().nth(max.saturating_sub(1)) {
-        Some((cut, _)) if one_line.chars().count() > max => format!("{}…", &one_line[..cut]),
-        _ => one_line,
-    }
-}
-
-fn time(t: Option<DateTime<Utc>>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_else(|| "-".to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,15 +383,5 @@ mod tests {
         assert!(parse_secs("-1", "--delay", 0.0).is_err());
         assert!(parse_secs("0", "--timeout", f64::MIN_POSITIVE).is_err());
         assert!(parse_secs("NaN", "--delay", 0.0).is_err());
-    }
-
-    #[test]
-    fn words_are_quoted_for_the_shell() {
-        assert_eq!(quote("echo"), "echo");
-        assert_eq!(quote("echo hi"), "'echo hi'");
-        assert_eq!(quote("it's"), "'it'\\''s'");
-        assert_eq!(quote(""), "''");
-        assert_eq!(truncate("abcdef", 4), "abc…");
-        assert_eq!(truncate("abc", 4), "abc");
     }
 }

@@ -3,6 +3,7 @@
 //! worker, and starts everything in one process with `sked dev`.
 
 mod commands;
+mod format;
 
 use std::process::ExitCode;
 
