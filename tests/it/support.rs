@@ -97,10 +97,10 @@ pub fn process_alive(pid: i32) -> bool {
 pub async fn read_pid(path: &std::path::Path, within: Duration) -> i32 {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
         }
         assert!(
             tokio::time::Instant::now() < deadline,

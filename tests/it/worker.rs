@@ -70,7 +70,8 @@ async fn failures_retry_with_backoff_and_fail_after_max_attempts() {
     )
     .await;
     wait_for(&db.pool, id, &["failed"], 15 * SECS).await;
-    let attempts: Vec<(i32, String, Option<i32>, Option<String>, String)> = sqlx::query_as(
+    type AttemptRow = (i32, String, Option<i32>, Option<String>, String);
+    let attempts: Vec<AttemptRow> = sqlx::query_as(
         "select attempt, outcome, exit_code, error, stdout_tail from sked.task_attempt_history
           where task_id = $1 order by attempt",
     )

@@ -213,8 +213,8 @@ async fn run_command(
     finished.stdout_tail = Some(report.stdout_tail);
     finished.stderr_tail = Some(report.stderr_tail);
     let ended = report.ended;
-    if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path) {
-        if status.success() {
+    if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path)
+        && status.success() {
             match upload_output(ctx, &dir, output).await {
                 Ok(sha) => finished.output_sha256 = Some(sha),
                 Err(e) => {
@@ -223,7 +223,6 @@ async fn run_command(
                 }
             }
         }
-    }
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         tracing::warn!(error = %e, dir = %dir.display(), "could not remove the task's working directory");
     }

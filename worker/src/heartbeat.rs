@@ -60,11 +60,10 @@ impl Heartbeat {
     }
 
     fn stop(&self, id: Uuid, attempt: i32, reason: StopReason) {
-        if let Some((a, stopper)) = self.running.lock().expect("running map").get(&id) {
-            if *a == attempt {
+        if let Some((a, stopper)) = self.running.lock().expect("running map").get(&id)
+            && *a == attempt {
                 stopper.stop(reason);
             }
-        }
     }
 
     /// Refreshes the registry row and renews every held lease with one statement; stops
@@ -176,19 +175,17 @@ pub async fn listen(
             };
             match received {
                 Ok(Some(n)) => match n.channel() {
-                    "sked_tasks" => {
-                        if n.payload().is_empty()
-                            || n.payload().split(',').any(|q| ours.contains(q))
-                        {
+                    "sked_tasks"
+                        if (n.payload().is_empty()
+                            || n.payload().split(',').any(|q| ours.contains(q)))
+                        => {
                             wake.notify_one();
                         }
-                    }
                     "sked_cancel" => {
-                        if let Ok(id) = n.payload().parse::<Uuid>() {
-                            if running.lock().expect("running map").contains_key(&id) {
+                        if let Ok(id) = n.payload().parse::<Uuid>()
+                            && running.lock().expect("running map").contains_key(&id) {
                                 cancel_check.notify_one();
                             }
-                        }
                     }
                     _ => {}
                 },
