@@ -24,18 +24,38 @@ pub struct WorkerArgs {
     pub labels: Vec<String>,
     /// Lease of a running task in seconds: another worker takes a task over when its worker
     /// has not renewed the lease for this long. Renewed every third of it.
-    #[arg(long, env = "SKED_LEASE_SECS", default_value_t = 30.0)]
+    #[arg(
+        long,
+        env = "SKED_LEASE_SECS",
+        allow_negative_numbers = true,
+        default_value_t = 30.0
+    )]
     pub lease_secs: f64,
     /// Poll interval in seconds (notifications usually wake the worker sooner).
-    #[arg(long, env = "SKED_POLL_SECS", default_value_t = 1.0)]
+    #[arg(
+        long,
+        env = "SKED_POLL_SECS",
+        allow_negative_numbers = true,
+        default_value_t = 1.0
+    )]
     pub poll_secs: f64,
     /// On SIGTERM/SIGINT, how long running tasks may take to finish before they are killed
     /// and handed back, in seconds.
-    #[arg(long, env = "SKED_SHUTDOWN_GRACE_SECS", default_value_t = 30.0)]
+    #[arg(
+        long,
+        env = "SKED_SHUTDOWN_GRACE_SECS",
+        allow_negative_numbers = true,
+        default_value_t = 30.0
+    )]
     pub shutdown_grace_secs: f64,
     /// After SIGTERM to a task's process group (timeout, cancel, shutdown), seconds before
     /// SIGKILL.
-    #[arg(long, env = "SKED_KILL_GRACE_SECS", default_value_t = 5.0)]
+    #[arg(
+        long,
+        env = "SKED_KILL_GRACE_SECS",
+        allow_negative_numbers = true,
+        default_value_t = 5.0
+    )]
     pub kill_grace_secs: f64,
     /// Worker name shown in the registry (default: host:pid).
     #[arg(long, env = "SKED_WORKER_NAME")]
