@@ -448,3 +448,115 @@ async fn builtin_noop_and_sleep_run_in_process() {
     assert!(took >= 0.2, "sleep slept {took} s");
     worker.shutdown().await;
 }
+
+#[tokio::test]
+async fn output_reaches_the_logs_table_while_the_task_runs() {
+    let db = TestDb::new().await;
+    let worker = start_worker(&db, config(&["default"]));
+    let id = insert(
+        &db.pool,
+        "(command) values (array['sh','-c','echo first; sleep 30; echo second'])",
+    )
+    .await;
+    wait_for(&db.pool, id, &["running"], 10 * SECS).await;
+    let deadline = tokio::time::Instant::now() + 2 * SECS;
+    loop {
+        let logged: Vec<String> = sqlx::query_scalar(
+            "select data from sked.task_logs where task_id = $1 and stream = 'stdout' order by id",
+        )
+        .bind(id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        if logged.concat() == "first\n" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "output written by a running task is in sked.task_logs within a second: {logged:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        state(&db.pool, id).await,
+        "running",
+        "the task is still running"
+    );
+    sqlx::query("select sked.task_cancel($1)")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    wait_for(&db.pool, id, &["cancelled"], 5 * SECS).await;
+    worker.shutdown().await;
+}
+
+/// Serves `body` at any path over plain HTTP on 127.0.0.1; returns the base URL.
+async fn serve_bytes(body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn http_artifacts_are_downloaded_checked_and_cached() {
+    let db = TestDb::new().await;
+    let script = b"#!/bin/sh\necho downloaded $SKED_ATTEMPT\n".to_vec();
+    let sha = hex::encode(sha2::Sha256::digest(&script));
+    let base = serve_bytes(script).await;
+    let c = config(&["default"]);
+    let cache = c.work_dir.join("artifacts").join(&sha);
+    let worker = start_worker(&db, c);
+    let id = insert(
+        &db.pool,
+        &format!("(artifact_url, artifact_sha256) values ('{base}/tool.sh', '{sha}')"),
+    )
+    .await;
+    wait_for(&db.pool, id, &["succeeded"], 10 * SECS).await;
+    let out: String = sqlx::query_scalar("select stdout_tail from sked.tasks where id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(out, "downloaded 1\n");
+    assert!(
+        cache.exists(),
+        "the artifact is cached by its hash at {}",
+        cache.display()
+    );
+    let wrong = insert(
+        &db.pool,
+        &format!(
+            "(artifact_url, artifact_sha256, max_attempts) values ('{base}/other', '{}', 1)",
+            "f".repeat(64)
+        ),
+    )
+    .await;
+    wait_for(&db.pool, wrong, &["failed"], 10 * SECS).await;
+    let error: String = sqlx::query_scalar("select error from sked.tasks where id = $1")
+        .bind(wrong)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        error.contains("refused"),
+        "a download with the wrong hash is refused: {error}"
+    );
+    worker.shutdown().await;
+}
