@@ -1,1 +1,113 @@
-fn main() {}
+//! `sked-bench`: enqueue, drain, latency and memory benchmarks of sked against a local
+//! PostgreSQL, run on demand (never by the test suite). Prints a table and a JSON document,
+//! and writes the JSON to `bench/results/<timestamp>.json`. See `bench/README.md`.
+
+mod config;
+mod drain;
+mod latency;
+mod pg;
+mod process;
+mod report;
+mod w1;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use serde_json::json;
+
+use config::{Cli, Config, Workload};
+use report::Sample;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Cli::parse().into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(config).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the chosen workloads `repeat` times each; returns false when one of them failed.
+async fn run(cfg: Config) -> Result<bool> {
+    let pg_version = pg::server_version(&cfg.database_url).await?;
+    if cfg.needs_worker() {
+        process::check_worker_bin(&cfg.worker_bin)?;
+    }
+    let started_at = chrono::Utc::now();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for &workload in &cfg.workloads {
+        for run in 1..=cfg.repeat {
+            eprintln!(
+                "sked-bench: {} run {run}/{} ...",
+                workload.name(),
+                cfg.repeat
+            );
+            let result = match workload {
+                Workload::W1 => w1::run(&cfg).await,
+                Workload::W2 => drain::w2(&cfg).await,
+                Workload::W3 => latency::run(&cfg).await,
+                Workload::W4 => drain::w4(&cfg).await,
+            };
+            match result {
+                Ok(s) => {
+                    for x in &s {
+                        eprintln!(
+                            "  {:<60} {}",
+                            x.metric,
+                            report::format_value(x.value, x.unit)
+                        );
+                    }
+                    samples.extend(s);
+                }
+                Err(e) => {
+                    let msg = format!("{} run {run}: {e:#}", workload.name());
+                    eprintln!("  {msg}");
+                    errors.push(msg);
+                }
+            }
+        }
+    }
+    let finished_at = chrono::Utc::now();
+
+    let rows = report::aggregate(&samples);
+    let document = json!({
+        "benchmark": "sked-bench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "environment": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "postgres": pg_version,
+        },
+        "workloads": cfg.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
+        "config": &cfg,
+        "results": rows,
+        "errors": errors,
+    });
+    println!();
+    print!("{}", report::render_table(&rows, &errors, cfg.repeat));
+    println!();
+    let text = serde_json::to_string_pretty(&document)?;
+    println!("{text}");
+
+    std::fs::create_dir_all(&cfg.results_dir)
+        .with_context(|| format!("creating {}", cfg.results_dir.display()))?;
+    let path = cfg
+        .results_dir
+        .join(format!("{}.json", started_at.format("%Y-%m-%dT%H-%M-%SZ")));
+    std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("sked-bench: results written to {}", path.display());
+    Ok(errors.is_empty())
+}

@@ -1,0 +1,187 @@
+//! The command line of `sked-bench`, parsed once into a validated [`Config`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// A workload of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Workload {
+    /// Enqueue throughput: SQL bulk, REST bulk, single-row INSERTs, REST single, COPY.
+    W1,
+    /// Drain throughput of one worker process over queued noop tasks (and its peak RSS).
+    W2,
+    /// Claim latency of an idle worker under a steady trickle (and its idle RSS).
+    W3,
+    /// Drain throughput of one worker process running real processes (`true`).
+    W4,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+            Workload::W3 => "W3",
+            Workload::W4 => "W4",
+        }
+    }
+}
+
+/// sked benchmarks: run on demand against a local PostgreSQL. Each workload runs in a fresh
+/// database (`sked_bench_<workload>`) that is dropped afterwards. Quote medians of
+/// `--repeat 3` or more.
+#[derive(Debug, Parser)]
+#[command(name = "sked-bench", version)]
+pub struct Cli {
+    /// Workloads to run (w1 w2 w3 w4); all when none is named.
+    #[arg(value_enum)]
+    pub workloads: Vec<Workload>,
+    /// PostgreSQL server to create the benchmark databases on (any database of it).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+    /// Tasks enqueued by each bulk method of W1 and drained by W2.
+    #[arg(long, default_value_t = 100_000)]
+    pub tasks: usize,
+    /// Runs of each workload; the table reports the median of each metric.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Tasks per call of the bulk methods (sked.tasks_submit and POST /api/v1/tasks/batch).
+    #[arg(long, default_value_t = 5_000)]
+    pub batch: usize,
+    /// Tasks enqueued one by one in W1 (at most --tasks).
+    #[arg(long, default_value_t = 10_000)]
+    pub single_tasks: usize,
+    /// Concurrent connections of the one-by-one methods of W1.
+    #[arg(long, default_value_t = 4)]
+    pub single_conns: usize,
+    /// Worker concurrency in W2.
+    #[arg(long, default_value_t = 2_000)]
+    pub w2_concurrency: usize,
+    /// Worker concurrency in W3.
+    #[arg(long, default_value_t = 16)]
+    pub w3_concurrency: usize,
+    /// Milliseconds between two enqueues in W3.
+    #[arg(long, default_value_t = 10)]
+    pub w3_interval_ms: u64,
+    /// Seconds of enqueueing in W3.
+    #[arg(long, default_value_t = 20.0)]
+    pub w3_secs: f64,
+    /// Tasks (processes) drained in W4.
+    #[arg(long, default_value_t = 5_000)]
+    pub w4_tasks: usize,
+    /// Worker concurrency in W4.
+    #[arg(long, default_value_t = 32)]
+    pub w4_concurrency: usize,
+    /// The sked-worker binary (default: next to this executable).
+    #[arg(long)]
+    pub worker_bin: Option<PathBuf>,
+    /// Directory the JSON results are written to.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
+    pub results_dir: PathBuf,
+    /// Give up on a drain that has not finished after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Config {
+    #[serde(skip)]
+    pub workloads: Vec<Workload>,
+    #[serde(skip)]
+    pub database_url: String,
+    pub tasks: usize,
+    pub repeat: usize,
+    pub batch: usize,
+    pub single_tasks: usize,
+    pub single_conns: usize,
+    pub w2_concurrency: usize,
+    pub w3_concurrency: usize,
+    pub w3_interval: Duration,
+    pub w3_duration: Duration,
+    pub w4_tasks: usize,
+    pub w4_concurrency: usize,
+    pub worker_bin: PathBuf,
+    pub results_dir: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Cli {
+    pub fn into_config(self) -> Result<Config, String> {
+        let mut workloads = self.workloads;
+        if workloads.is_empty() {
+            workloads = vec![Workload::W1, Workload::W2, Workload::W3, Workload::W4];
+        }
+        workloads.sort();
+        workloads.dedup();
+        if self.tasks == 0 || self.repeat == 0 || self.w4_tasks == 0 || self.single_conns == 0 {
+            return Err(
+                "--tasks, --repeat, --w4-tasks and --single-conns must be at least 1".into(),
+            );
+        }
+        if self.batch == 0 || self.batch > sked_server::MAX_BATCH {
+            return Err(format!(
+                "--batch must be between 1 and {}, got {}",
+                sked_server::MAX_BATCH,
+                self.batch
+            ));
+        }
+        for (flag, value) in [
+            ("w2-concurrency", self.w2_concurrency),
+            ("w3-concurrency", self.w3_concurrency),
+            ("w4-concurrency", self.w4_concurrency),
+        ] {
+            if value == 0 || value > 10_000 {
+                return Err(format!("--{flag} must be between 1 and 10000, got {value}"));
+            }
+        }
+        if self.w3_interval_ms == 0 || !(self.w3_secs.is_finite() && self.w3_secs > 0.0) {
+            return Err("--w3-interval-ms and --w3-secs must be positive".into());
+        }
+        let worker_bin = match self.worker_bin {
+            Some(path) => path,
+            None => default_worker_bin()?,
+        };
+        Ok(Config {
+            workloads,
+            database_url: self.database_url,
+            tasks: self.tasks,
+            repeat: self.repeat,
+            batch: self.batch,
+            single_tasks: self.single_tasks.clamp(1, self.tasks),
+            single_conns: self.single_conns,
+            w2_concurrency: self.w2_concurrency,
+            w3_concurrency: self.w3_concurrency,
+            w3_interval: Duration::from_millis(self.w3_interval_ms),
+            w3_duration: Duration::from_secs_f64(self.w3_secs),
+            w4_tasks: self.w4_tasks,
+            w4_concurrency: self.w4_concurrency,
+            worker_bin,
+            results_dir: self.results_dir,
+            timeout: Duration::from_secs(self.timeout_secs),
+        })
+    }
+}
+
+impl Config {
+    /// True when a chosen workload starts a worker process.
+    pub fn needs_worker(&self) -> bool {
+        self.workloads.iter().any(|w| *w != Workload::W1)
+    }
+}
+
+/// `sked-worker` in the directory of this executable (both are built into `target/release`).
+fn default_worker_bin() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("locating this executable: {e}"))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| format!("{} has no parent directory", exe.display()))?;
+    Ok(dir.join("sked-worker"))
+}

@@ -1,0 +1,174 @@
+//! W2 and W4, drain throughput: queue tasks first, then start one real `sked-worker` and
+//! time it from its start until no task is left unfinished. W2 drains noop tasks (the
+//! overhead of sked itself) and reads the worker's peak RSS; W4 drains real processes.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::pg::{self, BenchDb};
+use crate::process::{CpuSnapshot, WorkerProcess};
+use crate::report::{Sample, Target};
+
+/// What one drain queues and how the worker runs it.
+struct Drain {
+    workload: &'static str,
+    what: &'static str,
+    tasks: usize,
+    concurrency: usize,
+    /// COPY statement and one line of its data per task.
+    copy: (&'static str, &'static str),
+    /// Tasks run as processes, which must exit with 0.
+    processes: bool,
+    target: f64,
+}
+
+pub async fn w2(cfg: &Config) -> Result<Vec<Sample>> {
+    run(
+        cfg,
+        Drain {
+            workload: "W2",
+            what: "noop tasks",
+            tasks: cfg.tasks,
+            concurrency: cfg.w2_concurrency,
+            copy: ("copy sked.tasks (kind) from stdin", "noop\n"),
+            processes: false,
+            target: 50_000.0,
+        },
+    )
+    .await
+}
+
+pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
+    run(
+        cfg,
+        Drain {
+            workload: "W4",
+            what: "`true` processes",
+            tasks: cfg.w4_tasks,
+            concurrency: cfg.w4_concurrency,
+            copy: ("copy sked.tasks (command) from stdin", "{true}\n"),
+            processes: true,
+            target: 500.0,
+        },
+    )
+    .await
+}
+
+async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
+    let suffix = d.workload.to_lowercase();
+    pg::with_db(&cfg.database_url, &suffix, async |db| {
+        queue(db, &d).await?;
+        let started = Instant::now();
+        let mut worker = WorkerProcess::spawn(&cfg.worker_bin, &db.url, d.concurrency)?;
+        let measured = measure(cfg, db, &d, &mut worker, started).await;
+        let stopped = worker.stop().await;
+        let (wall, cpu, peak_rss) = measured?;
+        let log = stopped?;
+
+        let outcome = pg::outcome(&db.pool).await?;
+        outcome.check(d.tasks, d.processes)?;
+        let n = d.tasks as f64;
+        let w = d.workload;
+        let c = d.concurrency;
+        let mut out = vec![
+            Sample::new(
+                w,
+                format!(
+                    "drain {} {}, c={c}: wall (worker start → all done)",
+                    d.tasks, d.what
+                ),
+                "tasks/s",
+                n / wall,
+                Target::at_least(d.target),
+            ),
+            Sample::new(
+                w,
+                "drain: DB span (max finished_at − min started_at)",
+                "tasks/s",
+                n / outcome.db_span_secs,
+                Target::at_least(d.target),
+            ),
+            Sample::new(w, "drain: wall time", "s", wall, None),
+            Sample::new(w, "CPU: worker process", "s", cpu.worker_secs, None),
+            Sample::new(
+                w,
+                "CPU: postgres backends of the bench db",
+                "s",
+                cpu.postgres_db_secs,
+                None,
+            ),
+            Sample::new(
+                w,
+                "CPU: all postgres processes",
+                "s",
+                cpu.postgres_all_secs,
+                None,
+            ),
+            Sample::new(
+                w,
+                "CPU: machine busy (average)",
+                "cores",
+                cpu.machine_busy_cores,
+                None,
+            ),
+        ];
+        if let Some(hwm) = peak_rss {
+            out.push(Sample::new(w, "worker peak RSS (VmHWM)", "MB", hwm, None));
+        }
+        out.extend(log.samples(w));
+        Ok(out)
+    })
+    .await
+}
+
+async fn queue(db: &BenchDb, d: &Drain) -> Result<()> {
+    if d.processes {
+        let (stmt, line) = d.copy;
+        pg::copy_in(&db.pool, stmt, &pg::copy_data(line, d.tasks)).await?;
+        sqlx::query("vacuum analyze sked.tasks")
+            .execute(&db.pool)
+            .await?;
+        Ok(())
+    } else {
+        pg::queue_noops(&db.pool, d.tasks).await
+    }
+}
+
+/// Polls every 50 ms until every task is finished; returns the wall time since `started`,
+/// the CPU used meanwhile and (for W2) the worker's peak RSS in MB.
+async fn measure(
+    cfg: &Config,
+    db: &BenchDb,
+    d: &Drain,
+    worker: &mut WorkerProcess,
+    started: Instant,
+) -> Result<(f64, crate::process::CpuUse, Option<f64>)> {
+    let before = CpuSnapshot::take(worker.pid(), &db.name);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        worker.check_alive()?;
+        if pg::all_finished(&db.pool).await? {
+            break;
+        }
+        if started.elapsed() > cfg.timeout {
+            bail!(
+                "{}: tasks still unfinished after {:?} (see --timeout-secs)",
+                d.workload,
+                cfg.timeout
+            );
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let after = CpuSnapshot::take(worker.pid(), &db.name);
+    let peak = if d.processes {
+        None
+    } else {
+        Some(worker.memory_mb("VmHWM")?)
+    };
+    Ok((wall, before.until(&after), peak))
+}
