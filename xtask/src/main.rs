@@ -1,0 +1,311 @@
+//! `cargo xtask`: project tasks that take more than one cargo command.
+//!
+//! `cargo xtask test [-- <cargo test arguments>]` runs the whole test suite on a fresh machine.
+//! The tests need a PostgreSQL server on which user `postgres` may create databases; this
+//! picks one, in this order:
+//!
+//! 1. the server in `DATABASE_URL`, when that is set;
+//! 2. the server at `127.0.0.1:5432`, when it lets user `postgres` in without a password;
+//! 3. a private cluster under `<target dir>/sked-test-pg`, made from the PostgreSQL server
+//!    binaries installed on this machine (the code of `sked dev`, [`sked::embedded_pg`]),
+//!    started before the tests and stopped after them.
+//!
+//! Then it runs `cargo test --workspace <arguments>` with `DATABASE_URL` naming that server,
+//! and exits with its status. When no server answers and no server binaries are installed,
+//! it says how to install them; on Debian as root with `CI` set, it installs them itself.
+//!
+//! `SKED_XTASK_FORCE_PRIVATE_PG=1` always takes the private cluster (ignoring `DATABASE_URL`
+//! and the server at 5432): a way to check that path on a machine that has a server.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use sked::embedded_pg::{Cluster, PgBinaries, PgError};
+use sqlx::{ConnectOptions, Connection};
+
+/// The server tried when `DATABASE_URL` is not set.
+const LOCAL_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// How long the probe of [`LOCAL_URL`] may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+const USAGE: &str = "\
+usage: cargo xtask test [-- <cargo test arguments>]
+
+Runs `cargo test --workspace` against a PostgreSQL: DATABASE_URL when set, else the server at
+127.0.0.1:5432 (user postgres, no password), else a private cluster under target/sked-test-pg.
+SKED_XTASK_FORCE_PRIVATE_PG=1 always uses the private cluster.";
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    match args.next().as_deref().and_then(|a| a.to_str()) {
+        Some("test") => {
+            let mut rest: Vec<OsString> = args.collect();
+            if rest.first().is_some_and(|a| a == "--") {
+                rest.remove(0);
+            }
+            test(rest).await
+        }
+        Some("help" | "-h" | "--help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            if let Some(task) = other {
+                eprintln!("xtask: unknown task {task:?}");
+            }
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Where the tests' database comes from.
+enum Database {
+    Given(String),
+    Local,
+    Private(Cluster),
+}
+
+async fn test(cargo_args: Vec<OsString>) -> ExitCode {
+    let database = match choose_database().await {
+        Ok(d) => d,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let url = match &database {
+        Database::Given(url) => {
+            println!("xtask: tests use DATABASE_URL ({})", redact(url));
+            url.clone()
+        }
+        Database::Local => {
+            println!("xtask: tests use the PostgreSQL server at {LOCAL_URL}");
+            LOCAL_URL.to_owned()
+        }
+        Database::Private(cluster) => {
+            let url = cluster.url("postgres");
+            let how = if cluster.reused {
+                "already running"
+            } else {
+                "started"
+            };
+            println!(
+                "xtask: tests use a private PostgreSQL cluster ({how}) in {} at {url}",
+                cluster.data_dir.display()
+            );
+            for note in &cluster.notes {
+                println!("xtask: note: {note}");
+            }
+            url
+        }
+    };
+
+    // Ctrl-C reaches cargo and the tests too; this process waits for them to end and then
+    // stops the private cluster instead of dying first.
+    tokio::spawn(async {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("xtask: interrupted; waiting for cargo test to stop");
+        }
+    });
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = tokio::process::Command::new(cargo);
+    command
+        .arg("test")
+        .arg("--workspace")
+        .args(&cargo_args)
+        .env("DATABASE_URL", &url)
+        .current_dir(workspace_root());
+    // `cargo run` describes this package in the environment; build scripts that read those
+    // variables (ring's reads CARGO_MANIFEST_DIR) would see a change and rebuild every time.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(name);
+        }
+    }
+    let status = command.status().await;
+
+    if let Database::Private(cluster) = &database {
+        println!(
+            "xtask: stopping the private PostgreSQL cluster in {}",
+            cluster.data_dir.display()
+        );
+        if let Err(e) = cluster.stop().await {
+            eprintln!("xtask: stopping the private cluster failed: {e}");
+        }
+    }
+
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = s.code().or(s.signal().map(|sig| 128 + sig)).unwrap_or(1);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo test: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn choose_database() -> Result<Database, String> {
+    let forced = std::env::var_os("SKED_XTASK_FORCE_PRIVATE_PG").is_some_and(|v| v == "1");
+    if forced {
+        println!("xtask: SKED_XTASK_FORCE_PRIVATE_PG=1: using a private cluster");
+    } else {
+        if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+            return Ok(Database::Given(url));
+        }
+        match probe_local().await {
+            Ok(()) => return Ok(Database::Local),
+            Err(why) => println!("xtask: no usable PostgreSQL at {LOCAL_URL} ({why})"),
+        }
+    }
+    let bins = match PgBinaries::find(std::env::var_os("PATH").as_deref()) {
+        Ok(bins) => bins,
+        Err(e @ PgError::NotInstalled { .. }) => {
+            install_postgres(&e)?;
+            PgBinaries::find(std::env::var_os("PATH").as_deref()).map_err(|e| e.to_string())?
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let dir = target_dir().join("sked-test-pg");
+    println!(
+        "xtask: starting a private PostgreSQL cluster in {} (server binaries in {})",
+        dir.display(),
+        bins.dir.display()
+    );
+    let cluster = Cluster::start(&bins, &dir)
+        .await
+        .map_err(|e| format!("starting the private PostgreSQL cluster: {e}"))?;
+    Ok(Database::Private(cluster))
+}
+
+/// Succeeds when user `postgres` can log in to [`LOCAL_URL`] without a password.
+async fn probe_local() -> Result<(), String> {
+    let options: sqlx::postgres::PgConnectOptions =
+        LOCAL_URL.parse().map_err(|e: sqlx::Error| e.to_string())?;
+    let options = options.application_name("sked-xtask");
+    match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            conn.close().await.ok();
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+/// Installs the PostgreSQL server with apt-get on Debian/Ubuntu as root when `CI` is set;
+/// otherwise fails with instructions.
+fn install_postgres(not_found: &PgError) -> Result<(), String> {
+    let debian = Path::new("/etc/debian_version").exists();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    if !(debian && root && ci) {
+        return Err(how_to_install(not_found, debian));
+    }
+    println!(
+        "xtask: CI is set and the PostgreSQL server is missing: apt-get install -y postgresql"
+    );
+    for args in [
+        &["update", "-qq"][..],
+        &["install", "-y", "-qq", "postgresql"][..],
+    ] {
+        let status = std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("running apt-get: {e}"))?;
+        if !status.success() {
+            return Err(format!("`apt-get {}` failed ({status})", args.join(" ")));
+        }
+    }
+    Ok(())
+}
+
+/// The message when no server answers and no server binaries are installed.
+fn how_to_install(not_found: &PgError, debian: bool) -> String {
+    let hint = if debian {
+        "\n  On this machine: `sudo apt-get install -y postgresql` (as root with CI set, \
+         `cargo xtask test` runs it itself)."
+    } else {
+        ""
+    };
+    format!("the tests need PostgreSQL, and none answers at {LOCAL_URL}.\n  {not_found}{hint}")
+}
+
+/// True for the variables `cargo run` sets to describe the package it runs.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
+/// The workspace root (the parent of this crate's folder).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+        .to_path_buf()
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or `target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// The URL with its password, if any, replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_missing_server_message_says_how_to_install_it() {
+        let not_found = PgError::NotInstalled {
+            searched: "/usr/lib/postgresql/*/bin".into(),
+        };
+        let text = how_to_install(&not_found, true);
+        assert!(text.contains("apt-get install"), "{text}");
+        assert!(text.contains("DATABASE_URL"), "{text}");
+        assert!(text.contains("127.0.0.1:5432"), "{text}");
+    }
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres:///db"), "postgres:///db");
+    }
+}
