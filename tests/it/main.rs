@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod recovery;
 mod sql;
 mod support;
 mod worker;

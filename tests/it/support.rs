@@ -43,8 +43,13 @@ pub fn config(queues: &[&str]) -> WorkerConfig {
 }
 
 pub fn start_worker(db: &TestDb, config: WorkerConfig) -> TestWorker {
+    start_worker_on(&db.pool, config)
+}
+
+/// A worker on any pool (a database of a test's own PostgreSQL cluster, say).
+pub fn start_worker_on(pool: &PgPool, config: WorkerConfig) -> TestWorker {
     let stop = CancellationToken::new();
-    let handle = tokio::spawn(sked_worker::run(db.pool.clone(), config, stop.clone()));
+    let handle = tokio::spawn(sked_worker::run(pool.clone(), config, stop.clone()));
     TestWorker {
         stop,
         handle: Some(handle),
