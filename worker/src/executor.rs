@@ -209,20 +209,28 @@ async fn run_command(
             }
         }
     };
-    sink.flush().await;
+    // The logs are written before the result, so a finished task's log is complete; when
+    // the database is slow or away the result does not wait for them past a bound.
+    if tokio::time::timeout(Duration::from_secs(2), sink.flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the task's last output is not written yet; writing its result anyway");
+    }
     finished.stdout_tail = Some(report.stdout_tail);
     finished.stderr_tail = Some(report.stderr_tail);
     let ended = report.ended;
     if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path)
-        && status.success() {
-            match upload_output(ctx, &dir, output).await {
-                Ok(sha) => finished.output_sha256 = Some(sha),
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(e);
-                }
+        && status.success()
+    {
+        match upload_output(ctx, &dir, output).await {
+            Ok(sha) => finished.output_sha256 = Some(sha),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
             }
         }
+    }
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         tracing::warn!(error = %e, dir = %dir.display(), "could not remove the task's working directory");
     }

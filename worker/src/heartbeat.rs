@@ -61,9 +61,10 @@ impl Heartbeat {
 
     fn stop(&self, id: Uuid, attempt: i32, reason: StopReason) {
         if let Some((a, stopper)) = self.running.lock().expect("running map").get(&id)
-            && *a == attempt {
-                stopper.stop(reason);
-            }
+            && *a == attempt
+        {
+            stopper.stop(reason);
+        }
     }
 
     /// Refreshes the registry row and renews every held lease with one statement; stops
@@ -177,15 +178,16 @@ pub async fn listen(
                 Ok(Some(n)) => match n.channel() {
                     "sked_tasks"
                         if (n.payload().is_empty()
-                            || n.payload().split(',').any(|q| ours.contains(q)))
-                        => {
-                            wake.notify_one();
-                        }
+                            || n.payload().split(',').any(|q| ours.contains(q))) =>
+                    {
+                        wake.notify_one();
+                    }
                     "sked_cancel" => {
                         if let Ok(id) = n.payload().parse::<Uuid>()
-                            && running.lock().expect("running map").contains_key(&id) {
-                                cancel_check.notify_one();
-                            }
+                            && running.lock().expect("running map").contains_key(&id)
+                        {
+                            cancel_check.notify_one();
+                        }
                     }
                     _ => {}
                 },

@@ -43,8 +43,20 @@ pub enum WorkerError {
 }
 
 /// The attempts this worker runs now: task id -> (attempt, stopper). The main loop inserts
-/// and removes entries; the heartbeat only reads them and stops attempts.
+/// an entry at the claim and the attempt removes it when it ends; the heartbeat only reads
+/// entries and stops attempts.
 pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
+
+/// Removes an attempt from the running map when dropped.
+struct LeaveRunning(Running, Uuid);
+
+impl Drop for LeaveRunning {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.0.lock() {
+            running.remove(&self.1);
+        }
+    }
+}
 
 /// Most tasks claimed by one statement.
 const MAX_CLAIM: usize = 1000;
@@ -149,7 +161,7 @@ impl Worker {
     }
 
     async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        let mut tasks: JoinSet<Uuid> = JoinSet::new();
+        let mut tasks: JoinSet<()> = JoinSet::new();
         let mut want_claim = true;
         // The last claim filled every slot it asked for: more may be due right now.
         let mut saturated = false;
@@ -217,7 +229,7 @@ impl Worker {
         self.shut_down(tasks).await
     }
 
-    fn spawn(&self, tasks: &mut JoinSet<Uuid>, row: sked_db::task::TaskRow) {
+    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::task::TaskRow) {
         let stopper = Arc::new(Stopper::default());
         self.running
             .lock()
@@ -225,28 +237,27 @@ impl Worker {
             .insert(row.id, (row.attempt, stopper.clone()));
         let ctx = self.ctx.clone();
         let done = self.done.clone();
+        let running = self.running.clone();
         let span =
             tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
+                // Leaves the running map when the attempt ends, even by a panic: from then on
+                // the heartbeat no longer renews its lease, and the result is the completer's.
+                let leave = LeaveRunning(running, row.id);
                 tracing::debug!("attempt started");
                 let finished = executor::execute(&ctx, &row, stopper).await;
+                drop(leave);
                 let _ = done.send(finished);
-                row.id
             }
             .instrument(span),
         );
     }
 
-    fn reap(&self, joined: Result<Uuid, tokio::task::JoinError>) {
-        match joined {
-            Ok(id) => {
-                self.running.lock().expect("running map").remove(&id);
-            }
-            Err(e) => {
-                // A panic in an attempt is a bug; its task comes back when its lease expires.
-                tracing::error!(error = %e, "an attempt's task panicked");
-            }
+    fn reap(&self, joined: Result<(), tokio::task::JoinError>) {
+        if let Err(e) = joined {
+            // A panic in an attempt is a bug; its task comes back when its lease expires.
+            tracing::error!(error = %e, "an attempt's task panicked");
         }
     }
 
@@ -272,7 +283,7 @@ impl Worker {
             .mul_f64(rand::rng().random_range(0.9..1.1))
     }
 
-    async fn shut_down(self, mut tasks: JoinSet<Uuid>) -> Result<(), WorkerError> {
+    async fn shut_down(self, mut tasks: JoinSet<()>) -> Result<(), WorkerError> {
         tracing::info!(running = tasks.len(), grace = ?self.config.shutdown_grace,
             "shutting down: no more claims; waiting for running tasks");
         if let Err(e) = sked_db::worker::mark_stopping(&self.pool, self.id).await {
