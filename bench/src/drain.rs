@@ -61,12 +61,14 @@ async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
     let suffix = d.workload.to_lowercase();
     pg::with_db(&cfg.database_url, &suffix, async |db| {
         queue(db, &d).await?;
+        let before = pg::counters(&db.pool).await?;
         let started = Instant::now();
         let mut worker = WorkerProcess::spawn(&cfg.worker_bin, &db.url, d.concurrency)?;
         let measured = measure(cfg, db, &d, &mut worker, started).await;
         let stopped = worker.stop().await;
-        let (wall, cpu, peak_rss) = measured?;
+        let (wall, cpu, peak_rss, probes) = measured?;
         let log = stopped?;
+        let after = pg::counters(&db.pool).await?;
 
         let outcome = pg::outcome(&db.pool).await?;
         outcome.check(d.tasks, d.processes)?;
@@ -114,6 +116,20 @@ async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
                 cpu.machine_busy_cores,
                 None,
             ),
+            Sample::new(
+                w,
+                "DB: commits per task (approx.)",
+                "per task",
+                (after.commits - before.commits) as f64 / n,
+                None,
+            ),
+            Sample::new(
+                w,
+                "DB: claims per task (tasks_claimable scans less probes, approx.)",
+                "per task",
+                (after.claimable_scans - before.claimable_scans - probes) as f64 / n,
+                None,
+            ),
         ];
         if let Some(hwm) = peak_rss {
             out.push(Sample::new(w, "worker peak RSS (VmHWM)", "MB", hwm, None));
@@ -138,20 +154,22 @@ async fn queue(db: &BenchDb, d: &Drain) -> Result<()> {
 }
 
 /// Polls every 50 ms until every task is finished; returns the wall time since `started`,
-/// the CPU used meanwhile and (for W2) the worker's peak RSS in MB.
+/// the CPU used meanwhile, (for W2) the worker's peak RSS in MB, and the number of probes.
 async fn measure(
     cfg: &Config,
     db: &BenchDb,
     d: &Drain,
     worker: &mut WorkerProcess,
     started: Instant,
-) -> Result<(f64, crate::process::CpuUse, Option<f64>)> {
+) -> Result<(f64, crate::process::CpuUse, Option<f64>, i64)> {
     let before = CpuSnapshot::take(worker.pid(), &db.name);
+    let mut probes = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         worker.check_alive()?;
+        probes += 1;
         if pg::all_finished(&db.pool).await? {
             break;
         }
@@ -170,5 +188,5 @@ async fn measure(
     } else {
         Some(worker.memory_mb("VmHWM")?)
     };
-    Ok((wall, before.until(&after), peak))
+    Ok((wall, before.until(&after), peak, probes))
 }

@@ -203,3 +203,29 @@ impl Outcome {
         Ok(())
     }
 }
+
+/// Cumulative statistics counters of the current database, for "work per task" figures.
+/// Backends report them when their transaction ends (at most once a second) and when they
+/// exit, so read them after the worker has stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct Counters {
+    pub commits: i64,
+    /// Index scans of tasks_claimable: one per claim (and one per probe of [`all_finished`]).
+    pub claimable_scans: i64,
+}
+
+pub async fn counters(pool: &PgPool) -> Result<Counters> {
+    // Make this backend's own pending counts visible, then read a fresh snapshot.
+    pool.execute("select pg_stat_clear_snapshot()").await?;
+    let (commits, claimable_scans): (i64, i64) = sqlx::query_as(
+        "select (select xact_commit from pg_stat_database where datname = current_database()),
+                coalesce((select idx_scan from pg_stat_user_indexes
+                           where schemaname = 'sked' and indexrelname = 'tasks_claimable'), 0)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Counters {
+        commits,
+        claimable_scans,
+    })
+}

@@ -145,6 +145,7 @@ pub fn format_value(v: f64, unit: &str) -> String {
         "MB" => format!("{v:.1} MB"),
         "s" => format!("{v:.2} s"),
         "cores" => format!("{v:.2} cores"),
+        "per task" => format!("{v:.2} per task"),
         _ => format!("{v:.3} {unit}"),
     }
 }
