@@ -61,6 +61,9 @@ impl Drop for LeaveRunning {
 /// Most tasks claimed by one statement.
 const MAX_CLAIM: usize = 1000;
 
+/// Longest a worker with free slots defers a claim to gather a batch.
+const CLAIM_WINDOW: Duration = Duration::from_millis(5);
+
 /// Runs a worker until `shutdown` is cancelled, then stops claiming, lets running tasks
 /// finish within the grace period, kills and hands back the rest, and deregisters.
 pub async fn run(
@@ -167,60 +170,77 @@ impl Worker {
         let mut saturated = false;
         let mut next_due: Option<Instant> = None;
         let mut next_poll = Instant::now() + self.jittered_poll();
+        // Claims wait until a quarter of the slots is free, or at most CLAIM_WINDOW after
+        // the first wish to claim: a busy worker claims in batches, not one task per slot.
+        let batch = (self.config.concurrency / 4).clamp(1, MAX_CLAIM / 4);
+        let mut claim_at: Option<Instant> = None;
 
         loop {
             let free = self.config.concurrency.saturating_sub(tasks.len());
             if want_claim && free > 0 {
-                want_claim = false;
-                let asked = free.min(MAX_CLAIM);
-                match sked_db::worker::claim(
-                    &self.pool,
-                    self.id,
-                    &self.config.queues,
-                    &self.config.labels,
-                    asked as i32,
-                    self.config.lease,
-                )
-                .await
-                {
-                    Ok(rows) => {
-                        saturated = rows.len() == asked;
-                        for row in rows {
-                            self.spawn(&mut tasks, row);
+                let window_over = claim_at.is_some_and(|at| at <= Instant::now());
+                if free < batch && !window_over {
+                    claim_at.get_or_insert_with(|| Instant::now() + CLAIM_WINDOW);
+                } else {
+                    want_claim = false;
+                    claim_at = None;
+                    let asked = free.min(MAX_CLAIM);
+                    match sked_db::worker::claim(
+                        &self.pool,
+                        self.id,
+                        &self.config.queues,
+                        &self.config.labels,
+                        asked as i32,
+                        self.config.lease,
+                    )
+                    .await
+                    {
+                        Ok(rows) => {
+                            saturated = rows.len() == asked;
+                            for row in rows {
+                                self.spawn(&mut tasks, row);
+                            }
+                            if saturated {
+                                want_claim = tasks.len() < self.config.concurrency;
+                                next_due = None;
+                            } else {
+                                next_due = self.next_due().await;
+                            }
                         }
-                        if saturated {
-                            want_claim = tasks.len() < self.config.concurrency;
-                            next_due = None;
-                        } else {
-                            next_due = self.next_due().await;
+                        Err(e) => {
+                            tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
+                            saturated = false;
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
-                        saturated = false;
+                    if want_claim {
+                        continue;
                     }
-                }
-                if want_claim {
-                    continue;
                 }
             }
 
-            let wake_at = match next_due {
-                Some(due) if due < next_poll => due,
-                _ => next_poll,
-            };
+            let wake_at = [next_due, claim_at]
+                .into_iter()
+                .flatten()
+                .fold(next_poll, Instant::min);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                     self.reap(joined);
+                    // Take every other attempt that has ended too, then decide once.
+                    while let Some(joined) = tasks.try_join_next() {
+                        self.reap(joined);
+                    }
                     want_claim |= saturated;
                 }
                 _ = self.wake.notified() => want_claim = true,
                 _ = tokio::time::sleep_until(wake_at) => {
-                    want_claim = true;
-                    if wake_at == next_poll {
-                        next_poll = Instant::now() + self.jittered_poll();
-                    } else {
+                    let now = Instant::now();
+                    if next_poll <= now {
+                        want_claim = true;
+                        next_poll = now + self.jittered_poll();
+                    }
+                    if next_due.is_some_and(|due| due <= now) {
+                        want_claim = true;
                         next_due = None;
                     }
                 }
