@@ -112,6 +112,8 @@ create table sked.tasks (
   constraint tasks_running_requires_worker_and_lease
     check (state <> 'running' or (worker_id is not null and lease_expires_at is not null
                                   and started_at is not null and attempt >= 1)),
+  constraint tasks_lease_is_set_iff_running
+    check ((state = 'running') = (lease_expires_at is not null)),
   constraint tasks_finished_at_is_set_iff_state_is_final
     check ((state in ('succeeded', 'failed', 'cancelled')) = (finished_at is not null)),
   constraint tasks_unstarted_task_must_be_blocked_waiting_or_cancelled
@@ -127,9 +129,12 @@ create index tasks_claimable on sked.tasks (queue, priority desc, next_run_at)
 -- When does the next task of a queue become due? (Workers sleep until then.)
 create index tasks_due on sked.tasks (queue, next_run_at)
   where state in ('waiting', 'retry');
--- Rescue of tasks whose worker stopped renewing its lease.
-create index tasks_running_lease on sked.tasks (lease_expires_at)
-  where state = 'running';
+-- Rescue of tasks whose worker stopped renewing its lease. A lease exists exactly while a
+-- task runs (tasks_lease_is_set_iff_running); the predicate names the lease rather than the
+-- state so that fenced updates by id (`… and state = 'running'`) are never planned through
+-- this index, which would walk every running task for each row of a batch.
+create index tasks_lease on sked.tasks (lease_expires_at)
+  where lease_expires_at is not null;
 -- An idempotency key names at most one unfinished task per owner.
 create unique index tasks_idempotency_key_unfinished on sked.tasks (owner, idempotency_key)
   where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry');

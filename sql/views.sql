@@ -22,5 +22,6 @@ create or replace view sked.queue_counts as
 -- Workers with their liveness: alive while the heartbeat is younger than the lease.
 create or replace view sked.worker_status as
   select w.*, (w.heartbeat_at + w.lease > now()) as alive,
-         (select count(*) from sked.tasks t where t.state = 'running' and t.worker_id = w.id) as running
+         (select count(*) from sked.tasks t
+           where t.lease_expires_at is not null and t.state = 'running' and t.worker_id = w.id) as running
     from sked.workers w;

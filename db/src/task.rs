@@ -265,6 +265,10 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<TaskRow>> {
         // A literal from a fixed set of names (not user text), so that a cached generic plan
         // can still use the partial indexes whose predicates name states.
         q.push(" and state = '").push(state.as_str()).push("'");
+        if state == TaskState::Running {
+            // Running tasks are exactly those with a lease: this uses the small lease index.
+            q.push(" and lease_expires_at is not null");
+        }
     }
     if let Some(queue) = &f.queue {
         q.push(" and queue = ").push_bind(queue);

@@ -55,6 +55,10 @@ async fn bad_rows_are_rejected_with_a_readable_message_and_leave_nothing() {
         ),
         (
             "(command, state) values (array['true'], 'running')",
+            "tasks_lease_is_set_iff_running",
+        ),
+        (
+            "(command, state, lease_expires_at) values (array['true'], 'running', now())",
             "tasks_running_requires_worker_and_lease",
         ),
         (

@@ -1,8 +1,9 @@
 //! Writes finished attempts in batches: one `sked.tasks_finish` statement for every batch of
 //! results that arrived while the previous one was being written. An attempt the database
 //! does not accept lost its lease (its task was rescued or cancelled); that is logged and
-//! its result discarded, never retried.
+//! its result discarded, never retried. Every written (or given-up) result frees its slot.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sked_db::worker::Finished;
@@ -12,16 +13,20 @@ use tokio::sync::mpsc;
 /// Most results written by one statement.
 const MAX_BATCH: usize = 2000;
 
-pub fn start(pool: PgPool) -> (mpsc::UnboundedSender<Finished>, tokio::task::JoinHandle<()>) {
+pub fn start(
+    pool: PgPool,
+    slots: Arc<crate::Slots>,
+) -> (mpsc::UnboundedSender<Finished>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(pool, rx)))
+    (tx, tokio::spawn(run(pool, rx, slots)))
 }
 
 /// Runs until every sender is dropped and everything received is written.
-async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Finished>) {
+async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Finished>, slots: Arc<crate::Slots>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         write(&pool, &batch).await;
+        slots.release(batch.len());
         batch.clear();
     }
 }

@@ -47,6 +47,31 @@ pub enum WorkerError {
 /// entries and stops attempts.
 pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
 
+/// The worker's slots: an attempt holds one from its claim until its result is written, so
+/// a worker never has more than `concurrency` attempts running or waiting to be written, and
+/// claims never outrun the database's acknowledgements.
+#[derive(Debug, Default)]
+pub struct Slots {
+    held: std::sync::atomic::AtomicUsize,
+    /// Notified whenever slots are released.
+    pub released: Notify,
+}
+
+impl Slots {
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn take(&self, n: usize) {
+        self.held.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub fn release(&self, n: usize) {
+        self.held.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+        self.released.notify_one();
+    }
+}
+
 /// Removes an attempt from the running map when dropped.
 struct LeaveRunning(Running, Uuid);
 
@@ -84,6 +109,7 @@ struct Worker {
     running: Running,
     wake: Arc<Notify>,
     done: tokio::sync::mpsc::UnboundedSender<sked_db::worker::Finished>,
+    slots: Arc<Slots>,
     completer: tokio::task::JoinHandle<()>,
     logs: tokio::task::JoinHandle<()>,
     services_stop: CancellationToken,
@@ -117,7 +143,8 @@ impl Worker {
             concurrency = config.concurrency, "worker started");
 
         let (logs_handle, logs_writer) = logs::start(pool.clone(), config.log_flush);
-        let (done, completer) = completer::start(pool.clone());
+        let slots = Arc::new(Slots::default());
+        let (done, completer) = completer::start(pool.clone(), slots.clone());
         let ctx = Arc::new(Context {
             pool: pool.clone(),
             logs: logs_handle,
@@ -156,6 +183,7 @@ impl Worker {
             running,
             wake,
             done,
+            slots,
             completer,
             logs: logs_writer,
             services_stop,
@@ -176,7 +204,7 @@ impl Worker {
         let mut claim_at: Option<Instant> = None;
 
         loop {
-            let free = self.config.concurrency.saturating_sub(tasks.len());
+            let free = self.config.concurrency.saturating_sub(self.slots.held());
             if want_claim && free > 0 {
                 let window_over = claim_at.is_some_and(|at| at <= Instant::now());
                 if free < batch && !window_over {
@@ -197,11 +225,12 @@ impl Worker {
                     {
                         Ok(rows) => {
                             saturated = rows.len() == asked;
+                            self.slots.take(rows.len());
                             for row in rows {
                                 self.spawn(&mut tasks, row);
                             }
                             if saturated {
-                                want_claim = tasks.len() < self.config.concurrency;
+                                want_claim = self.slots.held() < self.config.concurrency;
                                 next_due = None;
                             } else {
                                 next_due = self.next_due().await;
@@ -224,14 +253,8 @@ impl Worker {
                 .fold(next_poll, Instant::min);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                    self.reap(joined);
-                    // Take every other attempt that has ended too, then decide once.
-                    while let Some(joined) = tasks.try_join_next() {
-                        self.reap(joined);
-                    }
-                    want_claim |= saturated;
-                }
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => self.reap(joined),
+                _ = self.slots.released.notified() => want_claim |= saturated,
                 _ = self.wake.notified() => want_claim = true,
                 _ = tokio::time::sleep_until(wake_at) => {
                     let now = Instant::now();
@@ -276,8 +299,10 @@ impl Worker {
 
     fn reap(&self, joined: Result<(), tokio::task::JoinError>) {
         if let Err(e) = joined {
-            // A panic in an attempt is a bug; its task comes back when its lease expires.
+            // A panic in an attempt is a bug; its task comes back when its lease expires. It
+            // sent no result, so its slot is released here.
             tracing::error!(error = %e, "an attempt's task panicked");
+            self.slots.release(1);
         }
     }
 
