@@ -1,6 +1,11 @@
 -- The worker functions of the SQL contract: registry, claim, finish, heartbeat and rescue.
 -- Every transition after the claim is fenced by (id, state = 'running', attempt): a worker
 -- whose lease was taken over changes nothing, and learns so from the rows not returned.
+--
+-- Planner note: the hot-path functions run with `enable_seqscan = off`. Their statements
+-- address rows by primary key or walk a partial index, but the statistics of a queue table
+-- go stale within seconds (a table analysed while nothing ran says "no task is running"),
+-- and a plan built on them may scan the whole table once per row of a batch.
 
 -- Register (or re-register) a worker.
 create or replace function sked.worker_register(
@@ -36,14 +41,17 @@ create or replace function sked.tasks_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
   p_now timestamptz default now())
 returns setof sked.tasks
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off -- see the note at the top of this file
+as $$
 begin
   if cardinality(p_queues) = 1 then
     return query
     with picked as (
       select t.id from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
-         and t.next_run_at <= p_now and t.labels <@ p_labels
+         and t.next_run_at <= p_now
+         and (t.labels = '{}' or t.labels <@ p_labels)
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -59,7 +67,8 @@ begin
     with picked as (
       select t.id from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
-         and t.next_run_at <= p_now and t.labels <@ p_labels
+         and t.next_run_at <= p_now
+         and (t.labels = '{}' or t.labels <@ p_labels)
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -118,7 +127,9 @@ create or replace function sked.tasks_finish(
   p_errors text[], p_stdout_tails text[], p_stderr_tails text[], p_output_sha256 text[],
   p_now timestamptz default now())
 returns table (id uuid, state text)
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off -- see the note at the top of this file
+as $$
 declare
   ids uuid[];
   states text[];
@@ -186,7 +197,9 @@ create or replace function sked.tasks_renew_leases(
   p_worker uuid, p_ids uuid[], p_attempts integer[], p_lease interval,
   p_now timestamptz default now())
 returns table (id uuid, attempt integer, cancel_requested boolean)
-language sql as $$
+language sql
+set enable_seqscan = off -- see the note at the top of this file
+as $$
   update sked.tasks t set lease_expires_at = p_now + p_lease
     from unnest(p_ids, p_attempts) as u(id, attempt)
    where t.id = u.id and t.attempt = u.attempt and t.state = 'running' and t.worker_id = p_worker
@@ -197,7 +210,9 @@ $$;
 -- worker runs tasks; the sked_cancel notification makes it faster).
 create or replace function sked.tasks_cancel_requested(p_ids uuid[], p_attempts integer[])
 returns table (id uuid, attempt integer)
-language sql stable as $$
+language sql stable
+set enable_seqscan = off -- see the note at the top of this file
+as $$
   select t.id, t.attempt from sked.tasks t
     join unnest(p_ids, p_attempts) as u(id, attempt) on t.id = u.id and t.attempt = u.attempt
    where t.state = 'running' and t.cancel_requested_at is not null
@@ -209,7 +224,9 @@ $$;
 -- Safe to run from any number of processes at once (SKIP LOCKED).
 create or replace function sked.tasks_rescue(p_now timestamptz default now(), p_limit integer default 1000)
 returns table (id uuid, state text)
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off -- see the note at the top of this file
+as $$
 declare
   ids uuid[];
   states text[];
