@@ -253,7 +253,13 @@ impl Worker {
                 .fold(next_poll, Instant::min);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => self.reap(joined),
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    self.reap(joined);
+                    // Reap every other ended attempt too: each holds its task row until then.
+                    while let Some(joined) = tasks.try_join_next() {
+                        self.reap(joined);
+                    }
+                }
                 _ = self.slots.released.notified() => want_claim |= saturated,
                 _ = self.wake.notified() => want_claim = true,
                 _ = tokio::time::sleep_until(wake_at) => {
