@@ -192,3 +192,28 @@ begin
   return result;
 end
 $$;
+
+-- Retention: delete finished tasks (succeeded, failed, cancelled) that finished before
+-- `p_before`, with their attempts and logs, at most `p_limit` tasks per call (call again
+-- until it returns 0). Unfinished tasks are never touched. Returns the tasks deleted.
+create or replace function sked.tasks_prune(p_before timestamptz, p_limit integer default 10000)
+returns integer
+language plpgsql as $$
+declare
+  deleted integer;
+begin
+  with doomed as (
+    select t.id from sked.tasks t
+     where t.finished_at < p_before and t.state in ('succeeded', 'failed', 'cancelled')
+     limit p_limit
+     for update skip locked
+  ), logs as (
+    delete from sked.task_logs l using doomed d where l.task_id = d.id
+  ), attempts as (
+    delete from sked.task_attempts a using doomed d where a.task_id = d.id
+  )
+  delete from sked.tasks t using doomed d where t.id = d.id;
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$$;

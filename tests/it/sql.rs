@@ -588,3 +588,45 @@ async fn schema_check_refuses_older_and_newer_databases() {
         "a newer schema is refused: {err}"
     );
 }
+
+#[tokio::test]
+async fn pruning_deletes_old_finished_tasks_with_their_history_and_nothing_else() {
+    let db = TestDb::new().await;
+    let old = insert(&db.pool, "(command) values (array['true'])").await;
+    let waiting = insert(&db.pool, "(command) values (array['true'])").await;
+    sqlx::query("select sked.task_cancel($1)")
+        .bind(old)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into sked.task_logs (task_id, attempt, stream, data) values ($1, 1, 'stdout', 'x')",
+    )
+    .bind(old)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let none: i32 = sqlx::query_scalar("select sked.tasks_prune(now() - interval '1 day')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        none, 0,
+        "a task finished just now is younger than the cut-off"
+    );
+    let pruned: i32 = sqlx::query_scalar("select sked.tasks_prune(now() + interval '1 second')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 1, "only the finished task goes");
+    let left: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, vec![waiting], "unfinished tasks are never pruned");
+    let logs: i64 = sqlx::query_scalar("select count(*) from sked.task_logs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(logs, 0, "the pruned task's logs go with it");
+}
