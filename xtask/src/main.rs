@@ -127,7 +127,7 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
             command.env_remove(name);
         }
     }
-    let status = command.status().await;
+    let status = run_counting(command).await;
 
     if let Database::Private(cluster) = &database {
         println!(
@@ -307,5 +307,78 @@ mod tests {
         );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("postgres:///db"), "postgres:///db");
+    }
+}
+
+/// Runs `cargo test`, passing its output through, and prints one closing line with the
+/// totals of every test binary's `test result:` line (`tests: N passed, M failed, K
+/// ignored`), so the last word on the run is the whole suite, not its last binary.
+async fn run_counting(
+    mut command: tokio::process::Command,
+) -> std::io::Result<std::process::ExitStatus> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    command.stdout(std::process::Stdio::piped());
+    let mut child = command.spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut totals = Totals::default();
+    while let Some(line) = lines.next_line().await? {
+        println!("{line}");
+        totals.add(&line);
+    }
+    let status = child.wait().await?;
+    println!(
+        "tests: {} passed, {} failed, {} ignored",
+        totals.passed, totals.failed, totals.ignored
+    );
+    Ok(status)
+}
+
+/// Sums of the `test result: ok. 3 passed; 0 failed; 1 ignored; …` lines.
+#[derive(Debug, Default, PartialEq)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Totals {
+    fn add(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split(['.', ';']) {
+            let mut words = part.split_whitespace();
+            if let (Some(n), Some(what)) = (words.next(), words.next()) {
+                let Ok(n) = n.parse::<u64>() else { continue };
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    "ignored" => self.ignored += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod totals_tests {
+    use super::Totals;
+
+    #[test]
+    fn result_lines_add_up() {
+        let mut t = Totals::default();
+        t.add("test result: ok. 51 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 22.37s");
+        t.add("test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s");
+        t.add("running 4 tests");
+        assert_eq!(
+            t,
+            Totals {
+                passed: 54,
+                failed: 1,
+                ignored: 2
+            }
+        );
     }
 }
