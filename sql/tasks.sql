@@ -2,13 +2,100 @@
 -- insert notification. Applications call these by name; see docs/sql.md.
 -- Every function that reads the clock takes it as `p_now`/`now_` so tests can move time.
 
+-- The first rule about what a task runs that these values break, or null when they break
+-- none. One CASE expression, so the planner inlines it into the set-based checks below.
+create or replace function sked.task_rule_broken(
+  command text[], args text[], labels text[], queue text, env jsonb, artifact_url text,
+  artifact_sha256 text)
+returns text
+language sql immutable parallel safe as $$
+  select case
+    when command is not null
+         and (cardinality(command) = 0 or command[1] = '' or array_position(command, null) is not null)
+      then 'tasks_command_must_not_be_empty'
+    when array_position(args, null) is not null then 'tasks_args_must_not_contain_null'
+    when array_position(labels, null) is not null then 'tasks_labels_must_not_contain_null'
+    when not (length(queue) between 1 and 64
+              and ltrim(queue, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-') = ''
+              and ltrim(left(queue, 1), '_.:-') <> '')
+      then 'tasks_queue_name_must_be_1_to_64_word_characters'
+    when env <> '{}'::jsonb and not sked.env_is_valid(env) then 'tasks_env_must_be_an_object_of_strings'
+    when artifact_url is not null and artifact_url !~ '^(file:///|https?://|pg:)'
+      then 'tasks_artifact_url_scheme_must_be_file_http_https_or_pg'
+    when artifact_sha256 is not null and artifact_sha256 !~ '^[0-9a-f]{64}$'
+      then 'tasks_artifact_sha256_must_be_64_lowercase_hex'
+    when artifact_url like 'pg:%' and artifact_url <> 'pg:' || artifact_sha256
+      then 'tasks_pg_artifact_url_must_name_its_sha256'
+  end
+$$;
+
+-- Raises check_violation for a broken rule, naming it as the constraint (as a CHECK
+-- constraint would), with a sentence for people.
+create or replace function sked.task_rule_raise(rule text, queue text) returns void
+language plpgsql as $$
+declare
+  says text := case rule
+    when 'tasks_command_must_not_be_empty' then
+      'command must be a non-empty array whose first element (the program) is not empty, without nulls'
+    when 'tasks_args_must_not_contain_null' then 'args must not contain null'
+    when 'tasks_labels_must_not_contain_null' then 'labels must not contain null'
+    when 'tasks_queue_name_must_be_1_to_64_word_characters' then
+      format('queue %L must be 1 to 64 characters of A-Z, a-z, 0-9, _ . : - starting with a letter or digit', queue)
+    when 'tasks_env_must_be_an_object_of_strings' then
+      'env must be a JSON object whose values are strings (names not empty, without =)'
+    when 'tasks_artifact_url_scheme_must_be_file_http_https_or_pg' then
+      'artifact_url must start with file:///, http://, https:// or pg:'
+    when 'tasks_artifact_sha256_must_be_64_lowercase_hex' then
+      'artifact_sha256 must be 64 lowercase hexadecimal digits'
+    when 'tasks_pg_artifact_url_must_name_its_sha256' then
+      'an artifact stored in Postgres is named pg:<artifact_sha256>'
+    else rule end;
+begin
+  raise exception 'sked.tasks: % (%)', says, rule
+    using errcode = 'check_violation', constraint = rule, table = 'tasks', schema = 'sked';
+end
+$$;
+
+-- Inserts (INSERT, COPY, the submit functions) are checked once per statement over all new
+-- rows, which costs far less per row than a row trigger; an update that changes one of these
+-- columns is checked row by row. Claims, finishes and heartbeats change none of them and
+-- pay nothing, unlike CHECK constraints, which every update of a row evaluates.
+create or replace function sked.tasks_before_update_validate() returns trigger
+language plpgsql as $$
+declare
+  rule text := sked.task_rule_broken(new.command, new.args, new.labels, new.queue, new.env,
+                                     new.artifact_url, new.artifact_sha256);
+begin
+  if rule is not null then
+    perform sked.task_rule_raise(rule, new.queue);
+  end if;
+  return new;
+end
+$$;
+
+create or replace trigger tasks_before_update_validate
+  before update of command, args, labels, queue, env, artifact_url, artifact_sha256
+  on sked.tasks
+  for each row execute function sked.tasks_before_update_validate();
+
 -- One small notification per statement (never per row): the distinct queues that received
 -- claimable tasks. A per-row NOTIFY would serialise commits and cap insert throughput.
+-- The same statement trigger first checks the new rows' rules (see above).
 create or replace function sked.tasks_after_insert_notify() returns trigger
 language plpgsql as $$
 declare
   queues text;
+  broken record;
 begin
+  select b.rule, b.queue into broken
+    from (select sked.task_rule_broken(n.command, n.args, n.labels, n.queue, n.env,
+                                       n.artifact_url, n.artifact_sha256) as rule, n.queue
+            from new_rows n) b
+   where b.rule is not null
+   limit 1;
+  if found then
+    perform sked.task_rule_raise(broken.rule, broken.queue);
+  end if;
   select string_agg(distinct queue, ',') into queues from new_rows where state in ('waiting', 'retry');
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
