@@ -59,11 +59,16 @@ impl Heartbeat {
             .collect()
     }
 
-    fn stop(&self, id: Uuid, attempt: i32, reason: StopReason) {
-        if let Some((a, stopper)) = self.running.lock().expect("running map").get(&id)
-            && *a == attempt
-        {
-            stopper.stop(reason);
+    /// Stops the attempt if it still runs here; false when it has ended meanwhile (an
+    /// attempt leaves the running map before its result is written, so an attempt missing
+    /// from the database but still in the map really lost its lease).
+    fn stop(&self, id: Uuid, attempt: i32, reason: StopReason) -> bool {
+        match self.running.lock().expect("running map").get(&id) {
+            Some((a, stopper)) if *a == attempt => {
+                stopper.stop(reason);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -95,9 +100,10 @@ impl Heartbeat {
             Ok(kept) => {
                 let kept_ids: HashSet<(Uuid, i32)> = kept.iter().map(|k| (k.0, k.1)).collect();
                 for (id, attempt) in held {
-                    if !kept_ids.contains(&(id, attempt)) {
+                    if !kept_ids.contains(&(id, attempt))
+                        && self.stop(id, attempt, StopReason::LeaseLost)
+                    {
                         tracing::warn!(%id, attempt, "lost the lease: stopping the attempt");
-                        self.stop(id, attempt, StopReason::LeaseLost);
                     }
                 }
                 for (id, attempt, cancel) in kept {
