@@ -363,10 +363,15 @@ fn print_banner(
             secret.to_owned()
         }
         None => {
-            out.push_str(
+            let db = if cluster.is_some() {
+                format!("DATABASE_URL={url} ")
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
                 "  Admin token:   one exists already (it was shown when it was created);\n\
-                 \x20                create another with: sked token create --owner admin --role admin\n",
-            );
+                 \x20                create another with: {db}sked token create --owner admin --role admin\n",
+            ));
             "<your token>".to_owned()
         }
     };
