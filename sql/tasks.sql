@@ -184,7 +184,22 @@ begin
                                         artifact_url text, artifact_sha256 text,
                                         output_path text, kind text, backoff_base interval,
                                         backoff_max interval)
-  ), inserted as (
+  ), plain as (
+    -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
+    -- speculative insertion that ON CONFLICT needs for every row.
+    insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
+                                 max_attempts, timeout, owner, idempotency_key, labels,
+                                 artifact_url, artifact_sha256, output_path, kind,
+                                 backoff_base, backoff_max)
+    select i.new_id, i.command, coalesce(i.args, '{}'), coalesce(i.queue, 'default'),
+           coalesce(i.priority, 0), i.input, coalesce(i.env, '{}'),
+           coalesce(i.run_at, now()) + coalesce(i.delay, interval '0'),
+           coalesce(i.max_attempts, 3), i.timeout, coalesce(i.owner, owner_),
+           null, coalesce(i.labels, '{}'), i.artifact_url, i.artifact_sha256,
+           i.output_path, coalesce(i.kind, 'command'), coalesce(i.backoff_base, interval '1 second'),
+           coalesce(i.backoff_max, interval '1 hour')
+      from input i where i.idempotency_key is null order by i.ord
+  ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
                                  max_attempts, timeout, owner, idempotency_key, labels,
                                  artifact_url, artifact_sha256, output_path, kind,
@@ -196,7 +211,7 @@ begin
            i.idempotency_key, coalesce(i.labels, '{}'), i.artifact_url, i.artifact_sha256,
            i.output_path, coalesce(i.kind, 'command'), coalesce(i.backoff_base, interval '1 second'),
            coalesce(i.backoff_max, interval '1 hour')
-      from input i order by i.ord
+      from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
       do nothing
@@ -204,15 +219,17 @@ begin
   )
   -- A row skipped by its idempotency key answers with the task that holds the key: one
   -- inserted earlier in this batch, or an unfinished one already in the table.
-  select coalesce(
-           ins.id,
-           (select d.id from inserted d
-             where d.owner = coalesce(i.owner, owner_) and d.idempotency_key = i.idempotency_key),
-           (select t.id from sked.tasks t
-             where t.owner = coalesce(i.owner, owner_) and t.idempotency_key = i.idempotency_key
-               and t.state in ('blocked', 'waiting', 'running', 'retry')))
+  select case
+           when i.idempotency_key is null then i.new_id
+           else coalesce(
+             (select d.id from keyed d where d.id = i.new_id),
+             (select d.id from keyed d
+               where d.owner = coalesce(i.owner, owner_) and d.idempotency_key = i.idempotency_key),
+             (select t.id from sked.tasks t
+               where t.owner = coalesce(i.owner, owner_) and t.idempotency_key = i.idempotency_key
+                 and t.state in ('blocked', 'waiting', 'running', 'retry')))
+         end
     from input i
-    left join inserted ins on ins.id = i.new_id
    order by i.ord;
 end
 $$;
