@@ -37,6 +37,24 @@ impl ApiArgs {
 pub enum TokenCommand {
     /// Create an API token and print its secret (shown only this once).
     Create(TokenCreateArgs),
+    /// List API tokens (ids, owners, roles; never secrets).
+    List(TokenListArgs),
+    /// Revoke an API token by id; it is refused from the next request on.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TokenListArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TokenRevokeArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Id of the token, as `sked token list` shows it.
+    id: uuid::Uuid,
 }
 
 #[derive(Debug, clap::Args)]
@@ -191,7 +209,11 @@ pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
 }
 
 pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
-    let TokenCommand::Create(args) = cmd;
+    let args = match cmd {
+        TokenCommand::Create(args) => args,
+        TokenCommand::List(args) => return token_list(args).await,
+        TokenCommand::Revoke(args) => return token_revoke(args).await,
+    };
     let role = Role::parse(&args.role)?;
     if args.owner.trim().is_empty() {
         bail!("--owner must not be empty");
@@ -208,6 +230,47 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
         args.owner
     );
     println!("{secret}");
+    Ok(())
+}
+
+async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
+    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
+        .await
+        .context("connecting to the database")?;
+    sked_db::check_schema(&pool).await?;
+    let tokens = sked_db::token::list(&pool).await?;
+    pool.close().await;
+    println!(
+        "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  NAME",
+        "ID", "OWNER", "ROLE", "CREATED", "REVOKED"
+    );
+    for t in tokens {
+        println!(
+            "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {}",
+            t.id,
+            t.owner,
+            t.role,
+            t.created_at.format("%Y-%m-%d %H:%M:%S"),
+            t.revoked_at
+                .map(|r| r.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_else(|| "-".into()),
+            t.name
+        );
+    }
+    Ok(())
+}
+
+async fn token_revoke(args: TokenRevokeArgs) -> anyhow::Result<()> {
+    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
+        .await
+        .context("connecting to the database")?;
+    sked_db::check_schema(&pool).await?;
+    let revoked = sked_db::token::revoke(&pool, args.id).await?;
+    pool.close().await;
+    if !revoked {
+        bail!("no active token has id {}", args.id);
+    }
+    eprintln!("Revoked token {}.", args.id);
     Ok(())
 }
 

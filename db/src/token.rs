@@ -96,3 +96,35 @@ pub async fn admin_exists(pool: &PgPool) -> Result<bool> {
     .fetch_one(pool)
     .await?)
 }
+
+/// A token as listed: never its secret.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TokenInfo {
+    pub id: uuid::Uuid,
+    pub owner: String,
+    pub role: String,
+    pub name: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Every token, oldest first.
+pub async fn list(pool: &PgPool) -> Result<Vec<TokenInfo>> {
+    Ok(sqlx::query_as(
+        "select id, owner, role, name, created_at, revoked_at from sked.api_tokens order by created_at",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Revokes a token by id; false when no unrevoked token has that id. A revoked token is
+/// refused from the next request on.
+pub async fn revoke(pool: &PgPool, id: uuid::Uuid) -> Result<bool> {
+    let done = sqlx::query(
+        "update sked.api_tokens set revoked_at = now() where id = $1 and revoked_at is null",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

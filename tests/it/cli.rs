@@ -92,6 +92,46 @@ async fn token_create_prints_a_secret_that_authenticates() {
         .expect("the printed token authenticates");
     assert_eq!(principal.owner, "alice");
     assert_eq!(principal.role, Role::User);
+
+    // `token list` shows the token (never its secret); `token revoke` ends it.
+    let out = output(sked().args(["token", "list"]).env("DATABASE_URL", &db.url)).await;
+    assert!(out.status.success(), "token list should succeed: {out:?}");
+    let listing = text(&out.stdout);
+    assert!(
+        listing.contains("alice") && listing.contains("laptop"),
+        "{listing}"
+    );
+    assert!(!listing.contains(&secret), "a listing never shows secrets");
+    let id = listing
+        .lines()
+        .find(|l| l.contains("alice"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("a row for alice")
+        .to_owned();
+    let out = output(
+        sked()
+            .args(["token", "revoke", &id])
+            .env("DATABASE_URL", &db.url),
+    )
+    .await;
+    assert!(out.status.success(), "token revoke should succeed: {out:?}");
+    assert!(
+        sked_db::token::authenticate(&db.pool, &secret)
+            .await
+            .unwrap()
+            .is_none(),
+        "a revoked token no longer authenticates"
+    );
+    let out = output(
+        sked()
+            .args(["token", "revoke", &id])
+            .env("DATABASE_URL", &db.url),
+    )
+    .await;
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("no active token"),
+        "revoking twice is an error: {out:?}"
+    );
 }
 
 #[tokio::test]
