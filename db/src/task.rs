@@ -53,6 +53,17 @@ pub fn interval_secs(i: &PgInterval) -> f64 {
     i.microseconds as f64 / 1e6 + f64::from(i.days) * 86_400.0 + f64::from(i.months) * 2_592_000.0
 }
 
+/// A task's `env` column as a map (the schema guarantees an object of strings).
+pub fn env_map(env: &Value) -> BTreeMap<String, String> {
+    match env {
+        Value::Object(map) => map
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
 impl TaskRow {
     pub fn state(&self) -> TaskState {
         // The schema's check constraint admits only known states.
@@ -61,13 +72,7 @@ impl TaskRow {
 
     /// The environment as a map (the schema guarantees an object of strings).
     pub fn env_map(&self) -> BTreeMap<String, String> {
-        match &self.env {
-            Value::Object(map) => map
-                .iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect(),
-            _ => BTreeMap::new(),
-        }
+        env_map(&self.env)
     }
 
     pub fn into_task(self) -> Task {

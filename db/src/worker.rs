@@ -8,7 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::Result;
-use crate::task::{TaskRow, interval_secs};
+use crate::task::interval_secs;
 
 /// What a worker tells the registry about itself.
 #[derive(Debug, Clone)]
@@ -73,7 +73,39 @@ pub async fn touch(pool: &PgPool, id: Uuid) -> Result<bool> {
         .await?)
 }
 
-/// Claims up to `limit` due tasks (see `sked.tasks_claim`).
+/// What a worker needs of a claimed task to run it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Claimed {
+    pub id: Uuid,
+    pub attempt: i32,
+    pub queue: String,
+    pub kind: String,
+    pub command: Option<Vec<String>>,
+    pub args: Vec<String>,
+    pub artifact_url: Option<String>,
+    pub artifact_sha256: Option<String>,
+    pub input: Option<serde_json::Value>,
+    pub env: serde_json::Value,
+    pub timeout: Option<PgInterval>,
+    pub output_path: Option<String>,
+}
+
+impl Claimed {
+    /// The environment as a map (the schema guarantees an object of strings).
+    pub fn env_map(&self) -> std::collections::BTreeMap<String, String> {
+        crate::task::env_map(&self.env)
+    }
+
+    /// The timeout of one attempt.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+            .as_ref()
+            .map(|t| Duration::from_secs_f64(interval_secs(t).max(0.0)))
+    }
+}
+
+/// Claims up to `limit` due tasks (see `sked.tasks_claim`). Only the columns a worker needs
+/// travel back.
 pub async fn claim(
     pool: &PgPool,
     worker: Uuid,
@@ -81,17 +113,19 @@ pub async fn claim(
     labels: &[String],
     limit: i32,
     lease: Duration,
-) -> Result<Vec<TaskRow>> {
-    Ok(
-        sqlx::query_as("select * from sked.tasks_claim($1, $2, $3, $4, $5)")
-            .bind(worker)
-            .bind(queues)
-            .bind(labels)
-            .bind(limit)
-            .bind(pg_interval(lease))
-            .fetch_all(pool)
-            .await?,
+) -> Result<Vec<Claimed>> {
+    Ok(sqlx::query_as(
+        "select id, attempt, queue, kind, command, args, artifact_url, artifact_sha256, input,
+                    env, timeout, output_path
+               from sked.tasks_claim($1, $2, $3, $4, $5)",
     )
+    .bind(worker)
+    .bind(queues)
+    .bind(labels)
+    .bind(limit)
+    .bind(pg_interval(lease))
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Seconds until the next claimable task of these queues is due, on the database clock

@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sked_db::task::{TaskRow, interval_secs};
-use sked_db::worker::{Finished, Outcome};
+use sked_db::worker::{Claimed, Finished, Outcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::artifact::Artifacts;
@@ -56,11 +55,8 @@ pub struct Context {
 
 /// Runs the attempt and describes how it ended. Never fails: every problem (a missing
 /// executable, a bad artifact) is the attempt's failure, recorded with its error.
-pub async fn execute(ctx: &Context, task: &TaskRow, stopper: Arc<Stopper>) -> Finished {
-    let timeout = task
-        .timeout
-        .as_ref()
-        .map(|t| Duration::from_secs_f64(interval_secs(t).max(0.0)));
+pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Finished {
+    let timeout = task.timeout();
     let mut finished = Finished {
         id: task.id,
         attempt: task.attempt,
@@ -131,7 +127,7 @@ fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
 
 /// The built-in `sleep`: `input` `{"seconds": N}`, or `args[0]` seconds.
 async fn sleep(
-    task: &TaskRow,
+    task: &Claimed,
     timeout: Option<Duration>,
     stop: &CancellationToken,
 ) -> Result<Ended, String> {
@@ -155,7 +151,7 @@ async fn sleep(
 
 async fn run_command(
     ctx: &Context,
-    task: &TaskRow,
+    task: &Claimed,
     timeout: Option<Duration>,
     stopper: &Stopper,
     finished: &mut Finished,

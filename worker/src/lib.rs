@@ -278,7 +278,7 @@ impl Worker {
         self.shut_down(tasks).await
     }
 
-    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::task::TaskRow) {
+    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::worker::Claimed) {
         let stopper = Arc::new(Stopper::default());
         self.running
             .lock()
