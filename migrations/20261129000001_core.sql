@@ -110,11 +110,10 @@ create table sked.tasks (
 comment on table sked.tasks is
   'One row per task. Submit with INSERT (only command is required) or sked.task_submit(); see docs/sql.md.';
 
--- The claim's index: only claimable rows, in claim order. Finished rows never enter it.
+-- The claim's index: only claimable rows, in claim order. Finished rows never enter it. It
+-- also answers "when is the next task of a queue due?" (sked.tasks_next_due), so that an
+-- insert adds one entry less than with a second index on (queue, next_run_at).
 create index tasks_claimable on sked.tasks (queue, priority desc, next_run_at)
-  where state in ('waiting', 'retry');
--- When does the next task of a queue become due? (Workers sleep until then.)
-create index tasks_due on sked.tasks (queue, next_run_at)
   where state in ('waiting', 'retry');
 -- Rescue of tasks whose worker stopped renewing its lease. A lease exists exactly while a
 -- task runs (tasks_lease_is_set_iff_running); the predicate names the lease rather than the

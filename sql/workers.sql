@@ -88,14 +88,29 @@ $$;
 -- worker whose own clock is off still wakes on time: it sleeps this long, then claims.
 create or replace function sked.tasks_next_due(p_queues text[], p_now timestamptz default now())
 returns double precision
-language sql stable as $$
-  select extract(epoch from min(d.next_run_at) - p_now)::double precision
-    from unnest(p_queues) as q(name)
-    cross join lateral (
-      select t.next_run_at from sked.tasks t
-       where t.state in ('waiting', 'retry') and t.queue = q.name
-       order by t.next_run_at limit 1
-    ) d
+language sql stable
+set enable_seqscan = off -- see the note at the top of this file
+as $$
+  -- A loose scan of tasks_claimable (queue, priority desc, next_run_at): the first entry of
+  -- each priority of each queue is that priority's earliest task, one index probe each.
+  with recursive heads (queue, priority, next_run_at) as (
+    select q.name, f.priority, f.next_run_at
+      from unnest(p_queues) as q(name)
+      cross join lateral (
+        select t.priority, t.next_run_at from sked.tasks t
+         where t.state in ('waiting', 'retry') and t.queue = q.name
+         order by t.priority desc, t.next_run_at limit 1
+      ) f
+    union all
+    select h.queue, n.priority, n.next_run_at
+      from heads h
+      cross join lateral (
+        select t.priority, t.next_run_at from sked.tasks t
+         where t.state in ('waiting', 'retry') and t.queue = h.queue and t.priority < h.priority
+         order by t.priority desc, t.next_run_at limit 1
+      ) n
+  )
+  select extract(epoch from min(next_run_at) - p_now)::double precision from heads
 $$;
 
 -- The state an attempt's outcome leads to (see tasks_finish).
