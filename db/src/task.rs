@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
 use sqlx::postgres::types::PgInterval;
 use sqlx::{PgExecutor, PgPool};
@@ -113,87 +113,96 @@ impl TaskRow {
     }
 }
 
-fn secs(value: f64, field: &str) -> Result<String> {
-    if !value.is_finite() {
-        return Err(DbError::InvalidInput(format!(
+fn secs(value: Option<f64>, field: &str) -> Result<Option<String>> {
+    match value {
+        Some(v) if !v.is_finite() => Err(DbError::InvalidInput(format!(
             "{field} must be a finite number"
-        )));
+        ))),
+        Some(v) => Ok(Some(format!("{v} seconds"))),
+        None => Ok(None),
     }
-    Ok(format!("{value} seconds"))
 }
 
-/// The JSON object `sked.tasks_submit` takes for one task.
-pub fn submit_json(task: &SubmitTask) -> Result<Value> {
-    let mut o = Map::new();
-    let mut put = |k: &str, v: Value| {
-        o.insert(k.to_owned(), v);
-    };
-    if let Some(c) = &task.command {
-        put("command", json!(c));
+/// One task as `sked.tasks_submit` reads it: the argument names of `sked.task_submit`,
+/// durations as interval text. Serialized straight from the request, with no JSON tree in
+/// between; absent fields are left out so that the function applies the defaults.
+#[derive(serde::Serialize)]
+struct SubmitRow<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a Vec<String>>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    args: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<&'a Value>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_attempts: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backoff_base: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backoff_max: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    labels: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact_url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact_sha256: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_path: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<&'a str>,
+}
+
+impl<'a> SubmitRow<'a> {
+    fn new(t: &'a SubmitTask) -> Result<SubmitRow<'a>> {
+        Ok(SubmitRow {
+            command: t.command.as_ref(),
+            args: &t.args,
+            kind: t.kind.as_deref(),
+            queue: t.queue.as_deref(),
+            priority: t.priority,
+            input: t.input.as_ref(),
+            env: &t.env,
+            run_at: t.run_at,
+            delay: secs(t.delay_secs, "delay_secs")?,
+            max_attempts: t.max_attempts,
+            timeout: secs(t.timeout_secs, "timeout_secs")?,
+            backoff_base: secs(t.backoff_base_secs, "backoff_base_secs")?,
+            backoff_max: secs(t.backoff_max_secs, "backoff_max_secs")?,
+            idempotency_key: t.idempotency_key.as_deref(),
+            labels: &t.labels,
+            artifact_url: t.artifact_url.as_deref(),
+            artifact_sha256: t.artifact_sha256.as_deref(),
+            output_path: t.output_path.as_deref(),
+            owner: t.owner.as_deref(),
+        })
     }
-    if !task.args.is_empty() {
-        put("args", json!(task.args));
-    }
-    if let Some(v) = &task.kind {
-        put("kind", json!(v));
-    }
-    if let Some(v) = &task.queue {
-        put("queue", json!(v));
-    }
-    if let Some(v) = task.priority {
-        put("priority", json!(v));
-    }
-    if let Some(v) = &task.input {
-        put("input", v.clone());
-    }
-    if !task.env.is_empty() {
-        put("env", json!(task.env));
-    }
-    if let Some(v) = task.run_at {
-        put("run_at", json!(v));
-    }
-    if let Some(v) = task.delay_secs {
-        put("delay", json!(secs(v, "delay_secs")?));
-    }
-    if let Some(v) = task.max_attempts {
-        put("max_attempts", json!(v));
-    }
-    if let Some(v) = task.timeout_secs {
-        put("timeout", json!(secs(v, "timeout_secs")?));
-    }
-    if let Some(v) = task.backoff_base_secs {
-        put("backoff_base", json!(secs(v, "backoff_base_secs")?));
-    }
-    if let Some(v) = task.backoff_max_secs {
-        put("backoff_max", json!(secs(v, "backoff_max_secs")?));
-    }
-    if let Some(v) = &task.idempotency_key {
-        put("idempotency_key", json!(v));
-    }
-    if !task.labels.is_empty() {
-        put("labels", json!(task.labels));
-    }
-    if let Some(v) = &task.artifact_url {
-        put("artifact_url", json!(v));
-    }
-    if let Some(v) = &task.artifact_sha256 {
-        put("artifact_sha256", json!(v));
-    }
-    if let Some(v) = &task.output_path {
-        put("output_path", json!(v));
-    }
-    if let Some(v) = &task.owner {
-        put("owner", json!(v));
-    }
-    Ok(Value::Object(o))
 }
 
 /// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
 /// name no owner get `owner`.
 pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
-    let body = tasks.iter().map(submit_json).collect::<Result<Vec<_>>>()?;
+    let rows = tasks
+        .iter()
+        .map(SubmitRow::new)
+        .collect::<Result<Vec<_>>>()?;
     let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1, $2)")
-        .bind(Value::Array(body))
+        .bind(sqlx::types::Json(rows))
         .bind(owner)
         .fetch_all(pool)
         .await?;
