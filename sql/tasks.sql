@@ -175,7 +175,18 @@ begin
   end if;
   return query
   with input as materialized (
-    select sked.uuid_v7() as new_id, r.ord, x.*
+    -- One row per task with the table's defaults filled in; ids are made here so that they
+    -- can be answered in input order.
+    select sked.uuid_v7() as new_id, r.ord, x.command, coalesce(x.args, '{}') as args,
+           coalesce(x.queue, 'default') as queue, coalesce(x.priority, 0) as priority, x.input,
+           coalesce(x.env, '{}') as env,
+           coalesce(x.run_at, now()) + coalesce(x.delay, interval '0') as next_run_at,
+           coalesce(x.max_attempts, 3) as max_attempts, x.timeout,
+           coalesce(x.owner, owner_) as owner, x.idempotency_key,
+           coalesce(x.labels, '{}') as labels, x.artifact_url, x.artifact_sha256, x.output_path,
+           coalesce(x.kind, 'command') as kind,
+           coalesce(x.backoff_base, interval '1 second') as backoff_base,
+           coalesce(x.backoff_max, interval '1 hour') as backoff_max
       from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
            jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
                                         input jsonb, env jsonb, run_at timestamptz,
@@ -187,30 +198,21 @@ begin
   ), plain as (
     -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
     -- speculative insertion that ON CONFLICT needs for every row.
-    insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
-                                 max_attempts, timeout, owner, idempotency_key, labels,
-                                 artifact_url, artifact_sha256, output_path, kind,
-                                 backoff_base, backoff_max)
-    select i.new_id, i.command, coalesce(i.args, '{}'), coalesce(i.queue, 'default'),
-           coalesce(i.priority, 0), i.input, coalesce(i.env, '{}'),
-           coalesce(i.run_at, now()) + coalesce(i.delay, interval '0'),
-           coalesce(i.max_attempts, 3), i.timeout, coalesce(i.owner, owner_),
-           null, coalesce(i.labels, '{}'), i.artifact_url, i.artifact_sha256,
-           i.output_path, coalesce(i.kind, 'command'), coalesce(i.backoff_base, interval '1 second'),
-           coalesce(i.backoff_max, interval '1 hour')
+    insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
+                            max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
+                            artifact_sha256, output_path, kind, backoff_base, backoff_max)
+    select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
+           i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
+           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max
       from input i where i.idempotency_key is null order by i.ord
   ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
                                  max_attempts, timeout, owner, idempotency_key, labels,
-                                 artifact_url, artifact_sha256, output_path, kind,
-                                 backoff_base, backoff_max)
-    select i.new_id, i.command, coalesce(i.args, '{}'), coalesce(i.queue, 'default'),
-           coalesce(i.priority, 0), i.input, coalesce(i.env, '{}'),
-           coalesce(i.run_at, now()) + coalesce(i.delay, interval '0'),
-           coalesce(i.max_attempts, 3), i.timeout, coalesce(i.owner, owner_),
-           i.idempotency_key, coalesce(i.labels, '{}'), i.artifact_url, i.artifact_sha256,
-           i.output_path, coalesce(i.kind, 'command'), coalesce(i.backoff_base, interval '1 second'),
-           coalesce(i.backoff_max, interval '1 hour')
+                                 artifact_url, artifact_sha256, output_path, kind, backoff_base,
+                                 backoff_max)
+    select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
+           i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
+           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max
       from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
@@ -224,9 +226,9 @@ begin
            else coalesce(
              (select d.id from keyed d where d.id = i.new_id),
              (select d.id from keyed d
-               where d.owner = coalesce(i.owner, owner_) and d.idempotency_key = i.idempotency_key),
+               where d.owner = i.owner and d.idempotency_key = i.idempotency_key),
              (select t.id from sked.tasks t
-               where t.owner = coalesce(i.owner, owner_) and t.idempotency_key = i.idempotency_key
+               where t.owner = i.owner and t.idempotency_key = i.idempotency_key
                  and t.state in ('blocked', 'waiting', 'running', 'retry')))
          end
     from input i
