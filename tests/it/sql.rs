@@ -630,3 +630,113 @@ async fn pruning_deletes_old_finished_tasks_with_their_history_and_nothing_else(
         .unwrap();
     assert_eq!(logs, 0, "the pruned task's logs go with it");
 }
+
+#[tokio::test]
+async fn large_batches_go_in_by_copy_with_every_character_and_default_intact() {
+    let db = TestDb::new().await;
+    let tricky = [
+        "tab\there",
+        "new\nline",
+        "back\\slash",
+        "\"quoted\"",
+        "{braces},commas",
+        "\\N",
+        "NULL",
+        "",
+        "ünïcødé ✓",
+        "cr\rlf",
+    ];
+    let mut tasks: Vec<sked_types::SubmitTask> = (0..100)
+        .map(|i| sked_types::SubmitTask {
+            command: Some(vec!["echo".into(), format!("task {i}")]),
+            ..Default::default()
+        })
+        .collect();
+    tasks[7] = sked_types::SubmitTask {
+        command: Some(vec!["printf".into(), "%s".into()]),
+        args: tricky.iter().map(|s| s.to_string()).collect(),
+        labels: vec!["a\tb".into(), "c,d".into()],
+        env: [("K\\EY".to_string(), "v\"a\tl\nue".to_string())].into(),
+        input: Some(serde_json::json!({"text": "line\nbreak\t\\ \"q\"", "n": [1, null]})),
+        queue: Some("q.1:x-y".into()),
+        priority: Some(-3),
+        max_attempts: Some(7),
+        timeout_secs: Some(1.5),
+        output_path: Some("out dir/file\t1".into()),
+        ..Default::default()
+    };
+    let ids = sked_db::task::submit(&db.pool, &tasks, "copier")
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 100, "one id per task, in order");
+    let row = sked_db::task::get(&db.pool, ids[7])
+        .await
+        .unwrap()
+        .expect("the tricky task");
+    assert_eq!(
+        row.args,
+        tricky.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(row.labels, vec!["a\tb", "c,d"]);
+    assert_eq!(row.env_map(), tasks[7].env, "env survives COPY escaping");
+    assert_eq!(row.input, tasks[7].input, "input survives COPY escaping");
+    assert_eq!(
+        (row.queue.as_str(), row.priority, row.max_attempts),
+        ("q.1:x-y", -3, 7)
+    );
+    assert_eq!(row.output_path.as_deref(), Some("out dir/file\t1"));
+    assert_eq!(
+        row.owner, "copier",
+        "tasks without an owner get the caller's"
+    );
+    let first = sked_db::task::get(&db.pool, ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        first.command,
+        Some(vec!["echo".to_string(), "task 0".to_string()])
+    );
+
+    // A task that names only its command gets exactly the defaults of a plain insert.
+    let plain = insert(
+        &db.pool,
+        "(command, owner) values (array['echo','task 0'], 'copier')",
+    )
+    .await;
+    let defaults = "select to_jsonb(d) from (
+                      select owner, queue, priority, kind, args, env, labels, max_attempts, backoff_base,
+                             backoff_max, state, attempt, timeout, input, command from sked.tasks where id = $1) d";
+    let a: serde_json::Value = sqlx::query_scalar(defaults)
+        .bind(plain)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let b: serde_json::Value = sqlx::query_scalar(defaults)
+        .bind(ids[0])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(a, b, "the COPY path fills in the table's defaults");
+    let queued_now: bool = sqlx::query_scalar(
+        "select next_run_at <= now() and created_at <= now() from sked.tasks where id = $1",
+    )
+    .bind(ids[0])
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(queued_now, "next_run_at defaults to the database's now()");
+
+    // One bad task rejects the whole batch, with the rule's name.
+    let before = count(&db.pool).await;
+    tasks[50].command = Some(vec![]);
+    let err = sked_db::task::submit(&db.pool, &tasks, "copier")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, sked_db::DbError::Rejected { constraint, .. } if constraint == "tasks_command_must_not_be_empty"),
+        "{err:?}"
+    );
+    assert_eq!(
+        count(&db.pool).await,
+        before,
+        "nothing of the rejected batch remains"
+    );
+}
