@@ -1,7 +1,7 @@
 //! W1, enqueue throughput: the same noop tasks enqueued through each way in, one after the
-//! other on an emptied table: sked.tasks_submit in batches over one connection, the REST
-//! batch endpoint, single-row INSERTs and single REST submissions over a few concurrent
-//! connections, and one COPY.
+//! other on an emptied table: sked_db::task::submit and the SQL function sked.tasks_submit in
+//! batches over one connection, the REST batch endpoint, single-row INSERTs and single REST
+//! submissions over a few concurrent connections, and one COPY.
 
 use std::time::Duration;
 
@@ -49,10 +49,26 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
         let single = cfg.single_tasks;
 
         let r = sql_bulk(db, n, cfg.batch).await?;
-        check_and_truncate(&db.pool, n, "sql bulk").await?;
+        check_and_truncate(&db.pool, n, "library bulk").await?;
         out.push(Sample::new(
             W,
-            format!("enqueue: sked.tasks_submit, {} per call, 1 conn", cfg.batch),
+            format!(
+                "enqueue: sked_db::task::submit (COPY), {} per call, 1 conn",
+                cfg.batch
+            ),
+            "tasks/s",
+            r,
+            Target::at_least(BULK_TARGET),
+        ));
+
+        let r = sql_function_bulk(db, n, cfg.batch).await?;
+        check_and_truncate(&db.pool, n, "sql function bulk").await?;
+        out.push(Sample::new(
+            W,
+            format!(
+                "enqueue: SQL sked.tasks_submit(jsonb), {} per call, 1 conn",
+                cfg.batch
+            ),
             "tasks/s",
             r,
             Target::at_least(BULK_TARGET),
@@ -114,7 +130,35 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     .await
 }
 
-/// `sked_db::task::submit` (one sked.tasks_submit call per batch) over a one-connection pool.
+/// The SQL function applications call, `sked.tasks_submit(jsonb)`, one call per batch over a
+/// one-connection pool.
+async fn sql_function_bulk(db: &BenchDb, n: usize, batch: usize) -> Result<f64> {
+    let pool = db.pool("sked-bench", 1).await?;
+    let body = serde_json::Value::Array(vec![serde_json::json!({"kind": "noop"}); batch]);
+    let started = Instant::now();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(batch);
+        let part = match &body {
+            serde_json::Value::Array(all) => serde_json::Value::Array(all[..k].to_vec()),
+            _ => unreachable!(),
+        };
+        let got: i64 = sqlx::query_scalar("select count(*) from sked.tasks_submit($1, 'bench')")
+            .bind(part)
+            .fetch_one(&pool)
+            .await?;
+        if got != k as i64 {
+            bail!("sked.tasks_submit returned {got} ids for {k} tasks");
+        }
+        left -= k;
+    }
+    let r = rate(n, started);
+    pool.close().await;
+    Ok(r)
+}
+
+/// `sked_db::task::submit` (what the REST API uses: one COPY per batch of plain tasks) over a
+/// one-connection pool.
 async fn sql_bulk(db: &BenchDb, n: usize, batch: usize) -> Result<f64> {
     let pool = db.pool("sked-bench", 1).await?;
     let tasks = vec![noop(); batch];
@@ -124,7 +168,10 @@ async fn sql_bulk(db: &BenchDb, n: usize, batch: usize) -> Result<f64> {
         let k = left.min(batch);
         let ids = sked_db::task::submit(&pool, &tasks[..k], "bench").await?;
         if ids.len() != k {
-            bail!("sked.tasks_submit returned {} ids for {k} tasks", ids.len());
+            bail!(
+                "sked_db::task::submit returned {} ids for {k} tasks",
+                ids.len()
+            );
         }
         left -= k;
     }
