@@ -314,16 +314,7 @@ async fn concurrent_claimers_claim_each_task_exactly_once() {
                 }
                 let done: Vec<Finished> = rows
                     .iter()
-                    .map(|r| Finished {
-                        id: r.id,
-                        attempt: r.attempt,
-                        outcome: Outcome::Succeeded,
-                        exit_code: Some(0),
-                        error: None,
-                        stdout_tail: None,
-                        stderr_tail: None,
-                        output_sha256: None,
-                    })
+                    .map(|r| finished(r.id, r.attempt, Outcome::Succeeded))
                     .collect();
                 let states = sked_db::worker::finish(&pool, &done).await.unwrap();
                 assert!(
