@@ -1,0 +1,2 @@
+-- The schedule functions of the SQL contract: cron parsing and next fire times, schedule
+-- creation, and firing. See docs/schedules.md.

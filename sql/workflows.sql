@@ -1,0 +1,2 @@
+-- The workflow functions of the SQL contract: DAG submission, release of children, outputs,
+-- workflow cancel and re-run. See docs/workflows.md.
