@@ -1,2 +1,1004 @@
 -- The schedule functions of the SQL contract: cron parsing and next fire times, schedule
--- creation, and firing. See docs/schedules.md.
+-- validation, and firing. See docs/schedules.md.
+--
+-- Cron is evaluated here, in the database, so that a schedule inserted by plain SQL is checked
+-- and armed at once, any process that can run `select sked.schedules_fire()` fires ticks, and
+-- the next fire times shown by the API are the ones that will fire.
+
+-- ---------------------------------------------------------------------------------------------
+-- Parsing
+-- ---------------------------------------------------------------------------------------------
+
+-- The value of one field item: a number or a name (JAN…DEC, SUN…SAT).
+create or replace function sked.cron_value(expr text, field text, item text, lo integer, hi integer)
+returns integer
+language plpgsql immutable as $$
+declare
+  v integer;
+  names text[];
+begin
+  if item ~ '^[0-9]{1,4}$' then
+    v := item::integer;
+  else
+    names := case field
+      when 'month' then array['JAN','FEB','MAR','APR','MAY','JUN','JUL','AUG','SEP','OCT','NOV','DEC']
+      when 'day of week' then array['SUN','MON','TUE','WED','THU','FRI','SAT']
+    end;
+    v := array_position(names, upper(item));
+    if v is null then
+      raise exception 'cron expression %: % field: % is not a number%', quote_literal(expr), field,
+        quote_literal(item),
+        case field when 'month' then ' or a month name (JAN-DEC)'
+                   when 'day of week' then ' or a day name (SUN-SAT)' else '' end
+        using errcode = '22023';
+    end if;
+    v := v + lo - 1;
+  end if;
+  if v < lo or v > hi then
+    raise exception 'cron expression %: % field: % is out of range %-%', quote_literal(expr),
+      field, v, lo, hi
+      using errcode = '22023';
+  end if;
+  return v;
+end
+$$;
+
+-- One field as a bit mask (bit v set when value v matches). `item`s are separated by commas;
+-- each is `*`, `?` (day fields), `N`, `N-M`, with an optional `/STEP`. Day-of-week 7 is Sunday.
+create or replace function sked.cron_field(expr text, field text, spec text, lo integer, hi integer)
+returns bigint
+language plpgsql immutable as $$
+declare
+  item text;
+  m text[];
+  a integer;
+  b integer;
+  step integer;
+  mask bigint := 0;
+  top integer := case field when 'day of week' then 7 else hi end;
+begin
+  foreach item in array string_to_array(spec, ',') loop
+    m := regexp_match(item, '^(\*|\?|[0-9A-Za-z]+)(?:-([0-9A-Za-z]+))?(?:/([0-9]+))?$');
+    if m is null or item = '' then
+      raise exception 'cron expression %: % field: cannot read %', quote_literal(expr), field,
+        quote_literal(coalesce(nullif(item, ''), spec))
+        using errcode = '22023';
+    end if;
+    if m[1] = '?' and field not in ('day of month', 'day of week') then
+      raise exception 'cron expression %: ? is only allowed in the day-of-month and day-of-week fields',
+        quote_literal(expr)
+        using errcode = '22023';
+    end if;
+    if m[1] in ('*', '?') then
+      if m[2] is not null then
+        raise exception 'cron expression %: % field: % cannot start a range', quote_literal(expr),
+          field, m[1]
+          using errcode = '22023';
+      end if;
+      a := lo;
+      b := top;
+    else
+      a := sked.cron_value(expr, field, m[1], lo, top);
+      b := case when m[2] is not null then sked.cron_value(expr, field, m[2], lo, top)
+                when m[3] is not null then top
+                else a end;
+      if b < a then
+        raise exception 'cron expression %: % field: range %-% runs backwards', quote_literal(expr),
+          field, m[1], m[2]
+          using errcode = '22023';
+      end if;
+    end if;
+    step := coalesce(m[3]::integer, 1);
+    if step < 1 or step > top then
+      raise exception 'cron expression %: % field: step % must be between 1 and %',
+        quote_literal(expr), field, step, top
+        using errcode = '22023';
+    end if;
+    for v in a..b by step loop
+      mask := mask | (1::bigint << (case when field = 'day of week' and v = 7 then 0 else v end));
+    end loop;
+  end loop;
+  return mask;
+end
+$$;
+
+-- Parse a cron expression:
+--   [SECOND] MINUTE HOUR DAY-OF-MONTH MONTH DAY-OF-WEEK        (5 fields, or 6 with seconds)
+--   @yearly @annually @monthly @weekly @daily @midnight @hourly
+-- Fields take `*`, numbers, names (JAN-DEC, SUN-SAT), ranges `a-b`, lists `a,b`, steps `*/n`,
+-- `a/n`, `a-b/n`; day-of-week 0 and 7 are Sunday. Day of month also takes `L` (last day),
+-- `LW` (last weekday), `nW` (weekday nearest to day n, within the month); day of week takes
+-- `nL` (last weekday n of the month) and `n#k` (k-th weekday n). As in Vixie cron, when both
+-- day fields are restricted (neither starts with `*` or `?`) a day matching either fires.
+-- A schedule whose minute or hour field starts with `*` follows real time across daylight
+-- saving changes; any other is a fixed-time schedule (see sked.cron_next).
+create or replace function sked.cron_parse(expr text) returns sked.cron_spec
+language plpgsql immutable as $$
+declare
+  e text := lower(btrim(expr));
+  f text[];
+  r sked.cron_spec;
+  item text;
+  m text[];
+  dom_plain text[] := '{}';
+  dow_plain text[] := '{}';
+begin
+  if expr is null then
+    raise exception 'cron expression must not be null' using errcode = '22023';
+  end if;
+  e := case e
+    when '@yearly' then '0 0 1 1 *' when '@annually' then '0 0 1 1 *'
+    when '@monthly' then '0 0 1 * *' when '@weekly' then '0 0 * * 0'
+    when '@daily' then '0 0 * * *' when '@midnight' then '0 0 * * *'
+    when '@hourly' then '0 * * * *'
+    else btrim(expr) end;
+  if e like '@%' then
+    raise exception 'cron expression %: unknown macro (known: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)',
+      quote_literal(expr)
+      using errcode = '22023';
+  end if;
+  f := regexp_split_to_array(e, '\s+');
+  if e = '' or cardinality(f) not in (5, 6) then
+    raise exception 'cron expression %: expected 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, found %',
+      quote_literal(expr), case when e = '' then 0 else cardinality(f) end
+      using errcode = '22023';
+  end if;
+  if cardinality(f) = 5 then
+    f := array['0'] || f;
+  end if;
+
+  r.seconds := sked.cron_field(expr, 'second', f[1], 0, 59);
+  r.minutes := sked.cron_field(expr, 'minute', f[2], 0, 59);
+  r.hours := sked.cron_field(expr, 'hour', f[3], 0, 23);
+  r.months := sked.cron_field(expr, 'month', f[5], 1, 12);
+
+  -- Day of month: L, LW and nW items are kept apart from the plain ones.
+  r.day_last := false;
+  r.day_last_weekday := false;
+  r.day_nearest_weekday := '{}';
+  foreach item in array string_to_array(f[4], ',') loop
+    if upper(item) = 'L' then
+      r.day_last := true;
+    elsif upper(item) = 'LW' then
+      r.day_last_weekday := true;
+    elsif upper(item) ~ '^[0-9]+W$' then
+      r.day_nearest_weekday := r.day_nearest_weekday
+        || sked.cron_value(expr, 'day of month', rtrim(upper(item), 'W'), 1, 31);
+    else
+      dom_plain := dom_plain || item;
+    end if;
+  end loop;
+  r.days := case when cardinality(dom_plain) = 0 then 0
+                 else sked.cron_field(expr, 'day of month', array_to_string(dom_plain, ','), 1, 31) end;
+
+  -- Day of week: nL and n#k items likewise.
+  r.weekday_last := '{}';
+  r.weekday_nth := '{}';
+  foreach item in array string_to_array(f[6], ',') loop
+    if upper(item) ~ '^[0-9A-Z]+L$' and upper(item) <> 'L' then
+      r.weekday_last := r.weekday_last
+        || (sked.cron_value(expr, 'day of week', left(item, -1), 0, 7) % 7);
+    elsif item ~ '^[0-9A-Za-z]+#[0-9]+$' then
+      m := regexp_match(item, '^([0-9A-Za-z]+)#([0-9]+)$');
+      if m[2]::integer not between 1 and 5 then
+        raise exception 'cron expression %: day of week field: in %, the week must be 1 to 5',
+          quote_literal(expr), quote_literal(item)
+          using errcode = '22023';
+      end if;
+      r.weekday_nth := r.weekday_nth
+        || ((sked.cron_value(expr, 'day of week', m[1], 0, 7) % 7) * 10 + m[2]::integer);
+    elsif upper(item) = 'L' then
+      raise exception 'cron expression %: day of week field: L needs a day, e.g. 5L for the last Friday of the month',
+        quote_literal(expr)
+        using errcode = '22023';
+    else
+      dow_plain := dow_plain || item;
+    end if;
+  end loop;
+  r.weekdays := case when cardinality(dow_plain) = 0 then 0
+                     else sked.cron_field(expr, 'day of week', array_to_string(dow_plain, ','), 0, 7) end;
+
+  r.dom_star := left(f[4], 1) in ('*', '?');
+  r.dow_star := left(f[6], 1) in ('*', '?');
+  r.real_time := left(f[2], 1) = '*' or left(f[3], 1) = '*';
+  return r;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Next fire time
+-- ---------------------------------------------------------------------------------------------
+
+-- The smallest value >= v whose bit is set in mask, or null.
+create or replace function sked.cron_bit_next(mask bigint, v integer) returns integer
+language sql immutable strict parallel safe as $$
+  select case when mask >> v = 0 then null
+              else v + bit_count((((mask >> v) & -(mask >> v)) - 1)::bit(64))::integer end
+$$;
+
+-- Whether a day matches the day-of-month and day-of-week fields.
+create or replace function sked.cron_day_matches(s sked.cron_spec, y integer, mo integer, d integer, dim integer)
+returns boolean
+language plpgsql immutable strict as $$
+declare
+  dow integer := extract(dow from make_date(y, mo, d))::integer;
+  dom_ok boolean := (s.days >> d) & 1 = 1;
+  dow_ok boolean := (s.weekdays >> dow) & 1 = 1;
+  n integer;
+  w integer;
+  wd integer;
+begin
+  if not dom_ok and s.day_last then
+    dom_ok := d = dim;
+  end if;
+  if not dom_ok and s.day_last_weekday then
+    -- The last day of the month, or the Friday before it when it falls on a weekend.
+    wd := extract(dow from make_date(y, mo, dim))::integer;
+    dom_ok := d = dim - case wd when 6 then 1 when 0 then 2 else 0 end;
+  end if;
+  if not dom_ok and cardinality(s.day_nearest_weekday) > 0 then
+    foreach n in array s.day_nearest_weekday loop
+      continue when n > dim;
+      wd := extract(dow from make_date(y, mo, n))::integer;
+      w := case
+             when wd = 6 and n = 1 then 3       -- Saturday the 1st: Monday the 3rd
+             when wd = 6 then n - 1             -- Saturday: the Friday before
+             when wd = 0 and n = dim then n - 2 -- Sunday the last day: the Friday before
+             when wd = 0 then n + 1             -- Sunday: the Monday after
+             else n end;
+      if w = d then
+        dom_ok := true;
+        exit;
+      end if;
+    end loop;
+  end if;
+  if not dow_ok and cardinality(s.weekday_last) > 0 then
+    dow_ok := dow = any(s.weekday_last) and d + 7 > dim;
+  end if;
+  if not dow_ok and cardinality(s.weekday_nth) > 0 then
+    dow_ok := dow * 10 + (d - 1) / 7 + 1 = any(s.weekday_nth);
+  end if;
+  if s.dom_star or s.dow_star then
+    return dom_ok and dow_ok;
+  end if;
+  return dom_ok or dow_ok;
+end
+$$;
+
+-- The first wall-clock time strictly after `after` (to the second) that the spec matches, or
+-- null when there is none within eight years (an expression such as `0 0 30 2 *`).
+create or replace function sked.cron_next_local(s sked.cron_spec, after timestamp)
+returns timestamp
+language plpgsql immutable strict as $$
+declare
+  t timestamp := date_trunc('second', after) + interval '1 second';
+  y integer := extract(year from t)::integer;
+  mo integer := extract(month from t)::integer;
+  d integer := extract(day from t)::integer;
+  h integer := extract(hour from t)::integer;
+  mi integer := extract(minute from t)::integer;
+  sec integer := floor(extract(second from t))::integer;
+  last_year integer := y + 8;
+  dim integer;
+  v integer;
+begin
+  loop
+    if mo > 12 then
+      mo := 1;
+      y := y + 1;
+    end if;
+    if y > last_year then
+      return null;
+    end if;
+    v := sked.cron_bit_next(s.months, mo);
+    if v is null then
+      mo := 13;
+      d := 1; h := 0; mi := 0; sec := 0;
+      continue;
+    elsif v <> mo then
+      mo := v;
+      d := 1; h := 0; mi := 0; sec := 0;
+    end if;
+    dim := extract(day from make_date(y, mo, 1) + interval '1 month' - interval '1 day')::integer;
+    while d <= dim and not sked.cron_day_matches(s, y, mo, d, dim) loop
+      d := d + 1;
+      h := 0; mi := 0; sec := 0;
+    end loop;
+    if d > dim then
+      mo := mo + 1;
+      d := 1; h := 0; mi := 0; sec := 0;
+      continue;
+    end if;
+    v := sked.cron_bit_next(s.hours, h);
+    if v is null then
+      d := d + 1;
+      h := 0; mi := 0; sec := 0;
+      if d > dim then
+        mo := mo + 1;
+        d := 1;
+      end if;
+      continue;
+    elsif v <> h then
+      h := v;
+      mi := 0; sec := 0;
+    end if;
+    v := sked.cron_bit_next(s.minutes, mi);
+    if v is null then
+      h := h + 1;
+      mi := 0; sec := 0;
+      if h > 23 then
+        h := 0;
+        d := d + 1;
+        if d > dim then
+          mo := mo + 1;
+          d := 1;
+        end if;
+      end if;
+      continue;
+    elsif v <> mi then
+      mi := v;
+      sec := 0;
+    end if;
+    v := sked.cron_bit_next(s.seconds, sec);
+    if v is null then
+      mi := mi + 1;
+      sec := 0;
+      if mi > 59 then
+        mi := 0;
+        h := h + 1;
+        if h > 23 then
+          h := 0;
+          d := d + 1;
+          if d > dim then
+            mo := mo + 1;
+            d := 1;
+          end if;
+        end if;
+      end if;
+      continue;
+    end if;
+    return make_timestamp(y, mo, d, h, mi, v);
+  end loop;
+end
+$$;
+
+-- The UTC offset of a time zone at an instant.
+create or replace function sked.tz_offset(i timestamptz, tz text) returns interval
+language sql stable strict parallel safe as $$
+  select (i at time zone tz) - (i at time zone 'UTC')
+$$;
+
+-- The next fire time strictly after `after` of a parsed cron spec in a time zone, or null when
+-- the spec matches nothing within eight years. Daylight saving time (as Vixie cron):
+--   * A fixed-time schedule (neither minute nor hour field starts with `*`) fires once per
+--     matching wall-clock time. A time that does not exist that day (the clocks spring forward
+--     over it) fires at the first instant after the gap; a time that occurs twice (the clocks
+--     fall back) fires at its first occurrence only.
+--   * A real-time schedule (minute or hour field starts with `*`) follows real time: matches
+--     inside a gap do not exist, and in a repeated hour it fires on both passes.
+create or replace function sked.cron_next(s sked.cron_spec, tz text, after timestamptz)
+returns timestamptz
+language plpgsql stable strict as $$
+declare
+  l timestamp := after at time zone tz;
+  i0 timestamptz;
+  c1 timestamptz;
+  c2 timestamptz;
+  ok1 boolean;
+  ok2 boolean;
+  lo timestamptz;
+  hi timestamptz;
+  mid timestamptz;
+  best timestamptz;
+  o_now interval;
+  t timestamptz;
+  l2 timestamp;
+  i2 timestamptz;
+begin
+  loop
+    l := sked.cron_next_local(s, l);
+    if l is null then
+      return null;
+    end if;
+    -- The instants at which the wall clock reads l: one, none (a gap) or two (a repeat). The
+    -- offsets a day either side are those before and after any transition near l.
+    i0 := l at time zone tz;
+    c1 := (l - sked.tz_offset(i0 - interval '1 day', tz)) at time zone 'UTC';
+    c2 := (l - sked.tz_offset(i0 + interval '1 day', tz)) at time zone 'UTC';
+    if c2 < c1 then
+      lo := c1; c1 := c2; c2 := lo;
+    end if;
+    ok1 := (c1 at time zone tz) = l;
+    ok2 := (c2 at time zone tz) = l;
+    if s.real_time then
+      if ok1 and c1 > after then
+        best := c1;
+        exit;
+      elsif ok2 and c2 > after then
+        best := c2;
+        exit;
+      end if;
+    elsif ok1 or ok2 then
+      -- Fixed time: the first occurrence, or nothing when it has passed.
+      lo := case when ok1 then c1 else c2 end;
+      if lo > after then
+        return lo;
+      end if;
+    else
+      -- Fixed time in a gap: the first instant after it (the transition), found to the second.
+      lo := c1;
+      hi := c2;
+      while hi - lo > interval '1 second' loop
+        mid := lo + (hi - lo) / 2;
+        mid := date_trunc('second', mid);
+        if (mid at time zone tz) > l then
+          hi := mid;
+        else
+          lo := mid;
+        end if;
+      end loop;
+      if hi > after then
+        return hi;
+      end if;
+    end if;
+  end loop;
+
+  -- Real time: if `after` lies in the first pass of a repeated hour, the second pass repeats
+  -- wall-clock times up to and including `after`'s, and one of them may come before `best`.
+  o_now := sked.tz_offset(after, tz);
+  if sked.tz_offset(after + interval '3 hours', tz) < o_now then
+    lo := after;
+    hi := after + interval '3 hours';
+    while hi - lo > interval '1 second' loop
+      mid := date_trunc('second', lo + (hi - lo) / 2);
+      if sked.tz_offset(mid, tz) = o_now then
+        lo := mid;
+      else
+        hi := mid;
+      end if;
+    end loop;
+    t := hi; -- the first instant of the second pass
+    l2 := sked.cron_next_local(s, (t at time zone tz) - interval '1 second');
+    if l2 is not null then
+      i2 := (l2 - sked.tz_offset(t, tz)) at time zone 'UTC';
+      if i2 > after and i2 < best and (i2 at time zone tz) = l2 then
+        best := i2;
+      end if;
+    end if;
+  end if;
+  return best;
+end
+$$;
+
+-- The next `n` fire times of an expression after `after` (for previews and tests).
+create or replace function sked.cron_next_times(expr text, tz text default 'UTC',
+                                                after timestamptz default now(), n integer default 5)
+returns setof timestamptz
+language plpgsql stable as $$
+declare
+  s sked.cron_spec := sked.cron_parse(expr);
+  t timestamptz := after;
+begin
+  perform sked.tz_check(tz);
+  for k in 1..n loop
+    t := sked.cron_next(s, tz, t);
+    exit when t is null;
+    return next t;
+  end loop;
+end
+$$;
+
+-- Raises a readable error when tz is not a time zone name PostgreSQL knows.
+create or replace function sked.tz_check(tz text) returns void
+language plpgsql stable as $$
+begin
+  if tz is null or not exists (select 1 from pg_timezone_names where name = tz) then
+    raise exception 'time zone % is not known (use an IANA name such as UTC, Europe/Berlin, America/New_York)',
+      coalesce(quote_literal(tz), 'null')
+      using errcode = '22023';
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Schedules: validation
+-- ---------------------------------------------------------------------------------------------
+
+-- Checks a task template by submitting it in a subtransaction that is always rolled back, so
+-- that a template is held to exactly the rules of a submitted task.
+create or replace function sked.schedule_check_template(s sked.schedules) returns void
+language plpgsql as $$
+declare
+  bad text;
+begin
+  if s.task is not null then
+    select string_agg(k, ', ' order by k) into bad
+      from jsonb_object_keys(s.task) k
+     where k not in ('command', 'args', 'queue', 'priority', 'input', 'env', 'max_attempts',
+                     'timeout', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
+                     'output_path', 'kind', 'backoff_base', 'backoff_max');
+    if bad is not null then
+      raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner)',
+        quote_literal(s.name), bad
+        using errcode = 'check_violation', constraint = 'schedules_task_template_must_be_valid';
+    end if;
+  end if;
+  begin
+    if s.task is not null then
+      perform sked.tasks_submit(jsonb_build_array(s.task), s.owner);
+    else
+      perform sked.workflow_submit(s.workflow, s.owner);
+    end if;
+    raise exception using errcode = 'SKD00';
+  exception
+    when sqlstate 'SKD00' then
+      null; -- the template is valid; its trial occurrence is rolled back
+    when others then
+      raise exception 'schedule %: the % template is not valid: %', quote_literal(s.name),
+        case when s.task is not null then 'task' else 'workflow' end, sqlerrm
+        using errcode = 'check_violation',
+              constraint = case when s.task is not null then 'schedules_task_template_must_be_valid'
+                                else 'schedules_workflow_template_must_be_valid' end;
+  end;
+end
+$$;
+
+-- Parses the expression, checks the time zone and the template, and arms next_run_at: on
+-- insert (unless given), when the expression or time zone changes, and on resume.
+create or replace function sked.schedules_before_write() returns trigger
+language plpgsql as $$
+declare
+  now_ timestamptz := now();
+begin
+  if tg_op = 'INSERT' or new.cron is distinct from old.cron
+     or new.time_zone is distinct from old.time_zone then
+    begin
+      new.spec := sked.cron_parse(new.cron);
+      perform sked.tz_check(new.time_zone);
+    exception when sqlstate '22023' then
+      raise exception 'schedule %: %', quote_literal(new.name), sqlerrm
+        using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
+    end;
+    if tg_op = 'UPDATE' or new.next_run_at is null then
+      new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
+    end if;
+    if new.next_run_at is null then
+      raise exception 'schedule %: cron expression % never fires', quote_literal(new.name),
+        quote_literal(new.cron)
+        using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
+    end if;
+  elsif old.paused_at is not null and new.paused_at is null
+        and new.next_run_at is not distinct from old.next_run_at then
+    -- Resumed: ticks that passed while paused were paused on purpose, not missed.
+    new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
+  end if;
+  if tg_op = 'INSERT' or new.task is distinct from old.task
+     or new.workflow is distinct from old.workflow or new.owner is distinct from old.owner then
+    perform sked.schedule_check_template(new);
+  end if;
+  if tg_op = 'UPDATE' then
+    new.updated_at := now_;
+  end if;
+  return new;
+end
+$$;
+
+create or replace trigger schedules_before_write
+  before insert or update on sked.schedules
+  for each row execute function sked.schedules_before_write();
+
+-- Firing loops sleep until the next tick; a changed schedule wakes them to look again.
+create or replace function sked.schedules_after_write_notify() returns trigger
+language plpgsql as $$
+begin
+  perform pg_notify('sked_schedules', '');
+  return null;
+end
+$$;
+
+create or replace trigger schedules_after_write_notify
+  after insert or update of cron, time_zone, next_run_at, paused_at on sked.schedules
+  for each statement execute function sked.schedules_after_write_notify();
+
+-- ---------------------------------------------------------------------------------------------
+-- Schedules: the SQL interface
+-- ---------------------------------------------------------------------------------------------
+
+-- Create a schedule with named arguments; returns its id. Exactly one of task and workflow.
+create or replace function sked.schedule_create(
+  name            text,
+  cron            text,
+  task            jsonb       default null,
+  workflow        jsonb       default null,
+  time_zone       text        default 'UTC',
+  misfire_policy  text        default 'run_once',
+  misfire_grace   interval    default '1 minute',
+  catch_up_limit  integer     default 100,
+  overlap_policy  text        default 'skip',
+  jitter          interval    default '0',
+  history_limit   integer     default 1000,
+  paused          boolean     default false,
+  owner           text        default current_user,
+  p_now           timestamptz default now()
+) returns uuid
+language plpgsql as $$
+#variable_conflict use_variable
+declare
+  s sked.cron_spec;
+  new_id uuid;
+begin
+  begin
+    s := sked.cron_parse(cron);
+    perform sked.tz_check(time_zone);
+  exception when sqlstate '22023' then
+    raise exception 'schedule %: %', quote_literal(name), sqlerrm
+      using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
+  end;
+  insert into sked.schedules (name, cron, task, workflow, time_zone, misfire_policy,
+                              misfire_grace, catch_up_limit, overlap_policy, jitter,
+                              history_limit, paused_at, owner, next_run_at, created_at,
+                              updated_at)
+  values (name, cron, task, workflow, time_zone, misfire_policy, misfire_grace,
+          catch_up_limit, overlap_policy, jitter, history_limit,
+          case when paused then p_now end, owner,
+          sked.cron_next(s, time_zone, p_now), p_now, p_now)
+  returning id into new_id;
+  return new_id;
+end
+$$;
+
+-- Pause a schedule (no tick fires while paused). Returns false when there is no such schedule.
+create or replace function sked.schedule_pause(p_id uuid, p_now timestamptz default now())
+returns boolean
+language plpgsql as $$
+begin
+  update sked.schedules set paused_at = coalesce(paused_at, p_now) where id = p_id;
+  return found;
+end
+$$;
+
+-- Resume a paused schedule at its next future tick: ticks that passed while it was paused are
+-- not missed ticks and do not fire. Returns false when there is no such schedule.
+create or replace function sked.schedule_resume(p_id uuid, p_now timestamptz default now())
+returns boolean
+language plpgsql as $$
+begin
+  update sked.schedules
+     set next_run_at = case when paused_at is null then next_run_at
+                            else sked.cron_next(spec, time_zone, p_now) end,
+         paused_at = null
+   where id = p_id;
+  return found;
+end
+$$;
+
+-- Seconds until the next tick of an active schedule is due (zero or negative when one is
+-- due, null when there is none); one second while an occurrence is queued behind a running one.
+create or replace function sked.schedules_next_due(p_now timestamptz default now())
+returns double precision
+language sql stable as $$
+  select least(
+    (select extract(epoch from min(next_run_at) - p_now)::double precision
+       from sked.schedules where paused_at is null),
+    (select 1.0::double precision from sked.schedules
+      where queued_fire_at is not null and paused_at is null limit 1))
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Firing
+-- ---------------------------------------------------------------------------------------------
+
+-- Whether a schedule's latest occurrence is unfinished (for the overlap policy).
+create or replace function sked.schedule_occurrence_unfinished(p_task uuid, p_workflow uuid)
+returns boolean
+language plpgsql stable as $$
+declare
+  st text;
+begin
+  if p_task is not null then
+    select t.state into st from sked.tasks t where t.id = p_task;
+    return st in ('blocked', 'waiting', 'running', 'retry');
+  elsif p_workflow is not null then
+    execute 'select w.state from sked.workflows w where w.id = $1' into st using p_workflow;
+    return st = 'running';
+  end if;
+  return false;
+end
+$$;
+
+-- Fire every tick due by p_now + p_horizon, at most p_limit schedules per call (call again
+-- while it returns p_limit). Safe to run from any number of processes at once: due schedules
+-- are locked with SKIP LOCKED, and a tick's occurrence, its sked.schedule_runs row (keyed by
+-- schedule and fire time) and the schedule's new next_run_at commit together.
+--
+-- A firing loop passes a small horizon so that occurrences are queued a moment ahead with
+-- next_run_at = the tick, and workers start them on time. A tick older than misfire_grace
+-- when it is seen was missed, and the misfire policy decides:
+--   skip      nothing runs; one `missed` row counts the missed ticks; resume at the next tick
+--   run_once  one occurrence now, for the first missed tick (the rest are counted in its row)
+--   catch_up  an occurrence per missed tick, up to catch_up_limit; the rest counted as missed
+-- Every occurrence (on time or catching up) is subject to the overlap policy when the
+-- previous occurrence is unfinished (blocked, waiting, running or retrying):
+--   allow     run anyway
+--   skip      a `skipped` row, no occurrence
+--   queue_one a `queued` row; it fires when the previous occurrence finishes (one at most;
+--             further ticks are skipped meanwhile)
+--   replace   cancel the previous occurrence, then run
+-- Returns the number of schedules handled.
+create or replace function sked.schedules_fire(
+  p_now timestamptz default now(), p_horizon interval default '0', p_limit integer default 1000)
+returns integer
+language plpgsql as $$
+declare
+  r record;
+  handled integer := 0;
+  until_ timestamptz := p_now + p_horizon;
+  -- Occurrences to create (tasks in one statement), the runs to record, the schedules to move.
+  occ_task jsonb[] := '{}';
+  run_sched uuid[] := '{}';
+  run_fire timestamptz[] := '{}';
+  run_outcome text[] := '{}';
+  run_occ integer[] := '{}';        -- index into occ_* (null when nothing ran)
+  run_wf uuid[] := '{}';
+  run_missed integer[] := '{}';
+  run_detail text[] := '{}';
+  upd_id uuid[] := '{}';
+  upd_next timestamptz[] := '{}';
+  upd_last_fire timestamptz[] := '{}';
+  upd_last_occ integer[] := '{}';
+  upd_last_wf uuid[] := '{}';
+  upd_queued timestamptz[] := '{}';
+  upd_keep_last boolean[] := '{}';
+  cancel_ids uuid[] := '{}';
+  ticks timestamptz[];
+  tick timestamptz;
+  nxt timestamptz;
+  missed integer;
+  missed_from timestamptz;
+  t timestamptz;
+  busy boolean;
+  queued timestamptz;
+  last_occ integer;
+  last_wf uuid;
+  last_fire timestamptz;
+  prev_task uuid;
+  wf_id uuid;
+  detail text;
+  late_detail text;
+  late_missed integer;
+  task_ids uuid[];
+begin
+  for r in
+    select s.* from sked.schedules s
+     where s.paused_at is null
+       and (s.next_run_at <= until_
+            or (s.queued_fire_at is not null
+                and not sked.schedule_occurrence_unfinished(s.last_task_id, s.last_workflow_id)))
+     order by s.next_run_at
+     limit p_limit
+     for update skip locked
+  loop
+    handled := handled + 1;
+    busy := sked.schedule_occurrence_unfinished(r.last_task_id, r.last_workflow_id);
+    queued := r.queued_fire_at;
+    last_occ := null;
+    last_wf := null;
+    last_fire := r.last_fire_at;
+    prev_task := r.last_task_id;
+    nxt := r.next_run_at;
+    late_detail := null;
+    late_missed := null;
+
+    -- A tick queued behind an occurrence that has finished runs now.
+    if queued is not null and not busy then
+      ticks := array[queued];
+      queued := null;
+    else
+      ticks := '{}';
+    end if;
+
+    if r.next_run_at <= until_ then
+      if r.next_run_at >= p_now - r.misfire_grace then
+        ticks := ticks || r.next_run_at;
+        nxt := sked.cron_next(r.spec, r.time_zone, r.next_run_at);
+      else
+        -- Missed ticks: from next_run_at up to now (counted up to 10,000).
+        missed := 0;
+        missed_from := null;
+        t := r.next_run_at;
+        while t is not null and t <= p_now and missed < 10000 loop
+          if (r.misfire_policy = 'catch_up' and cardinality(ticks) < r.catch_up_limit)
+             or (r.misfire_policy = 'run_once' and cardinality(ticks) = 0) then
+            ticks := ticks || t;
+          else
+            missed := missed + 1;
+            missed_from := coalesce(missed_from, t);
+          end if;
+          t := sked.cron_next(r.spec, r.time_zone, t);
+        end loop;
+        nxt := sked.cron_next(r.spec, r.time_zone, p_now);
+        if missed > 0 and r.misfire_policy = 'run_once' then
+          -- The one late occurrence stands for the others.
+          late_missed := missed;
+          late_detail := format('late: one run for %s%s missed ticks (misfire policy run_once)',
+                                case when missed >= 10000 then 'at least ' else '' end, missed + 1);
+        elsif missed > 0 then
+          run_sched := run_sched || r.id;
+          run_fire := run_fire || missed_from;
+          run_outcome := run_outcome || 'missed'::text;
+          run_occ := run_occ || null::integer;
+          run_wf := run_wf || null::uuid;
+          run_missed := run_missed || missed;
+          run_detail := run_detail || format('%s%s ticks missed from %s (misfire policy %s)',
+                                             case when missed >= 10000 then 'at least ' else '' end,
+                                             missed, missed_from, r.misfire_policy);
+        elsif r.misfire_policy = 'run_once' then
+          late_detail := 'late (misfire policy run_once)';
+        elsif r.misfire_policy = 'catch_up' then
+          late_detail := 'late (misfire policy catch_up)';
+        end if;
+      end if;
+    end if;
+
+    foreach tick in array ticks loop
+      detail := case when tick < p_now - r.misfire_grace then late_detail end;
+      if busy then
+        if r.overlap_policy = 'skip' then
+          run_sched := run_sched || r.id; run_fire := run_fire || tick;
+          run_outcome := run_outcome || 'skipped'::text; run_occ := run_occ || null::integer;
+          run_wf := run_wf || null::uuid; run_missed := run_missed || coalesce(late_missed, 0);
+          run_detail := run_detail || concat_ws('; ', detail,
+                          'the previous occurrence was unfinished (overlap policy skip)');
+          late_missed := null;
+          late_detail := null;
+          continue;
+        elsif r.overlap_policy = 'queue_one' then
+          run_sched := run_sched || r.id; run_fire := run_fire || tick;
+          run_occ := run_occ || null::integer; run_wf := run_wf || null::uuid;
+          run_missed := run_missed || coalesce(late_missed, 0);
+          if queued is null then
+            queued := tick;
+            run_outcome := run_outcome || 'queued'::text;
+            run_detail := run_detail || concat_ws('; ', detail,
+                            'waiting for the previous occurrence to finish (overlap policy queue_one)');
+          else
+            run_outcome := run_outcome || 'skipped'::text;
+            run_detail := run_detail || concat_ws('; ', detail,
+                            'an occurrence was already queued (overlap policy queue_one)');
+          end if;
+          late_missed := null;
+          late_detail := null;
+          continue;
+        elsif r.overlap_policy = 'replace' then
+          if prev_task is not null then
+            cancel_ids := cancel_ids || prev_task;
+          elsif last_wf is null and r.last_workflow_id is not null then
+            perform sked.workflow_cancel(r.last_workflow_id, p_now);
+          end if;
+          detail := concat_ws('; ', detail,
+                              'replaced the unfinished previous occurrence (overlap policy replace)');
+        end if;
+      end if;
+      -- Fire: a task occurrence joins the batch insert below; a workflow is submitted here.
+      run_sched := run_sched || r.id; run_fire := run_fire || tick;
+      run_outcome := run_outcome || 'fired'::text;
+      run_missed := run_missed || coalesce(late_missed, 0);
+      run_detail := run_detail || detail;
+      if r.task is not null then
+        occ_task := occ_task || (r.task || jsonb_build_object(
+          'owner', r.owner, 'run_at', tick + r.jitter * random()));
+        last_occ := cardinality(occ_task);
+        run_occ := run_occ || last_occ;
+        run_wf := run_wf || null::uuid;
+        prev_task := null; -- the previous occurrence is now one of this batch
+      else
+        wf_id := sked.workflow_submit(r.workflow, r.owner, p_now);
+        last_wf := wf_id;
+        run_occ := run_occ || null::integer;
+        run_wf := run_wf || wf_id;
+      end if;
+      last_fire := tick;
+      busy := true;
+      late_missed := null;
+      late_detail := null;
+    end loop;
+
+    upd_id := upd_id || r.id;
+    upd_next := upd_next || coalesce(nxt, 'infinity'::timestamptz);
+    upd_last_fire := upd_last_fire || last_fire;
+    upd_last_occ := upd_last_occ || last_occ;
+    upd_last_wf := upd_last_wf || last_wf;
+    upd_queued := upd_queued || queued;
+    upd_keep_last := upd_keep_last || (last_occ is null and last_wf is null);
+  end loop;
+
+  if handled = 0 then
+    return 0;
+  end if;
+
+  -- Replaced occurrences are cancelled before their successors are inserted.
+  perform sked.task_cancel(c, p_now) from unnest(cancel_ids) c;
+
+  -- All task occurrences in one statement (one insert notification).
+  if cardinality(occ_task) > 0 then
+    select array_agg(s.id) into task_ids from sked.tasks_submit(to_jsonb(occ_task)) s;
+  end if;
+
+  insert into sked.schedule_runs as sr (schedule_id, fire_at, outcome, task_id, workflow_id,
+                                        missed_ticks, detail, recorded_at)
+  select u.s, u.f, u.o, task_ids[u.i], u.w, u.m, u.d, p_now
+    from unnest(run_sched, run_fire, run_outcome, run_occ, run_wf, run_missed, run_detail)
+         as u(s, f, o, i, w, m, d)
+  on conflict (schedule_id, fire_at) do update
+     set outcome = excluded.outcome, task_id = excluded.task_id,
+         workflow_id = excluded.workflow_id, detail = excluded.detail,
+         recorded_at = excluded.recorded_at
+   where sr.outcome = 'queued';
+
+  update sked.schedules s
+     set next_run_at = u.nxt,
+         last_fire_at = u.last_fire,
+         last_task_id = case when u.keep then s.last_task_id else task_ids[u.occ] end,
+         last_workflow_id = case when u.keep then s.last_workflow_id else u.wf end,
+         queued_fire_at = u.queued
+    from unnest(upd_id, upd_next, upd_last_fire, upd_last_occ, upd_last_wf, upd_queued, upd_keep_last)
+         as u(id, nxt, last_fire, occ, wf, queued, keep)
+   where s.id = u.id;
+  return handled;
+end
+$$;
+
+-- "Run now": an occurrence outside the schedule, whatever the overlap policy; recorded as a
+-- `manual` run. Returns the task's (or workflow's) id, or null when there is no such schedule.
+create or replace function sked.schedule_run_now(p_id uuid, p_now timestamptz default now())
+returns uuid
+language plpgsql as $$
+declare
+  s sked.schedules;
+  occ uuid;
+  at_ timestamptz := greatest(p_now, clock_timestamp());
+begin
+  select * into s from sked.schedules where id = p_id for update;
+  if not found then
+    return null;
+  end if;
+  if s.task is not null then
+    select x.id into occ
+      from sked.tasks_submit(jsonb_build_array(s.task || jsonb_build_object('owner', s.owner, 'run_at', p_now))) x;
+    update sked.schedules set last_task_id = occ, last_workflow_id = null, last_fire_at = at_
+     where id = p_id;
+  else
+    occ := sked.workflow_submit(s.workflow, s.owner, p_now);
+    update sked.schedules set last_workflow_id = occ, last_task_id = null, last_fire_at = at_
+     where id = p_id;
+  end if;
+  insert into sked.schedule_runs (schedule_id, fire_at, outcome, task_id, workflow_id, detail, recorded_at)
+  values (p_id, at_, 'manual',
+          case when s.task is not null then occ end,
+          case when s.workflow is not null then occ end,
+          'run now', p_now);
+  return occ;
+end
+$$;
+
+-- Keep at most history_limit runs per schedule (the newest). Returns the rows deleted.
+create or replace function sked.schedule_runs_prune(p_limit integer default 10000)
+returns integer
+language plpgsql as $$
+declare
+  deleted integer;
+begin
+  with ranked as (
+    select r.schedule_id, r.fire_at,
+           row_number() over (partition by r.schedule_id order by r.fire_at desc) as n,
+           s.history_limit
+      from sked.schedule_runs r join sked.schedules s on s.id = r.schedule_id
+  ), doomed as (
+    select schedule_id, fire_at from ranked where n > history_limit limit p_limit
+  )
+  delete from sked.schedule_runs r using doomed d
+   where r.schedule_id = d.schedule_id and r.fire_at = d.fire_at;
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$$;
