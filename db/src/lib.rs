@@ -6,6 +6,8 @@
 //! whose schema is older or newer than the one compiled into them.
 
 pub mod error;
+pub mod firing;
+pub mod schedule;
 pub mod task;
 pub mod token;
 pub mod worker;

@@ -194,6 +194,11 @@ impl<'a> SubmitRow<'a> {
     }
 }
 
+/// A task as the JSON object `sked.tasks_submit` takes (the form of a schedule's template).
+pub fn submit_json(t: &SubmitTask) -> Result<Value> {
+    serde_json::to_value(SubmitRow::new(t)?).map_err(|e| DbError::InvalidInput(e.to_string()))
+}
+
 /// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
 /// name no owner get `owner`.
 pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {

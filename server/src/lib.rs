@@ -97,7 +97,15 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving the API");
     }
-    axum::serve(listener, router(pool))
+    // Cron ticks fire from every server (and worker); each tick fires once however many run.
+    let firing = tokio::spawn(sked_db::firing::run(
+        pool.clone(),
+        sked_db::firing::FiringConfig::default(),
+        shutdown.child_token(),
+    ));
+    let served = axum::serve(listener, router(pool))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+        .await;
+    firing.abort();
+    served
 }

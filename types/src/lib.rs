@@ -11,6 +11,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod schedule;
+pub use schedule::{
+    CreateSchedule, CronPreview, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
+};
+
 /// The state of a task; see `docs/state_machine.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

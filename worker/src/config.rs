@@ -64,6 +64,9 @@ pub struct WorkerArgs {
     /// (default: a `sked-worker` folder in the system temp directory).
     #[arg(long, env = "SKED_WORK_DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Also fire due cron ticks (any number of workers and servers may; each tick fires once).
+    #[arg(long, env = "SKED_FIRE_SCHEDULES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fire_schedules: bool,
 }
 
 /// A validated worker configuration.
@@ -82,6 +85,8 @@ pub struct WorkerConfig {
     pub log_flush: Duration,
     /// Bytes of stdout/stderr kept as the attempt's tail.
     pub tail_bytes: usize,
+    /// Run a firing loop for cron schedules (`sked_db::firing`).
+    pub fire_schedules: bool,
 }
 
 fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
@@ -130,6 +135,7 @@ impl WorkerArgs {
                 .unwrap_or_else(|| std::env::temp_dir().join("sked-worker")),
             log_flush: Duration::from_millis(250),
             tail_bytes: 4096,
+            fire_schedules: self.fire_schedules,
         })
     }
 }
@@ -147,6 +153,7 @@ impl WorkerConfig {
             kill_grace_secs: 5.0,
             name: None,
             work_dir: None,
+            fire_schedules: true,
         }
         .into_config()
         .expect("default worker configuration is valid")

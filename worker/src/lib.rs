@@ -164,7 +164,7 @@ impl Worker {
             wake: wake.clone(),
             poll_interval: config.poll_interval,
         };
-        let services = vec![
+        let mut services = vec![
             tokio::spawn(heartbeat::listen(
                 pool.clone(),
                 config.queues.clone(),
@@ -175,6 +175,13 @@ impl Worker {
             )),
             tokio::spawn(hb.run(cancel_check, services_stop.clone())),
         ];
+        if config.fire_schedules {
+            services.push(tokio::spawn(sked_db::firing::run(
+                pool.clone(),
+                sked_db::firing::FiringConfig::default(),
+                services_stop.clone(),
+            )));
+        }
         Ok(Worker {
             id,
             pool,

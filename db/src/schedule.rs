@@ -1,0 +1,268 @@
+//! Cron schedules: create, read, pause, resume, run now, delete, and firing (see
+//! `sql/schedules.sql` and docs/schedules.md).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sked_types::{CreateSchedule, Schedule, ScheduleRun};
+use sqlx::PgPool;
+use sqlx::postgres::types::PgInterval;
+use uuid::Uuid;
+
+use crate::task::{interval_secs, submit_json};
+use crate::{DbError, Result};
+
+/// A row of `sked.schedules` (the parsed spec is left out).
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct ScheduleRow {
+    id: Uuid,
+    owner: String,
+    name: String,
+    cron: String,
+    time_zone: String,
+    task: Option<Value>,
+    workflow: Option<Value>,
+    misfire_policy: String,
+    misfire_grace: PgInterval,
+    catch_up_limit: i32,
+    overlap_policy: String,
+    jitter: PgInterval,
+    history_limit: i32,
+    paused_at: Option<DateTime<Utc>>,
+    next_run_at: DateTime<Utc>,
+    last_fire_at: Option<DateTime<Utc>>,
+    last_task_id: Option<Uuid>,
+    last_workflow_id: Option<Uuid>,
+    queued_fire_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<ScheduleRow> for Schedule {
+    fn from(r: ScheduleRow) -> Self {
+        Schedule {
+            id: r.id,
+            owner: r.owner,
+            name: r.name,
+            cron: r.cron,
+            time_zone: r.time_zone,
+            task: r.task,
+            workflow: r.workflow,
+            misfire_policy: r.misfire_policy,
+            misfire_grace_secs: interval_secs(&r.misfire_grace),
+            catch_up_limit: r.catch_up_limit,
+            overlap_policy: r.overlap_policy,
+            jitter_secs: interval_secs(&r.jitter),
+            history_limit: r.history_limit,
+            paused_at: r.paused_at,
+            next_run_at: r.next_run_at,
+            last_fire_at: r.last_fire_at,
+            last_task_id: r.last_task_id,
+            last_workflow_id: r.last_workflow_id,
+            queued_fire_at: r.queued_fire_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Seconds as a Postgres interval literal, or an error naming the field.
+fn secs(v: Option<f64>, field: &str) -> Result<Option<String>> {
+    match v {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(format!("{s} seconds"))),
+        Some(s) => Err(DbError::InvalidInput(format!(
+            "{field} must be a number of seconds, 0 or more (got {s})"
+        ))),
+    }
+}
+
+/// Creates a schedule; returns its id. `owner` applies when the request names none.
+pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uuid> {
+    if s.task.is_some() == s.workflow.is_some() {
+        return Err(DbError::InvalidInput(
+            "a schedule runs either a task or a workflow: give exactly one of task and workflow"
+                .into(),
+        ));
+    }
+    if let Some(t) = &s.task {
+        if t.run_at.is_some() || t.delay_secs.is_some() {
+            return Err(DbError::InvalidInput(
+                "a schedule's task template takes no run_at or delay_secs: the schedule sets them"
+                    .into(),
+            ));
+        }
+        if t.owner.is_some() {
+            return Err(DbError::InvalidInput(
+                "a schedule's task template takes no owner: give the schedule's owner instead"
+                    .into(),
+            ));
+        }
+    }
+    let task = s.task.as_ref().map(submit_json).transpose()?;
+    let id = sqlx::query_scalar(
+        "select sked.schedule_create(
+           name => $1, cron => $2, task => $3, workflow => $4,
+           time_zone => coalesce($5, 'UTC'),
+           misfire_policy => coalesce($6, 'run_once'),
+           misfire_grace => coalesce($7::interval, '1 minute'),
+           catch_up_limit => coalesce($8, 100),
+           overlap_policy => coalesce($9, 'skip'),
+           jitter => coalesce($10::interval, '0'),
+           history_limit => coalesce($11, 1000),
+           paused => $12, owner => $13)",
+    )
+    .bind(&s.name)
+    .bind(&s.cron)
+    .bind(task)
+    .bind(&s.workflow)
+    .bind(&s.time_zone)
+    .bind(&s.misfire_policy)
+    .bind(secs(s.misfire_grace_secs, "misfire_grace_secs")?)
+    .bind(s.catch_up_limit)
+    .bind(&s.overlap_policy)
+    .bind(secs(s.jitter_secs, "jitter_secs")?)
+    .bind(s.history_limit)
+    .bind(s.paused)
+    .bind(s.owner.as_deref().unwrap_or(owner))
+    .fetch_one(pool)
+    .await?;
+    Ok(id)
+}
+
+/// One schedule, if it exists.
+pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Schedule>> {
+    let row: Option<ScheduleRow> = sqlx::query_as("select * from sked.schedules where id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(Schedule::from))
+}
+
+/// A schedule by owner and name, if it exists.
+pub async fn get_by_name(pool: &PgPool, owner: &str, name: &str) -> Result<Option<Schedule>> {
+    let row: Option<ScheduleRow> =
+        sqlx::query_as("select * from sked.schedules where owner = $1 and name = $2")
+            .bind(owner)
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(Schedule::from))
+}
+
+/// Schedules of one owner (all when `None`), by owner and name.
+pub async fn list(pool: &PgPool, owner: Option<&str>) -> Result<Vec<Schedule>> {
+    let rows: Vec<ScheduleRow> = sqlx::query_as(
+        "select * from sked.schedules where $1::text is null or owner = $1 order by owner, name",
+    )
+    .bind(owner)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Schedule::from).collect())
+}
+
+/// The latest runs of a schedule, newest first.
+pub async fn runs(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<ScheduleRun>> {
+    let rows: Vec<(
+        DateTime<Utc>,
+        String,
+        Option<Uuid>,
+        Option<Uuid>,
+        i32,
+        Option<String>,
+        DateTime<Utc>,
+    )> = sqlx::query_as(
+        "select fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at
+           from sked.schedule_runs where schedule_id = $1
+          order by fire_at desc limit $2",
+    )
+    .bind(id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at)| {
+                ScheduleRun {
+                    fire_at,
+                    outcome,
+                    task_id,
+                    workflow_id,
+                    missed_ticks,
+                    detail,
+                    recorded_at,
+                }
+            },
+        )
+        .collect())
+}
+
+/// The next `n` fire times of an expression in a time zone after now.
+pub async fn next_times(pool: &PgPool, cron: &str, tz: &str, n: i32) -> Result<Vec<DateTime<Utc>>> {
+    Ok(
+        sqlx::query_scalar("select t from sked.cron_next_times($1, $2, now(), $3) t")
+            .bind(cron)
+            .bind(tz)
+            .bind(n)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// Pauses a schedule; false when there is none.
+pub async fn pause(pool: &PgPool, id: Uuid) -> Result<bool> {
+    Ok(sqlx::query_scalar("select sked.schedule_pause($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Resumes a schedule at its next future tick; false when there is none.
+pub async fn resume(pool: &PgPool, id: Uuid) -> Result<bool> {
+    Ok(sqlx::query_scalar("select sked.schedule_resume($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// "Run now": the id of the task (or workflow) it submitted; `None` when there is no schedule.
+pub async fn run_now(pool: &PgPool, id: Uuid) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar("select sked.schedule_run_now($1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Deletes a schedule and its runs (its occurrences stay); false when there is none.
+pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool> {
+    let done = sqlx::query("delete from sked.schedules where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Fires every tick due within `horizon` from now; returns the schedules handled.
+pub async fn fire(pool: &PgPool, horizon: std::time::Duration, limit: i32) -> Result<i32> {
+    Ok(
+        sqlx::query_scalar("select sked.schedules_fire(now(), $1, $2)")
+            .bind(crate::worker::pg_interval(horizon))
+            .bind(limit)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Seconds until the next tick is due (database clock); `None` when no schedule is active.
+pub async fn next_due(pool: &PgPool) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar("select sked.schedules_next_due()")
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Trims every schedule's runs to its history limit; returns the rows deleted.
+pub async fn prune_runs(pool: &PgPool) -> Result<i32> {
+    Ok(sqlx::query_scalar("select sked.schedule_runs_prune()")
+        .fetch_one(pool)
+        .await?)
+}

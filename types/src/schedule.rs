@@ -1,0 +1,128 @@
+//! Wire types of cron schedules (see docs/schedules.md).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::SubmitTask;
+
+/// A cron schedule as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Schedule {
+    pub id: Uuid,
+    pub owner: String,
+    pub name: String,
+    /// The cron expression as given (5 fields, 6 with seconds first, or a macro).
+    pub cron: String,
+    /// IANA time zone the expression is read in.
+    pub time_zone: String,
+    /// The task template, with the keys of `sked.tasks_submit` (intervals as Postgres text).
+    pub task: Option<serde_json::Value>,
+    /// The workflow template, a spec for `sked.workflow_submit`.
+    pub workflow: Option<serde_json::Value>,
+    /// `skip`, `run_once` or `catch_up`.
+    pub misfire_policy: String,
+    /// A tick later than this when seen is a missed tick.
+    pub misfire_grace_secs: f64,
+    pub catch_up_limit: i32,
+    /// `allow`, `skip`, `queue_one` or `replace`.
+    pub overlap_policy: String,
+    /// Each occurrence starts up to this many seconds after its tick (random).
+    pub jitter_secs: f64,
+    /// Runs kept per schedule.
+    pub history_limit: i32,
+    pub paused_at: Option<DateTime<Utc>>,
+    pub next_run_at: DateTime<Utc>,
+    pub last_fire_at: Option<DateTime<Utc>>,
+    pub last_task_id: Option<Uuid>,
+    pub last_workflow_id: Option<Uuid>,
+    /// A tick waiting for the previous occurrence to finish (overlap policy `queue_one`).
+    pub queued_fire_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What happened to one tick of a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScheduleRun {
+    /// The tick (for `manual` runs, when it was asked for).
+    pub fire_at: DateTime<Utc>,
+    /// `fired`, `queued`, `skipped`, `missed` or `manual`.
+    pub outcome: String,
+    pub task_id: Option<Uuid>,
+    pub workflow_id: Option<Uuid>,
+    /// Ticks this row stands for beyond its own (missed ticks).
+    pub missed_ticks: i32,
+    pub detail: Option<String>,
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// A schedule with its next fire times and its latest runs (newest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScheduleDetail {
+    #[serde(flatten)]
+    pub schedule: Schedule,
+    pub next_fire_times: Vec<DateTime<Utc>>,
+    pub runs: Vec<ScheduleRun>,
+}
+
+/// A request to create a schedule: a name, a cron expression and a task (or workflow).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateSchedule {
+    pub name: String,
+    pub cron: String,
+    /// Default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// What each tick submits (`run_at`, `delay_secs` and `owner` are set by the schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<SubmitTask>,
+    /// Or a workflow spec, as `POST /api/v1/workflows` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<serde_json::Value>,
+    /// `skip`, `run_once` (default) or `catch_up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire_policy: Option<String>,
+    /// Default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire_grace_secs: Option<f64>,
+    /// Default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_limit: Option<i32>,
+    /// `allow`, `skip` (default), `queue_one` or `replace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_policy: Option<String>,
+    /// Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_secs: Option<f64>,
+    /// Default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_limit: Option<i32>,
+    /// Create it paused.
+    #[serde(default)]
+    pub paused: bool,
+    /// Admins may create schedules for another owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A page of schedules, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SchedulePage {
+    pub schedules: Vec<Schedule>,
+}
+
+/// The next fire times of an expression (a preview, nothing is stored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CronPreview {
+    pub cron: String,
+    pub time_zone: String,
+    pub next_fire_times: Vec<DateTime<Utc>>,
+}
