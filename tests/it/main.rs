@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod recovery;
+mod schedules;
 mod sql;
 mod support;
 mod worker;
