@@ -161,6 +161,38 @@ begin
 end
 $$;
 
+-- The rows a JSON array of task objects stands for (keys: the arguments of
+-- sked.task_submit), with the table's defaults filled in and a new id each, in input order
+-- (`ord` counts from 1). Objects without `owner` get `owner_`; `run_at` defaults to `p_now`.
+-- Shared by sked.tasks_submit and sked.workflow_submit.
+create or replace function sked.tasks_from_json(
+  tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
+returns table (
+  new_id uuid, ord bigint, command text[], args text[], queue text, priority integer, input jsonb,
+  env jsonb, next_run_at timestamptz, max_attempts integer, timeout interval, owner text,
+  idempotency_key text, labels text[], artifact_url text, artifact_sha256 text,
+  output_path text, kind text, backoff_base interval, backoff_max interval)
+language sql volatile as $$
+  select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
+         coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
+         coalesce(x.env, '{}'),
+         coalesce(x.run_at, p_now) + coalesce(x.delay, interval '0'),
+         coalesce(x.max_attempts, 3), x.timeout,
+         coalesce(x.owner, owner_), x.idempotency_key,
+         coalesce(x.labels, '{}'), x.artifact_url, x.artifact_sha256, x.output_path,
+         coalesce(x.kind, 'command'),
+         coalesce(x.backoff_base, interval '1 second'),
+         coalesce(x.backoff_max, interval '1 hour')
+    from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
+         jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
+                                      input jsonb, env jsonb, run_at timestamptz,
+                                      delay interval, max_attempts integer, timeout interval,
+                                      owner text, idempotency_key text, labels text[],
+                                      artifact_url text, artifact_sha256 text,
+                                      output_path text, kind text, backoff_base interval,
+                                      backoff_max interval)
+$$;
+
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
 -- arguments of sked.task_submit; returns the ids in input order. Missing keys take the
 -- defaults; `owner_` applies to objects that name no owner. All or nothing: one bad task
@@ -175,26 +207,9 @@ begin
   end if;
   return query
   with input as materialized (
-    -- One row per task with the table's defaults filled in; ids are made here so that they
-    -- can be answered in input order.
-    select sked.uuid_v7() as new_id, r.ord, x.command, coalesce(x.args, '{}') as args,
-           coalesce(x.queue, 'default') as queue, coalesce(x.priority, 0) as priority, x.input,
-           coalesce(x.env, '{}') as env,
-           coalesce(x.run_at, now()) + coalesce(x.delay, interval '0') as next_run_at,
-           coalesce(x.max_attempts, 3) as max_attempts, x.timeout,
-           coalesce(x.owner, owner_) as owner, x.idempotency_key,
-           coalesce(x.labels, '{}') as labels, x.artifact_url, x.artifact_sha256, x.output_path,
-           coalesce(x.kind, 'command') as kind,
-           coalesce(x.backoff_base, interval '1 second') as backoff_base,
-           coalesce(x.backoff_max, interval '1 hour') as backoff_max
-      from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
-           jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
-                                        input jsonb, env jsonb, run_at timestamptz,
-                                        delay interval, max_attempts integer, timeout interval,
-                                        owner text, idempotency_key text, labels text[],
-                                        artifact_url text, artifact_sha256 text,
-                                        output_path text, kind text, backoff_base interval,
-                                        backoff_max interval)
+    -- One row per task with the table's defaults filled in; ids are made there so that
+    -- they can be answered in input order.
+    select * from sked.tasks_from_json(tasks, owner_, now())
   ), plain as (
     -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
     -- speculative insertion that ON CONFLICT needs for every row.
@@ -245,11 +260,20 @@ returns text
 language plpgsql as $$
 declare
   result text;
+  settles boolean;
+  queues text;
 begin
   update sked.tasks set state = 'cancelled', finished_at = p_now, error = 'cancelled before it ran'
    where id = p_id and state in ('blocked', 'waiting', 'retry')
-  returning state into result;
+  returning state, children > 0 or workflow_id is not null into result, settles;
   if found then
+    -- Its children follow their trigger rules, and its workflow may be finished now.
+    if settles then
+      queues := sked.tasks_settle(array[p_id], p_now);
+      if queues is not null then
+        perform pg_notify('sked_tasks', left(queues, 7000));
+      end if;
+    end if;
     return result;
   end if;
   update sked.tasks set cancel_requested_at = coalesce(cancel_requested_at, p_now)
@@ -264,62 +288,70 @@ begin
 end
 $$;
 
--- Run a finished task (failed, cancelled or succeeded) again. It becomes `waiting` now, keeps
--- its attempt count (attempt numbers only grow, which keeps fencing sound) and gets at least
--- one more attempt. A successful attempt is moved to the history first. Returns the new
--- state ('waiting'), the unchanged state when the task is not finished, or null when absent.
+-- Run a finished task (failed, cancelled or succeeded) again. It keeps its attempt count
+-- (attempt numbers only grow, which keeps fencing sound) and gets at least one more attempt;
+-- a successful attempt is moved to the history first. It becomes `waiting` now, or, in a
+-- DAG, what its trigger rule gives with its parents as they are (`blocked` while some are
+-- unfinished); its descendants that ended upstream_failed or skipped wait for it again (see
+-- sked.tasks_rerun). Returns the new state, the unchanged state when the task is not
+-- finished, or null when absent.
 create or replace function sked.task_retry(p_id uuid, p_now timestamptz default now())
 returns text
 language plpgsql as $$
 declare
   result text;
-  q text;
+  queues text;
 begin
-  insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome,
-                                  exit_code, error, stdout_tail, stderr_tail)
-  select t.id, t.attempt, t.worker_id, t.started_at, t.finished_at, 'succeeded', t.exit_code,
-         t.error, t.stdout_tail, t.stderr_tail
-    from sked.tasks t
-   where t.id = p_id and t.state = 'succeeded'
-  on conflict do nothing;
-
-  update sked.tasks
-     set state = 'waiting', next_run_at = p_now, finished_at = null, cancel_requested_at = null,
-         max_attempts = greatest(max_attempts, attempt + 1), lease_expires_at = null,
-         exit_code = null, error = null, stdout_tail = null, stderr_tail = null,
-         output_sha256 = null
-   where id = p_id and state in ('failed', 'cancelled', 'succeeded')
-  returning state, queue into result, q;
-  if found then
-    perform pg_notify('sked_tasks', q);
-    return result;
+  select state into result from sked.tasks where id = p_id for update;
+  if result in ('failed', 'cancelled', 'succeeded') then
+    queues := sked.tasks_rerun(array[p_id], p_now);
+    if queues is not null then
+      perform pg_notify('sked_tasks', left(queues, 7000));
+    end if;
+    select state into result from sked.tasks where id = p_id;
   end if;
-  select state into result from sked.tasks where id = p_id;
   return result;
 end
 $$;
 
--- Retention: delete finished tasks (succeeded, failed, cancelled) that finished before
--- `p_before`, with their attempts and logs, at most `p_limit` tasks per call (call again
--- until it returns 0). Unfinished tasks are never touched. Returns the tasks deleted.
+-- Retention: delete finished tasks (succeeded, failed, cancelled, upstream_failed, skipped)
+-- that finished before `p_before`, with their attempts, logs and edges, at most `p_limit`
+-- tasks per call (call again until it returns 0). A workflow's tasks go only once the
+-- workflow has finished before `p_before`, and the workflow row goes with its last task.
+-- Unfinished tasks are never touched. Returns the tasks deleted.
 create or replace function sked.tasks_prune(p_before timestamptz, p_limit integer default 10000)
 returns integer
 language plpgsql as $$
 declare
   deleted integer;
+  workflows uuid[];
 begin
   with doomed as (
-    select t.id from sked.tasks t
-     where t.finished_at < p_before and t.state in ('succeeded', 'failed', 'cancelled')
+    select t.id, t.workflow_id from sked.tasks t
+     where t.finished_at < p_before
+       and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
+       and (t.workflow_id is null
+            or exists (select 1 from sked.workflows w
+                        where w.id = t.workflow_id and w.finished_at < p_before))
      limit p_limit
      for update skip locked
   ), logs as (
     delete from sked.task_logs l using doomed d where l.task_id = d.id
   ), attempts as (
     delete from sked.task_attempts a using doomed d where a.task_id = d.id
+  ), edges as (
+    delete from sked.task_edges e using doomed d where e.task_id = d.id or e.depends_on = d.id
+  ), tasks as (
+    delete from sked.tasks t using doomed d where t.id = d.id returning t.workflow_id
   )
-  delete from sked.tasks t using doomed d where t.id = d.id;
-  get diagnostics deleted = row_count;
+  select count(*), array_agg(distinct t.workflow_id) filter (where t.workflow_id is not null)
+    into deleted, workflows
+    from tasks t;
+  if workflows is not null then
+    delete from sked.workflows w
+     where w.id = any(workflows)
+       and not exists (select 1 from sked.tasks t where t.workflow_id = w.id);
+  end if;
   return deleted;
 end
 $$;

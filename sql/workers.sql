@@ -135,12 +135,17 @@ $$;
 --                         max_attempts grows by one so attempt numbers keep growing)
 -- A task whose cancel was requested ends cancelled whatever the failure. The backoff before
 -- attempt n+1 is least(backoff_max, backoff_base * 2^(n-1)) plus up to 10% jitter.
+-- `p_outputs` holds each attempt's JSON output (null for none), kept in the task row.
+-- Tasks that end with children or in a workflow are settled in the same transaction: their
+-- children are released or end by their trigger rules (sked.tasks_settle).
 -- Returns the rows that changed with their new state; an input missing from the result was
 -- not running under that attempt any more: its worker lost the lease.
+drop function if exists sked.tasks_finish(uuid[], integer[], text[], integer[], text[], text[],
+                                          text[], text[], timestamptz);
 create or replace function sked.tasks_finish(
   p_ids uuid[], p_attempts integer[], p_outcomes text[], p_exit_codes integer[],
   p_errors text[], p_stdout_tails text[], p_stderr_tails text[], p_output_sha256 text[],
-  p_now timestamptz default now())
+  p_outputs jsonb[], p_now timestamptz default now())
 returns table (id uuid, state text)
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
@@ -149,11 +154,13 @@ declare
   ids uuid[];
   states text[];
   queues text;
+  settle uuid[];
 begin
   with input as (
     select * from unnest(p_ids, p_attempts, p_outcomes, p_exit_codes, p_errors,
-                         p_stdout_tails, p_stderr_tails, p_output_sha256)
-             as u(id, attempt, outcome, exit_code, error, stdout_tail, stderr_tail, output_sha256)
+                         p_stdout_tails, p_stderr_tails, p_output_sha256, p_outputs)
+             as u(id, attempt, outcome, exit_code, error, stdout_tail, stderr_tail, output_sha256,
+                  output)
   ), updated as (
     update sked.tasks t
        set state = sked.finish_state(u.outcome, t.cancel_requested_at is not null, t.attempt, t.max_attempts),
@@ -171,11 +178,12 @@ begin
            lease_expires_at = null,
            exit_code = u.exit_code, error = u.error,
            stdout_tail = u.stdout_tail, stderr_tail = u.stderr_tail,
-           output_sha256 = u.output_sha256
+           output_sha256 = u.output_sha256, output = u.output
       from input u
      where t.id = u.id and t.state = 'running' and t.attempt = u.attempt
     returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt, u.outcome,
-              u.exit_code, u.error, u.stdout_tail, u.stderr_tail
+              u.exit_code, u.error, u.stdout_tail, u.stderr_tail,
+              t.children > 0 or t.workflow_id is not null as settles
   ), history as (
     insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome,
                                     exit_code, error, stdout_tail, stderr_tail)
@@ -185,9 +193,13 @@ begin
       from updated d where d.state <> 'succeeded'
   )
   select array_agg(d.id), array_agg(d.state),
-         string_agg(distinct d.queue, ',') filter (where d.state in ('retry', 'waiting'))
-    into ids, states, queues
+         string_agg(distinct d.queue, ',') filter (where d.state in ('retry', 'waiting')),
+         array_agg(d.id) filter (where d.settles and d.state in ('succeeded', 'failed', 'cancelled'))
+    into ids, states, queues, settle
     from updated d;
+  if settle is not null then
+    queues := nullif(concat_ws(',', queues, sked.tasks_settle(settle, p_now)), '');
+  end if;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
@@ -246,6 +258,7 @@ declare
   ids uuid[];
   states text[];
   queues text;
+  settle uuid[];
 begin
   with lost as (
     select t.id from sked.tasks t
@@ -261,7 +274,8 @@ begin
            next_run_at = p_now, lease_expires_at = null, exit_code = null,
            error = 'worker lost: lease expired', stdout_tail = null, stderr_tail = null
       from lost where t.id = lost.id
-    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt
+    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt,
+              t.children > 0 or t.workflow_id is not null as settles
   ), history as (
     insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome, error)
     select d.id, d.attempt, d.worker_id, d.started_at, p_now,
@@ -270,9 +284,14 @@ begin
       from updated d
   )
   select array_agg(d.id), array_agg(d.state),
-         string_agg(distinct d.queue, ',') filter (where d.state = 'retry')
-    into ids, states, queues
+         string_agg(distinct d.queue, ',') filter (where d.state = 'retry'),
+         array_agg(d.id) filter (where d.settles and d.state in ('failed', 'cancelled'))
+    into ids, states, queues, settle
     from updated d;
+  -- Tasks lost for good release or end their children, as in tasks_finish.
+  if settle is not null then
+    queues := nullif(concat_ws(',', queues, sked.tasks_settle(settle, p_now)), '');
+  end if;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;

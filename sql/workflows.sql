@@ -1,2 +1,500 @@
 -- The workflow functions of the SQL contract: DAG submission, release of children, outputs,
 -- workflow cancel and re-run. See docs/workflows.md.
+--
+-- The release mechanism is general: any task with rows in sked.task_edges waits in `blocked`
+-- until its parents are done, whatever workflow (if any) the tasks belong to. Every function
+-- that moves a task with children or a workflow into a final state calls sked.tasks_settle
+-- in the same transaction, which releases children level by level (one set-based statement
+-- per level of the DAG, never one per task) and settles the workflows involved.
+
+-- What a blocked task becomes, from its trigger rule and its parents:
+--   pending  parents not finished yet;
+--   failed   some parent ended failed, cancelled or upstream_failed;
+--   skipped  some parent ended skipped.
+--   all_success  runs when every parent succeeded; upstream_failed as soon as one failed,
+--                skipped as soon as one was skipped (a failure wins in the same batch).
+--   all_done     runs when every parent is finished, however it ended.
+--   one_failed   runs as soon as one parent failed; skipped when all finished and none did.
+-- Returns 'blocked' while the rule cannot be decided yet.
+create or replace function sked.task_trigger_state(
+  trigger_rule text, pending integer, failed boolean, skipped boolean)
+returns text
+language sql immutable parallel safe as $$
+  select case trigger_rule
+    when 'all_success' then
+      case when failed then 'upstream_failed' when skipped then 'skipped'
+           when pending > 0 then 'blocked' else 'waiting' end
+    when 'all_done' then
+      case when pending > 0 then 'blocked' else 'waiting' end
+    when 'one_failed' then
+      case when failed then 'waiting' when pending > 0 then 'blocked' else 'skipped' end
+  end
+$$;
+
+-- The error a task gets when its trigger rule ends it without running.
+create or replace function sked.task_trigger_error(state text, trigger_rule text) returns text
+language sql immutable parallel safe as $$
+  select case state
+    when 'upstream_failed' then 'not run: a task it depends on failed or was cancelled'
+    when 'skipped' then
+      case trigger_rule
+        when 'one_failed' then 'skipped: no task it depends on failed (trigger rule one_failed)'
+        else 'skipped: a task it depends on was skipped' end
+  end
+$$;
+
+-- The outputs of a task's parents as one JSON object: parent name (its id when it has no
+-- name) -> output (null when it wrote none). The worker hands it to the task.
+create or replace function sked.task_parent_outputs(p_id uuid) returns jsonb
+language sql stable as $$
+  select coalesce(jsonb_object_agg(coalesce(p.name, p.id::text), p.output), '{}'::jsonb)
+    from sked.task_edges e join sked.tasks p on p.id = e.depends_on
+   where e.task_id = p_id
+$$;
+
+-- Tasks `p_ids` have just reached a final state: release or end their blocked children,
+-- then their children's children, level by level, and settle the workflows involved. Called
+-- by every function that finishes such tasks, in the same transaction. Returns the queues
+-- that got claimable tasks (comma-separated, or null): the caller includes them in its one
+-- notification.
+create or replace function sked.tasks_settle(p_ids uuid[], p_now timestamptz default now())
+returns text
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+declare
+  done uuid[] := p_ids;
+  workflows uuid[];
+  level_workflows uuid[];
+  level_queues text;
+  queues text;
+begin
+  select array_agg(distinct t.workflow_id) into workflows
+    from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
+  while cardinality(done) > 0 loop
+    with finished as (
+      select t.id, t.state from sked.tasks t where t.id = any(done) and t.children > 0
+    ), per_child as (
+      select e.task_id as id, count(*)::integer as n,
+             bool_or(f.state in ('failed', 'cancelled', 'upstream_failed')) as failed,
+             bool_or(f.state = 'skipped') as skipped
+        from finished f join sked.task_edges e on e.depends_on = f.id
+       group by e.task_id
+    ), locked as (
+      -- Children are locked in id order, so that two finishes sharing children never
+      -- deadlock; a child's counter is then decremented on its latest version.
+      select t.id from sked.tasks t
+       where t.id in (select c.id from per_child c) and t.state = 'blocked'
+       order by t.id
+       for update
+    ), changed as (
+      update sked.tasks t
+         set parents_pending = t.parents_pending - c.n,
+             state = sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
+             finished_at = case when sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n,
+                                                             c.failed, c.skipped)
+                                     in ('upstream_failed', 'skipped') then p_now end,
+             next_run_at = greatest(t.next_run_at, p_now),
+             error = sked.task_trigger_error(
+                       sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
+                       t.trigger_rule)
+        from per_child c join locked l on l.id = c.id
+       where t.id = c.id and t.state = 'blocked'
+      returning t.id, t.state, t.queue, t.workflow_id
+    )
+    select array_agg(d.id) filter (where d.state in ('upstream_failed', 'skipped')),
+           string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
+           array_agg(distinct d.workflow_id) filter (where d.workflow_id is not null
+                                                      and d.state in ('upstream_failed', 'skipped'))
+      into done, level_queues, level_workflows
+      from changed d;
+    queues := concat_ws(',', queues, level_queues);
+    workflows := array_cat(workflows, level_workflows);
+  end loop;
+  perform sked.workflows_settle(workflows, p_now);
+  return nullif(queues, '');
+end
+$$;
+
+-- Workflows among `p_ids` whose tasks are all finished get their final state: cancelled when
+-- a task was cancelled, else failed when a task failed or could not run, else succeeded.
+-- The rows are locked first and the tasks read by a later statement, so that of two
+-- transactions finishing a workflow's last tasks at once the second sees the first's.
+create or replace function sked.workflows_settle(p_ids uuid[], p_now timestamptz default now())
+returns void
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+begin
+  if coalesce(cardinality(p_ids), 0) = 0 then
+    return;
+  end if;
+  perform 1 from sked.workflows w
+   where w.id = any(p_ids) and w.state = 'running'
+   order by w.id
+   for update;
+  update sked.workflows w
+     set finished_at = p_now,
+         state = case
+           when exists (select 1 from sked.tasks t where t.workflow_id = w.id and t.state = 'cancelled')
+             then 'cancelled'
+           when exists (select 1 from sked.tasks t
+                         where t.workflow_id = w.id and t.state in ('failed', 'upstream_failed'))
+             then 'failed'
+           else 'succeeded' end
+   where w.id = any(p_ids) and w.state = 'running'
+     and not exists (select 1 from sked.tasks t
+                      where t.workflow_id = w.id and t.state in ('blocked', 'waiting', 'running', 'retry'));
+end
+$$;
+
+-- Run tasks `p_ids` again (the caller has checked and locked them: they are finished), with
+-- their descendants that ended upstream_failed or skipped. Each of them gets the state its
+-- trigger rule gives with the parents as they are now, counting the tasks run again as
+-- pending: `waiting` (no parents, or all done), `blocked`, or at once upstream_failed or
+-- skipped when a parent outside the re-run still decides so. Attempt numbers keep growing
+-- (max_attempts is raised to allow one more) and a successful attempt is moved to the
+-- history first. Their workflows run again. Returns the queues that got claimable tasks.
+create or replace function sked.tasks_rerun(p_ids uuid[], p_now timestamptz default now())
+returns text
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+declare
+  ids uuid[];
+  ended uuid[];
+  queues text;
+  more text;
+begin
+  with recursive closure (id) as (
+    select unnest(p_ids)
+    union
+    select e.task_id
+      from closure c
+      join sked.task_edges e on e.depends_on = c.id
+      join sked.tasks t on t.id = e.task_id
+     where t.state in ('upstream_failed', 'skipped')
+  )
+  select array_agg(c.id order by c.id) into ids from closure c;
+
+  insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome,
+                                  exit_code, error, stdout_tail, stderr_tail)
+  select t.id, t.attempt, t.worker_id, t.started_at, t.finished_at, 'succeeded', t.exit_code,
+         t.error, t.stdout_tail, t.stderr_tail
+    from sked.tasks t
+   where t.id = any(ids) and t.state = 'succeeded'
+  on conflict do nothing;
+
+  update sked.workflows w set state = 'running', finished_at = null
+   where w.id in (select t.workflow_id from sked.tasks t where t.id = any(ids))
+     and w.state <> 'running';
+
+  with parents as (
+    select r.id,
+           count(p.id) filter (where p.id = any(ids)
+                                  or p.state in ('blocked', 'waiting', 'running', 'retry'))::integer as pending,
+           coalesce(bool_or(p.state in ('failed', 'cancelled', 'upstream_failed')
+                            and not p.id = any(ids)), false) as failed,
+           coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped
+      from unnest(ids) as r(id)
+      left join sked.task_edges e on e.task_id = r.id
+      left join sked.tasks p on p.id = e.depends_on
+     group by r.id
+  ), changed as (
+    update sked.tasks t
+       set state = sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
+           parents_pending = p.pending,
+           finished_at = case when sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped)
+                                   in ('upstream_failed', 'skipped') then p_now end,
+           next_run_at = p_now, cancel_requested_at = null, lease_expires_at = null,
+           max_attempts = greatest(t.max_attempts, t.attempt + 1),
+           exit_code = null, stdout_tail = null, stderr_tail = null, output_sha256 = null,
+           output = null,
+           error = sked.task_trigger_error(
+                     sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
+                     t.trigger_rule)
+      from parents p
+     where t.id = p.id
+       and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
+    returning t.id, t.state, t.queue
+  )
+  select array_agg(d.id) filter (where d.state in ('upstream_failed', 'skipped')),
+         string_agg(distinct d.queue, ',') filter (where d.state = 'waiting')
+    into ended, queues
+    from changed d;
+  if ended is not null then
+    more := sked.tasks_settle(ended, p_now);
+    queues := concat_ws(',', queues, more);
+  end if;
+  return nullif(queues, '');
+end
+$$;
+
+-- Submit a workflow: tasks and the edges between them, in one call, all or nothing. `spec`
+-- is an object {"name": "...", "tasks": [...]}; each task is an object with the keys of
+-- sked.tasks_submit plus `name` (required, unique in the workflow), `depends_on` (names of
+-- tasks of this workflow) and `trigger_rule` (all_success, the default; all_done;
+-- one_failed, alias on_failure). Tasks without parents are `waiting` at once, the others
+-- `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
+-- workflow or on itself, and cycles are rejected with check_violation naming the rule, and
+-- nothing is inserted. Every task belongs to `owner_`. Returns the workflow's id.
+create or replace function sked.workflow_submit(
+  spec jsonb, owner_ text default current_user, p_now timestamptz default now())
+returns uuid
+language plpgsql as $$
+declare
+  wf uuid := sked.uuid_v7();
+  n integer;
+  bad record;
+  visited integer;
+  frontier integer[];
+begin
+  if jsonb_typeof(spec) is distinct from 'object'
+     or jsonb_typeof(spec -> 'tasks') is distinct from 'array'
+     or jsonb_array_length(spec -> 'tasks') = 0 then
+    perform sked.workflow_rule_raise('workflows_spec_must_have_tasks',
+      'a workflow is an object {"name": ..., "tasks": [...]} with at least one task');
+  end if;
+  select k into bad from jsonb_object_keys(spec) k where k not in ('name', 'tasks') limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_spec_keys_must_be_known',
+      format('unknown key %L in the workflow (expected name and tasks)', bad.k));
+  end if;
+  if jsonb_typeof(spec -> 'name') not in ('string', 'null') then
+    perform sked.workflow_rule_raise('workflows_name_must_be_a_string', 'the workflow name must be a string');
+  end if;
+
+  -- One row per task with its position, name, parents' names and rule, checked before
+  -- anything is inserted.
+  create temp table if not exists workflow_nodes (
+    ord integer primary key, name text, named boolean, unknown_key text, depends_on text[],
+    depends_on_ok boolean, trigger_rule text, other_owner boolean,
+    indegree integer not null default 0, children integer not null default 0
+  ) on commit drop;
+  create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
+  create index if not exists workflow_arcs_by_parent on workflow_arcs (parent);
+  truncate workflow_nodes, workflow_arcs;
+  insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
+                              trigger_rule, other_owner)
+  select r.ord, r.elem ->> 'name',
+         jsonb_typeof(r.elem) = 'object' and jsonb_typeof(r.elem -> 'name') = 'string'
+           and r.elem ->> 'name' <> '',
+         case when jsonb_typeof(r.elem) = 'object' then
+           (select k from jsonb_object_keys(r.elem) k
+             where k not in ('name', 'depends_on', 'trigger_rule', 'command', 'args', 'queue',
+                             'priority', 'input', 'env', 'run_at', 'delay', 'max_attempts',
+                             'timeout', 'labels', 'artifact_url', 'artifact_sha256',
+                             'output_path', 'kind', 'backoff_base', 'backoff_max', 'owner')
+             limit 1) end,
+         case jsonb_typeof(r.elem -> 'depends_on')
+           when 'array' then array(select jsonb_array_elements_text(r.elem -> 'depends_on'))
+           else '{}' end,
+         case jsonb_typeof(r.elem -> 'depends_on')
+           when 'array' then not exists (select 1 from jsonb_array_elements(r.elem -> 'depends_on') d
+                                          where jsonb_typeof(d) <> 'string')
+           when 'null' then true
+           else r.elem -> 'depends_on' is null end,
+         case coalesce(r.elem ->> 'trigger_rule', 'all_success')
+           when 'on_failure' then 'one_failed'
+           else coalesce(r.elem ->> 'trigger_rule', 'all_success') end,
+         r.elem -> 'owner' is distinct from to_jsonb(owner_) and r.elem ? 'owner'
+    from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
+  get diagnostics n = row_count;
+  analyze workflow_nodes;
+
+  select w.ord into bad from workflow_nodes w where w.named is not true order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_tasks_must_have_names',
+      format('task %s of the workflow needs a non-empty "name"', bad.ord));
+  end if;
+  select w.name, w.unknown_key into bad from workflow_nodes w
+   where w.unknown_key is not null order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_task_keys_must_be_known',
+      format('task %L has the unknown key %L', bad.name, bad.unknown_key));
+  end if;
+  select w.name into bad from workflow_nodes w group by w.name having count(*) > 1 limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_task_names_must_be_unique',
+      format('two tasks of the workflow are named %L', bad.name));
+  end if;
+  select w.name into bad from workflow_nodes w where w.depends_on_ok is not true order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_depends_on_must_list_task_names',
+      format('depends_on of task %L must be a list of task names', bad.name));
+  end if;
+  select w.name, w.trigger_rule into bad from workflow_nodes w
+   where w.trigger_rule not in ('all_success', 'all_done', 'one_failed') order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_trigger_rule_is_known',
+      format('task %L has the trigger rule %L (expected all_success, all_done, one_failed or on_failure)',
+             bad.name, bad.trigger_rule));
+  end if;
+  select w.name into bad from workflow_nodes w where w.name = any(w.depends_on) order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_task_must_not_depend_on_itself',
+      format('task %L depends on itself', bad.name));
+  end if;
+  select w.name, d.parent into bad
+    from workflow_nodes w cross join lateral unnest(w.depends_on) as d(parent)
+   where not exists (select 1 from workflow_nodes p where p.name = d.parent)
+   order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_depends_on_must_name_a_task_of_the_workflow',
+      format('task %L depends on %L, which is not a task of this workflow', bad.name, bad.parent));
+  end if;
+  select w.name into bad from workflow_nodes w where w.other_owner order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_tasks_belong_to_the_workflow_owner',
+      format('task %L names another owner; every task of a workflow belongs to its owner', bad.name));
+  end if;
+
+  -- Edges by position (a name listed twice counts once), then Kahn's algorithm one level at
+  -- a time: the tasks whose parents were all removed form the next level. Tasks never
+  -- removed lie on a cycle or after one.
+  insert into workflow_arcs (parent, child)
+  select distinct p.ord, w.ord
+    from workflow_nodes w
+    cross join lateral unnest(w.depends_on) as d(parent)
+    join workflow_nodes p on p.name = d.parent;
+  analyze workflow_arcs;
+  update workflow_nodes w set indegree = a.parents
+    from (select a.child, count(*)::integer as parents from workflow_arcs a group by a.child) a
+   where w.ord = a.child;
+  update workflow_nodes w set children = a.children
+    from (select a.parent, count(*)::integer as children from workflow_arcs a group by a.parent) a
+   where w.ord = a.parent;
+  select array_agg(w.ord) into frontier from workflow_nodes w where w.indegree = 0;
+  visited := 0;
+  while cardinality(frontier) > 0 loop
+    visited := visited + cardinality(frontier);
+    with removed as (
+      select a.child, count(*)::integer as k from workflow_arcs a
+       where a.parent = any(frontier) group by a.child
+    ), lowered as (
+      update workflow_nodes w set indegree = w.indegree - r.k
+        from removed r where w.ord = r.child
+      returning w.ord, w.indegree
+    )
+    select array_agg(l.ord) into frontier from lowered l where l.indegree = 0;
+  end loop;
+  if visited < n then
+    select string_agg(format('%L', c.name), ', ' order by c.ord) as names into bad
+      from (select w.name, w.ord from workflow_nodes w where w.indegree > 0 order by w.ord limit 5) c;
+    perform sked.workflow_rule_raise('workflows_tasks_must_not_form_a_cycle',
+      format('the dependencies form a cycle (tasks on or after it: %s)', bad.names));
+  end if;
+
+  insert into sked.workflows (id, owner, name, created_at)
+  values (wf, owner_, coalesce(spec ->> 'name', ''), p_now);
+
+  -- The tasks, with the defaults of sked.tasks_submit, then the edges by id.
+  with parsed as materialized (
+    select i.*, w.name, w.trigger_rule, coalesce(a.parents, 0) as parents, w.children
+      from sked.tasks_from_json(spec -> 'tasks', owner_, p_now) i
+      join workflow_nodes w on w.ord = i.ord
+      left join (select a.child, count(*)::integer as parents from workflow_arcs a
+                  group by a.child) a on a.child = w.ord
+  ), inserted as (
+    insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
+                            max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
+                            artifact_sha256, output_path, kind, backoff_base, backoff_max,
+                            workflow_id, name, trigger_rule, parents, children, parents_pending,
+                            state, created_at)
+    select p.new_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
+           p.max_attempts, p.timeout, p.owner, null, p.labels, p.artifact_url,
+           p.artifact_sha256, p.output_path, p.kind, p.backoff_base, p.backoff_max,
+           wf, p.name, p.trigger_rule, p.parents, p.children, p.parents,
+           case when p.parents > 0 then 'blocked' else 'waiting' end, p_now
+      from parsed p order by p.ord
+  )
+  insert into sked.task_edges (task_id, depends_on)
+  select c.new_id, p.new_id
+    from workflow_arcs a
+    join parsed c on c.ord = a.child
+    join parsed p on p.ord = a.parent;
+  return wf;
+end
+$$;
+
+-- Raises check_violation for a broken workflow rule, naming it as the constraint.
+create or replace function sked.workflow_rule_raise(rule text, says text) returns void
+language plpgsql as $$
+begin
+  raise exception 'workflow: %', says
+    using errcode = 'check_violation', constraint = rule, table = 'workflows', schema = 'sked';
+end
+$$;
+
+-- Cancel a workflow: its tasks that have not started end `cancelled` at once, its running
+-- tasks get a cancel request (their workers stop them within a second, as with
+-- sked.task_cancel). Returns the workflow's state after the call ('cancelled', or 'running'
+-- while cancelled tasks are still being stopped, or the final state it already had); null
+-- when there is no such workflow.
+create or replace function sked.workflow_cancel(p_id uuid, p_now timestamptz default now())
+returns text
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+declare
+  ended uuid[];
+  running text;
+  result text;
+begin
+  with cancelled as (
+    update sked.tasks t
+       set state = 'cancelled', finished_at = p_now, error = 'cancelled with its workflow'
+     where t.workflow_id = p_id and t.state in ('blocked', 'waiting', 'retry')
+    returning t.id
+  )
+  select array_agg(c.id) into ended from cancelled c;
+  with requested as (
+    update sked.tasks t set cancel_requested_at = coalesce(t.cancel_requested_at, p_now)
+     where t.workflow_id = p_id and t.state = 'running'
+    returning t.id
+  )
+  select string_agg(r.id::text, ',') into running from requested r;
+  if running is not null then
+    -- Ids of the tasks whose cancel was requested; a longer list is cut (workers also poll).
+    perform pg_notify('sked_cancel', left(running, 7992));
+  end if;
+  -- Children outside the workflow released by these cancels wait for the workers' poll:
+  -- this statement's one notification is the cancel request.
+  perform sked.tasks_settle(coalesce(ended, '{}'), p_now);
+  perform sked.workflows_settle(array[p_id], p_now);
+  select w.state into result from sked.workflows w where w.id = p_id;
+  return result;
+end
+$$;
+
+-- Re-run a workflow from where it failed: its failed and cancelled tasks run again, and the
+-- tasks after them that ended upstream_failed or skipped wait for them again (see
+-- sked.tasks_rerun). Returns how many failed or cancelled tasks run again (0: nothing to
+-- re-run), or null when there is no such workflow.
+create or replace function sked.workflow_retry(p_id uuid, p_now timestamptz default now())
+returns integer
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+declare
+  ids uuid[];
+  queues text;
+begin
+  perform 1 from sked.workflows w where w.id = p_id for update;
+  if not found then
+    return null;
+  end if;
+  select array_agg(t.id order by t.id) into ids
+    from (select t.id from sked.tasks t
+           where t.workflow_id = p_id and t.state in ('failed', 'cancelled')
+           order by t.id for update) t;
+  if ids is null then
+    return 0;
+  end if;
+  queues := sked.tasks_rerun(ids, p_now);
+  if queues is not null then
+    perform pg_notify('sked_tasks', left(queues, 7000));
+  end if;
+  return cardinality(ids);
+end
+$$;

@@ -11,6 +11,7 @@ pub mod schedule;
 pub mod task;
 pub mod token;
 pub mod worker;
+pub mod workflow;
 
 #[cfg(feature = "testing")]
 pub mod testing;

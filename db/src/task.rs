@@ -46,6 +46,11 @@ pub struct TaskRow {
     pub stdout_tail: Option<String>,
     pub stderr_tail: Option<String>,
     pub output_sha256: Option<String>,
+    pub workflow_id: Option<Uuid>,
+    pub name: Option<String>,
+    pub trigger_rule: String,
+    pub parents_pending: i32,
+    pub output: Option<Value>,
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -109,6 +114,11 @@ impl TaskRow {
             stdout_tail: self.stdout_tail,
             stderr_tail: self.stderr_tail,
             output_sha256: self.output_sha256,
+            workflow_id: self.workflow_id,
+            name: self.name,
+            trigger_rule: self.trigger_rule,
+            parents_pending: self.parents_pending,
+            output: self.output,
         }
     }
 }
@@ -127,7 +137,7 @@ fn secs(value: Option<f64>, field: &str) -> Result<Option<String>> {
 /// durations as interval text. Serialized straight from the request, with no JSON tree in
 /// between; absent fields are left out so that the function applies the defaults.
 #[derive(serde::Serialize)]
-struct SubmitRow<'a> {
+pub(crate) struct SubmitRow<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<&'a Vec<String>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -169,7 +179,7 @@ struct SubmitRow<'a> {
 }
 
 impl<'a> SubmitRow<'a> {
-    fn new(t: &'a SubmitTask) -> Result<SubmitRow<'a>> {
+    pub(crate) fn new(t: &'a SubmitTask) -> Result<SubmitRow<'a>> {
         Ok(SubmitRow {
             command: t.command.as_ref(),
             args: &t.args,

@@ -88,6 +88,9 @@ pub struct Claimed {
     pub env: serde_json::Value,
     pub timeout: Option<PgInterval>,
     pub output_path: Option<String>,
+    /// The outputs of the task's parents, `{"<parent name>": <output>, ...}`; fetched only
+    /// for commands that have parents (`sked.task_parent_outputs`).
+    pub parent_outputs: Option<serde_json::Value>,
 }
 
 impl Claimed {
@@ -105,7 +108,8 @@ impl Claimed {
 }
 
 /// Claims up to `limit` due tasks (see `sked.tasks_claim`). Only the columns a worker needs
-/// travel back.
+/// travel back, and the parents' outputs only for commands that have parents, in the same
+/// statement.
 pub async fn claim(
     pool: &PgPool,
     worker: Uuid,
@@ -115,9 +119,11 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<Vec<Claimed>> {
     Ok(sqlx::query_as(
-        "select id, attempt, queue, kind, command, args, artifact_url, artifact_sha256, input,
-                    env, timeout, output_path
-               from sked.tasks_claim($1, $2, $3, $4, $5)",
+        "select c.id, c.attempt, c.queue, c.kind, c.command, c.args, c.artifact_url,
+                c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
+                case when c.parents > 0 and c.kind = 'command'
+                     then sked.task_parent_outputs(c.id) end as parent_outputs
+           from sked.tasks_claim($1, $2, $3, $4, $5) c",
     )
     .bind(worker)
     .bind(queues)
@@ -171,6 +177,8 @@ pub struct Finished {
     pub stdout_tail: Option<String>,
     pub stderr_tail: Option<String>,
     pub output_sha256: Option<String>,
+    /// The JSON output of a successful attempt (see `docs/workflows.md`).
+    pub output: Option<serde_json::Value>,
 }
 
 /// Writes a batch of finished attempts with one statement, fenced by (id, running, attempt).
@@ -179,7 +187,7 @@ pub struct Finished {
 /// discarded.
 pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<String>>> {
     let rows: Vec<(Uuid, String)> =
-        sqlx::query_as("select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8)")
+        sqlx::query_as("select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)")
             .bind(batch.iter().map(|f| f.id).collect::<Vec<_>>())
             .bind(batch.iter().map(|f| f.attempt).collect::<Vec<_>>())
             .bind(batch.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
@@ -201,6 +209,12 @@ pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<Stri
                 batch
                     .iter()
                     .map(|f| f.output_sha256.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                batch
+                    .iter()
+                    .map(|f| f.output.clone())
                     .collect::<Vec<_>>(),
             )
             .fetch_all(pool)

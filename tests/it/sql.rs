@@ -359,6 +359,7 @@ fn finished(id: Uuid, attempt: i32, outcome: Outcome) -> Finished {
         stdout_tail: None,
         stderr_tail: None,
         output_sha256: None,
+        output: None,
     }
 }
 
@@ -459,7 +460,8 @@ async fn backoff_doubles_from_the_base_up_to_the_cap() {
         assert_eq!(claimed, 1, "attempt {attempt} is claimable once due");
         let state: String = sqlx::query_scalar(
             "select state from sked.tasks_finish(array[$1]::uuid[], array[$2], array['failed'], array[1], array['x'],
-                                                 array[null]::text[], array[null]::text[], array[null]::text[], $3)",
+                                                 array[null]::text[], array[null]::text[], array[null]::text[],
+                                                 array[null]::jsonb[], $3)",
         )
         .bind(id)
         .bind(attempt)

@@ -21,7 +21,7 @@ pub use schedule::{
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
-    /// Waiting for DAG parents (reserved for workflows).
+    /// Waiting for its DAG parents to finish.
     Blocked,
     /// Claimable once `next_run_at` has passed.
     Waiting,
@@ -33,9 +33,13 @@ pub enum TaskState {
     Failed,
     Cancelled,
 }
+    /// Never ran: a task it depends on failed or was cancelled.
+    UpstreamFailed,
+    /// Never ran: its trigger rule can no longer be met (see `docs/workflows.md`).
+    Skipped,
 
 impl TaskState {
-    pub const ALL: [TaskState; 7] = [
+    pub const ALL: [TaskState; 9] = [
         TaskState::Blocked,
         TaskState::Waiting,
         TaskState::Running,
@@ -44,6 +48,8 @@ impl TaskState {
         TaskState::Failed,
         TaskState::Cancelled,
     ];
+        TaskState::UpstreamFailed,
+        TaskState::Skipped,
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -55,13 +61,19 @@ impl TaskState {
             TaskState::Failed => "failed",
             TaskState::Cancelled => "cancelled",
         }
+            TaskState::UpstreamFailed => "upstream_failed",
+            TaskState::Skipped => "skipped",
     }
 
     /// Final states never change again, except by an explicit retry.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+            TaskState::Succeeded
+                | TaskState::Failed
+                | TaskState::Cancelled
+                | TaskState::UpstreamFailed
+                | TaskState::Skipped
         )
     }
 }
@@ -80,7 +92,7 @@ impl fmt::Display for UnknownState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown task state {:?} (expected one of blocked, waiting, running, retry, succeeded, failed, cancelled)",
+            "unknown task state {:?} (expected one of blocked, waiting, running, retry, succeeded, failed, cancelled, upstream_failed, skipped)",
             self.0
         )
     }
@@ -138,6 +150,25 @@ pub struct Task {
     pub stderr_tail: Option<String>,
     pub output_sha256: Option<String>,
 }
+    /// The workflow the task belongs to, if any.
+    #[serde(default)]
+    pub workflow_id: Option<Uuid>,
+    /// The task's name in its workflow.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// When the task runs after its parents: `all_success`, `all_done` or `one_failed`.
+    #[serde(default = "default_trigger_rule")]
+    pub trigger_rule: String,
+    /// Parents not finished yet (while `blocked`).
+    #[serde(default)]
+    pub parents_pending: i32,
+    /// The JSON output of the last successful attempt (see `docs/workflows.md`).
+    #[serde(default)]
+    pub output: Option<serde_json::Value>,
+}
+
+fn default_trigger_rule() -> String {
+    "all_success".to_owned()
 
 /// One attempt of a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -317,6 +348,12 @@ pub struct StateChange {
 }
 
 #[cfg(test)]
+mod workflow;
+pub use workflow::{
+    SubmitWorkflow, TriggerRule, Workflow, WorkflowChange, WorkflowDetail, WorkflowEdge,
+    WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
+};
+
 mod tests {
     use super::*;
 

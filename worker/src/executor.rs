@@ -1,6 +1,11 @@
 //! Runs one claimed attempt to its end and turns what happened into a [`Finished`] record:
 //! the built-ins `noop` and `sleep` in-process, everything else as a child process in a
 //! fresh working directory that is removed afterwards.
+//!
+//! Outputs (see `docs/workflows.md`): a command names its JSON output by writing it to the
+//! file `$SKED_OUTPUT`, or else by printing it as its last line on stdout. A task with
+//! parents finds their outputs, `{"<parent name>": <output>, ...}`, in the file
+//! `$SKED_PARENT_OUTPUTS`, and on stdin when it has no input of its own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -66,6 +71,7 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         stdout_tail: None,
         stderr_tail: None,
         output_sha256: None,
+        output: None,
     };
     let result = match task.kind.as_str() {
         "noop" => Ok(Ended::Exited(success())),
@@ -175,11 +181,33 @@ async fn run_command(
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
     env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
     env.insert("SKED_QUEUE".into(), task.queue.clone());
-    let stdin = task.input.as_ref().map(|v| {
-        let mut bytes = serde_json::to_vec(v).unwrap_or_default();
-        bytes.push(b'\n');
-        bytes
-    });
+    let output_file = dir.join(OUTPUT_FILE);
+    env.insert(
+        "SKED_OUTPUT".into(),
+        output_file.to_string_lossy().into_owned(),
+    );
+    if let Some(outputs) = &task.parent_outputs {
+        let path = dir.join(PARENT_OUTPUTS_FILE);
+        let bytes = serde_json::to_vec(outputs).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, bytes) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!("writing the parents' outputs: {e}"));
+        }
+        env.insert(
+            "SKED_PARENT_OUTPUTS".into(),
+            path.to_string_lossy().into_owned(),
+        );
+    }
+    // The task's own input, else its parents' outputs.
+    let stdin = task
+        .input
+        .as_ref()
+        .or(task.parent_outputs.as_ref())
+        .map(|v| {
+            let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+            bytes.push(b'\n');
+            bytes
+        });
     let sink = ctx.logs.sink(task.id, task.attempt);
     let mut tries = 0;
     let report = loop {
@@ -213,9 +241,20 @@ async fn run_command(
     {
         tracing::warn!("the task's last output is not written yet; writing its result anyway");
     }
+    let ended = report.ended;
+    if let Ended::Exited(status) = &ended
+        && status.success()
+    {
+        match read_output(&output_file, &report.stdout_tail) {
+            Ok(output) => finished.output = output,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        }
+    }
     finished.stdout_tail = Some(report.stdout_tail);
     finished.stderr_tail = Some(report.stderr_tail);
-    let ended = report.ended;
     if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path)
         && status.success()
     {
@@ -231,6 +270,40 @@ async fn run_command(
         tracing::warn!(error = %e, dir = %dir.display(), "could not remove the task's working directory");
     }
     Ok(ended)
+}
+
+/// The file in the task's working directory that `$SKED_OUTPUT` names.
+const OUTPUT_FILE: &str = "sked_output.json";
+/// The file in the task's working directory that `$SKED_PARENT_OUTPUTS` names.
+const PARENT_OUTPUTS_FILE: &str = "sked_parent_outputs.json";
+/// The largest output a task may leave, as JSON text.
+pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024;
+
+/// A successful attempt's output: the JSON document in the `$SKED_OUTPUT` file when the task
+/// wrote one (a file that is too large or not JSON fails the attempt), else the last line of
+/// stdout when it is a JSON document, else none.
+fn read_output(
+    file: &std::path::Path,
+    stdout_tail: &str,
+) -> Result<Option<serde_json::Value>, String> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.len() > MAX_OUTPUT_BYTES => {
+            return Err(format!(
+                "the task's output ($SKED_OUTPUT) has {} bytes, more than the limit of {MAX_OUTPUT_BYTES}",
+                meta.len()
+            ));
+        }
+        Ok(_) => {
+            let bytes = std::fs::read(file)
+                .map_err(|e| format!("reading the task's output ($SKED_OUTPUT): {e}"))?;
+            let value = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("the task's output ($SKED_OUTPUT) is not JSON: {e}"))?;
+            return Ok(Some(value));
+        }
+        Err(_) => {}
+    }
+    let last = stdout_tail.trim_end().rsplit('\n').next().unwrap_or("").trim();
+    Ok(serde_json::from_str(last).ok())
 }
 
 /// Stores the file the task promised to write as its output artifact.

@@ -188,9 +188,14 @@ pub async fn listen(
                     {
                         wake.notify_one();
                     }
+                    // One task id, or several separated by commas (a workflow's cancel).
                     "sked_cancel" => {
-                        if let Ok(id) = n.payload().parse::<Uuid>()
-                            && running.lock().expect("running map").contains_key(&id)
+                        let running = running.lock().expect("running map");
+                        if n
+                            .payload()
+                            .split(',')
+                            .filter_map(|id| id.parse::<Uuid>().ok())
+                            .any(|id| running.contains_key(&id))
                         {
                             cancel_check.notify_one();
                         }

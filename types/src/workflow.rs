@@ -1,0 +1,225 @@
+//! Wire types of DAG workflows (see `docs/workflows.md`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+use uuid::Uuid;
+
+use crate::{SubmitTask, Task};
+
+/// When a task with parents runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerRule {
+    /// Every parent succeeded (the default).
+    #[default]
+    AllSuccess,
+    /// Every parent finished, however it ended.
+    AllDone,
+    /// Some parent failed (a clean-up or alert task); `on_failure` is an alias.
+    #[serde(alias = "on_failure")]
+    OneFailed,
+}
+
+/// One task of a workflow: the keys of a task submission plus its name, the names of the
+/// tasks it depends on, and its trigger rule. Unknown keys are rejected.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowTask {
+    /// Unique within the workflow; children's outputs are keyed by it.
+    pub name: String,
+    /// Names of tasks of this workflow that must finish first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_rule: Option<TriggerRule>,
+    #[serde(flatten)]
+    pub task: SubmitTask,
+}
+
+impl<'de> Deserialize<'de> for WorkflowTask {
+    /// `name`, `depends_on` and `trigger_rule` are taken out and the rest must be a valid
+    /// [`SubmitTask`] (whose unknown fields are rejected, which `#[serde(flatten)]` would not
+    /// do).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let name = match map.remove("name") {
+            Some(serde_json::Value::String(name)) => name,
+            Some(_) => return Err(D::Error::custom("a task's `name` must be a string")),
+            None => return Err(D::Error::missing_field("name")),
+        };
+        let depends_on = match map.remove("depends_on") {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(v) => serde_json::from_value(v).map_err(|e| {
+                D::Error::custom(format!(
+                    "task {name:?}: `depends_on` must be a list of task names ({e})"
+                ))
+            })?,
+        };
+        let trigger_rule = match map.remove("trigger_rule") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v).map_err(|e| {
+                D::Error::custom(format!("task {name:?}: {e}"))
+            })?),
+        };
+        let task = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
+        Ok(WorkflowTask {
+            name,
+            depends_on,
+            trigger_rule,
+            task,
+        })
+    }
+}
+
+/// A request to submit a workflow: its tasks and the edges between them, all or nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitWorkflow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub tasks: Vec<WorkflowTask>,
+    /// Admins may submit on behalf of another owner; every task belongs to the workflow's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// The answer to a workflow submission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowSubmitted {
+    pub id: Uuid,
+}
+
+/// The aggregate state of a workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowState {
+    /// Some task is not finished.
+    Running,
+    /// Every task finished and none failed, was cancelled or could not run.
+    Succeeded,
+    /// Every task finished and some failed or could not run (`upstream_failed`).
+    Failed,
+    /// Every task finished and some were cancelled.
+    Cancelled,
+}
+
+impl WorkflowState {
+    pub const ALL: [WorkflowState; 4] = [
+        WorkflowState::Running,
+        WorkflowState::Succeeded,
+        WorkflowState::Failed,
+        WorkflowState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowState::Running => "running",
+            WorkflowState::Succeeded => "succeeded",
+            WorkflowState::Failed => "failed",
+            WorkflowState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for WorkflowState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WorkflowState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WorkflowState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown workflow state {s:?} (expected running, succeeded, failed or cancelled)"
+                )
+            })
+    }
+}
+
+/// A workflow as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Workflow {
+    pub id: Uuid,
+    pub owner: String,
+    pub name: String,
+    pub state: WorkflowState,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// An edge of a workflow: `task` runs after `depends_on`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowEdge {
+    pub task: Uuid,
+    pub depends_on: Uuid,
+}
+
+/// A workflow with its tasks (in submission order) and edges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowDetail {
+    #[serde(flatten)]
+    pub workflow: Workflow,
+    pub tasks: Vec<Task>,
+    pub edges: Vec<WorkflowEdge>,
+}
+
+/// A page of workflows, newest first. Pass `next_cursor` as `after` to get the next page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowPage {
+    pub workflows: Vec<Workflow>,
+    pub next_cursor: Option<Uuid>,
+}
+
+/// The answer to a workflow cancel or retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowChange {
+    pub id: Uuid,
+    /// The workflow's state after the call (`running` while cancelled tasks are being
+    /// stopped, or after a retry).
+    pub state: WorkflowState,
+    /// Failed or cancelled tasks that run again (retry only).
+    #[serde(default)]
+    pub tasks_rerun: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workflow_tasks_reject_unknown_keys_and_take_the_alias() {
+        let task: WorkflowTask = serde_json::from_value(serde_json::json!({
+            "name": "clean", "depends_on": ["a"], "trigger_rule": "on_failure",
+            "command": ["true"], "timeout_secs": 5.0
+        }))
+        .unwrap();
+        assert_eq!(task.trigger_rule, Some(TriggerRule::OneFailed));
+        assert_eq!(task.depends_on, vec!["a".to_owned()]);
+        assert_eq!(task.task.timeout_secs, Some(5.0));
+        let err = serde_json::from_value::<WorkflowTask>(serde_json::json!({
+            "name": "a", "depend_on": ["b"], "command": ["true"]
+        }))
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        assert!(serde_json::from_value::<WorkflowTask>(serde_json::json!({"command": ["true"]})).is_err());
+    }
+}
