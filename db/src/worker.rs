@@ -186,39 +186,35 @@ pub struct Finished {
 /// whose lease was lost (its task was rescued or cancelled by someone else): that result is
 /// discarded.
 pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<String>>> {
-    let rows: Vec<(Uuid, String)> =
-        sqlx::query_as("select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-            .bind(batch.iter().map(|f| f.id).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.attempt).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.exit_code).collect::<Vec<_>>())
-            .bind(batch.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
-            .bind(
-                batch
-                    .iter()
-                    .map(|f| f.stdout_tail.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                batch
-                    .iter()
-                    .map(|f| f.stderr_tail.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                batch
-                    .iter()
-                    .map(|f| f.output_sha256.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                batch
-                    .iter()
-                    .map(|f| f.output.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(
+        "select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(batch.iter().map(|f| f.id).collect::<Vec<_>>())
+    .bind(batch.iter().map(|f| f.attempt).collect::<Vec<_>>())
+    .bind(batch.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
+    .bind(batch.iter().map(|f| f.exit_code).collect::<Vec<_>>())
+    .bind(batch.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+    .bind(
+        batch
+            .iter()
+            .map(|f| f.stdout_tail.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|f| f.stderr_tail.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|f| f.output_sha256.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(batch.iter().map(|f| f.output.clone()).collect::<Vec<_>>())
+    .fetch_all(pool)
+    .await?;
     let by_id: std::collections::HashMap<Uuid, String> = rows.into_iter().collect();
     Ok(batch.iter().map(|f| by_id.get(&f.id).cloned()).collect())
 }

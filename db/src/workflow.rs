@@ -92,12 +92,12 @@ pub async fn submit(pool: &PgPool, w: &SubmitWorkflow, owner: &str) -> Result<Uu
 
 /// One workflow by id.
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowRow>> {
-    Ok(
-        sqlx::query_as("select id, owner, name, state, created_at, finished_at from sked.workflows where id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?,
+    Ok(sqlx::query_as(
+        "select id, owner, name, state, created_at, finished_at from sked.workflows where id = $1",
     )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?)
 }
 
 /// Filters of a workflow listing; `None` means any.

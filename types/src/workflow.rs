@@ -62,9 +62,10 @@ impl<'de> Deserialize<'de> for WorkflowTask {
         };
         let trigger_rule = match map.remove("trigger_rule") {
             None | Some(serde_json::Value::Null) => None,
-            Some(v) => Some(serde_json::from_value(v).map_err(|e| {
-                D::Error::custom(format!("task {name:?}: {e}"))
-            })?),
+            Some(v) => Some(
+                serde_json::from_value(v)
+                    .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?,
+            ),
         };
         let task = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
@@ -220,6 +221,9 @@ mod tests {
         }))
         .unwrap_err();
         assert!(err.to_string().contains("unknown field"), "{err}");
-        assert!(serde_json::from_value::<WorkflowTask>(serde_json::json!({"command": ["true"]})).is_err());
+        assert!(
+            serde_json::from_value::<WorkflowTask>(serde_json::json!({"command": ["true"]}))
+                .is_err()
+        );
     }
 }

@@ -302,7 +302,12 @@ fn read_output(
         }
         Err(_) => {}
     }
-    let last = stdout_tail.trim_end().rsplit('\n').next().unwrap_or("").trim();
+    let last = stdout_tail
+        .trim_end()
+        .rsplit('\n')
+        .next()
+        .unwrap_or("")
+        .trim();
     Ok(serde_json::from_str(last).ok())
 }
 

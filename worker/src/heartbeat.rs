@@ -191,8 +191,7 @@ pub async fn listen(
                     // One task id, or several separated by commas (a workflow's cancel).
                     "sked_cancel" => {
                         let running = running.lock().expect("running map");
-                        if n
-                            .payload()
+                        if n.payload()
                             .split(',')
                             .filter_map(|id| id.parse::<Uuid>().ok())
                             .any(|id| running.contains_key(&id))
