@@ -728,20 +728,20 @@ $$;
 create or replace function sked.schedules_fire(
   p_now timestamptz default now(), p_horizon interval default '0', p_limit integer default 1000)
 returns integer
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
 declare
   r record;
   handled integer := 0;
   until_ timestamptz := p_now + p_horizon;
-  -- Occurrences to create (tasks in one statement), the runs to record, the schedules to move.
-  occ_task jsonb[] := '{}';
-  run_sched uuid[] := '{}';
-  run_fire timestamptz[] := '{}';
-  run_outcome text[] := '{}';
-  run_occ integer[] := '{}';        -- index into occ_* (null when nothing ran)
-  run_wf uuid[] := '{}';
-  run_missed integer[] := '{}';
-  run_detail text[] := '{}';
+  -- What the loop decides, applied after it by one statement each: the task occurrences (one
+  -- insert), the runs (one insert; run_occ[i] indexes occ for a fired task), the schedules.
+  occ jsonb[] := '{}';
+  n_occ integer := 0;
+  runs sked.schedule_runs[] := '{}';
+  run_occ integer[] := '{}';
+  n_run integer := 0;
   upd_id uuid[] := '{}';
   upd_next timestamptz[] := '{}';
   upd_last_fire timestamptz[] := '{}';
@@ -769,17 +769,21 @@ declare
   task_ids uuid[];
 begin
   for r in
-    select s.* from sked.schedules s
+    select s.*, coalesce(pt.state in ('blocked', 'waiting', 'running', 'retry'), false) as task_busy
+      from sked.schedules s
+      left join sked.tasks pt on pt.id = s.last_task_id
      where s.paused_at is null
        and (s.next_run_at <= until_
             or (s.queued_fire_at is not null
                 and not sked.schedule_occurrence_unfinished(s.last_task_id, s.last_workflow_id)))
      order by s.next_run_at
      limit p_limit
-     for update skip locked
+     for update of s skip locked
   loop
     handled := handled + 1;
-    busy := sked.schedule_occurrence_unfinished(r.last_task_id, r.last_workflow_id);
+    busy := r.task_busy
+            or (r.last_workflow_id is not null
+                and sked.schedule_occurrence_unfinished(null, r.last_workflow_id));
     queued := r.queued_fire_at;
     last_occ := null;
     last_wf := null;
@@ -823,53 +827,41 @@ begin
           late_detail := format('late: one run for %s%s missed ticks (misfire policy run_once)',
                                 case when missed >= 10000 then 'at least ' else '' end, missed + 1);
         elsif missed > 0 then
-          run_sched := run_sched || r.id;
-          run_fire := run_fire || missed_from;
-          run_outcome := run_outcome || 'missed'::text;
-          run_occ := run_occ || null::integer;
-          run_wf := run_wf || null::uuid;
-          run_missed := run_missed || missed;
-          run_detail := run_detail || format('%s%s ticks missed from %s (misfire policy %s)',
-                                             case when missed >= 10000 then 'at least ' else '' end,
-                                             missed, missed_from, r.misfire_policy);
-        elsif r.misfire_policy = 'run_once' then
-          late_detail := 'late (misfire policy run_once)';
-        elsif r.misfire_policy = 'catch_up' then
-          late_detail := 'late (misfire policy catch_up)';
+          n_run := n_run + 1;
+          runs[n_run] := row(r.id, missed_from, 'missed', null, null, missed,
+                             format('%s%s ticks missed from %s (misfire policy %s)',
+                                    case when missed >= 10000 then 'at least ' else '' end,
+                                    missed, missed_from, r.misfire_policy),
+                             p_now)::sked.schedule_runs;
+          run_occ[n_run] := null;
+        else
+          late_detail := format('late (misfire policy %s)', r.misfire_policy);
         end if;
       end if;
     end if;
 
     foreach tick in array ticks loop
       detail := case when tick < p_now - r.misfire_grace then late_detail end;
-      if busy then
-        if r.overlap_policy = 'skip' then
-          run_sched := run_sched || r.id; run_fire := run_fire || tick;
-          run_outcome := run_outcome || 'skipped'::text; run_occ := run_occ || null::integer;
-          run_wf := run_wf || null::uuid; run_missed := run_missed || coalesce(late_missed, 0);
-          run_detail := run_detail || concat_ws('; ', detail,
-                          'the previous occurrence was unfinished (overlap policy skip)');
-          late_missed := null;
-          late_detail := null;
-          continue;
-        elsif r.overlap_policy = 'queue_one' then
-          run_sched := run_sched || r.id; run_fire := run_fire || tick;
-          run_occ := run_occ || null::integer; run_wf := run_wf || null::uuid;
-          run_missed := run_missed || coalesce(late_missed, 0);
-          if queued is null then
-            queued := tick;
-            run_outcome := run_outcome || 'queued'::text;
-            run_detail := run_detail || concat_ws('; ', detail,
-                            'waiting for the previous occurrence to finish (overlap policy queue_one)');
-          else
-            run_outcome := run_outcome || 'skipped'::text;
-            run_detail := run_detail || concat_ws('; ', detail,
-                            'an occurrence was already queued (overlap policy queue_one)');
-          end if;
-          late_missed := null;
-          late_detail := null;
-          continue;
-        elsif r.overlap_policy = 'replace' then
+      n_run := n_run + 1;
+      run_occ[n_run] := null;
+      if busy and r.overlap_policy = 'skip' then
+        runs[n_run] := row(r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
+                           concat_ws('; ', detail,
+                                     'the previous occurrence was unfinished (overlap policy skip)'),
+                           p_now)::sked.schedule_runs;
+      elsif busy and r.overlap_policy = 'queue_one' and queued is null then
+        queued := tick;
+        runs[n_run] := row(r.id, tick, 'queued', null, null, coalesce(late_missed, 0),
+                           concat_ws('; ', detail,
+                                     'waiting for the previous occurrence to finish (overlap policy queue_one)'),
+                           p_now)::sked.schedule_runs;
+      elsif busy and r.overlap_policy = 'queue_one' then
+        runs[n_run] := row(r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
+                           concat_ws('; ', detail,
+                                     'an occurrence was already queued (overlap policy queue_one)'),
+                           p_now)::sked.schedule_runs;
+      else
+        if busy and r.overlap_policy = 'replace' then
           if prev_task is not null then
             cancel_ids := cancel_ids || prev_task;
           elsif last_wf is null and r.last_workflow_id is not null then
@@ -878,38 +870,35 @@ begin
           detail := concat_ws('; ', detail,
                               'replaced the unfinished previous occurrence (overlap policy replace)');
         end if;
+        -- Fire: a task occurrence joins the insert below; a workflow is submitted here.
+        if r.task is not null then
+          n_occ := n_occ + 1;
+          occ[n_occ] := r.task || jsonb_build_object('owner', r.owner,
+                                                     'run_at', tick + r.jitter * random());
+          last_occ := n_occ;
+          run_occ[n_run] := n_occ;
+          prev_task := null; -- the previous occurrence is now one of this call's
+          wf_id := null;
+        else
+          wf_id := sked.workflow_submit(r.workflow, r.owner, p_now);
+          last_wf := wf_id;
+        end if;
+        runs[n_run] := row(r.id, tick, 'fired', null, wf_id, coalesce(late_missed, 0), detail,
+                           p_now)::sked.schedule_runs;
+        last_fire := tick;
+        busy := true;
       end if;
-      -- Fire: a task occurrence joins the batch insert below; a workflow is submitted here.
-      run_sched := run_sched || r.id; run_fire := run_fire || tick;
-      run_outcome := run_outcome || 'fired'::text;
-      run_missed := run_missed || coalesce(late_missed, 0);
-      run_detail := run_detail || detail;
-      if r.task is not null then
-        occ_task := occ_task || (r.task || jsonb_build_object(
-          'owner', r.owner, 'run_at', tick + r.jitter * random()));
-        last_occ := cardinality(occ_task);
-        run_occ := run_occ || last_occ;
-        run_wf := run_wf || null::uuid;
-        prev_task := null; -- the previous occurrence is now one of this batch
-      else
-        wf_id := sked.workflow_submit(r.workflow, r.owner, p_now);
-        last_wf := wf_id;
-        run_occ := run_occ || null::integer;
-        run_wf := run_wf || wf_id;
-      end if;
-      last_fire := tick;
-      busy := true;
       late_missed := null;
       late_detail := null;
     end loop;
 
-    upd_id := upd_id || r.id;
-    upd_next := upd_next || coalesce(nxt, 'infinity'::timestamptz);
-    upd_last_fire := upd_last_fire || last_fire;
-    upd_last_occ := upd_last_occ || last_occ;
-    upd_last_wf := upd_last_wf || last_wf;
-    upd_queued := upd_queued || queued;
-    upd_keep_last := upd_keep_last || (last_occ is null and last_wf is null);
+    upd_id[handled] := r.id;
+    upd_next[handled] := coalesce(nxt, 'infinity'::timestamptz);
+    upd_last_fire[handled] := last_fire;
+    upd_last_occ[handled] := last_occ;
+    upd_last_wf[handled] := last_wf;
+    upd_queued[handled] := queued;
+    upd_keep_last[handled] := last_occ is null and last_wf is null;
   end loop;
 
   if handled = 0 then
@@ -920,15 +909,17 @@ begin
   perform sked.task_cancel(c, p_now) from unnest(cancel_ids) c;
 
   -- All task occurrences in one statement (one insert notification).
-  if cardinality(occ_task) > 0 then
-    select array_agg(s.id) into task_ids from sked.tasks_submit(to_jsonb(occ_task)) s;
+  if n_occ > 0 then
+    select array_agg(x.id) into task_ids from sked.tasks_submit(to_jsonb(occ)) x;
   end if;
 
   insert into sked.schedule_runs as sr (schedule_id, fire_at, outcome, task_id, workflow_id,
                                         missed_ticks, detail, recorded_at)
-  select u.s, u.f, u.o, task_ids[u.i], u.w, u.m, u.d, p_now
-    from unnest(run_sched, run_fire, run_outcome, run_occ, run_wf, run_missed, run_detail)
-         as u(s, f, o, i, w, m, d)
+  select u.schedule_id, u.fire_at, u.outcome, task_ids[run_occ[u.i]], u.workflow_id,
+         u.missed_ticks, u.detail, u.recorded_at
+    from unnest(runs) with ordinality
+         as u(schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
+              recorded_at, i)
   on conflict (schedule_id, fire_at) do update
      set outcome = excluded.outcome, task_id = excluded.task_id,
          workflow_id = excluded.workflow_id, detail = excluded.detail,
