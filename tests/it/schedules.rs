@@ -899,3 +899,70 @@ async fn runs_are_trimmed_to_the_history_limit() {
     );
     assert_eq!(kept.len(), 5);
 }
+
+#[tokio::test]
+async fn a_schedule_fires_a_whole_workflow() {
+    let db = TestDb::new().await;
+    let id: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'etl', cron => '0 * * * *',
+             workflow => '{"name": "etl", "tasks": [
+                            {"name": "collect", "kind": "noop"},
+                            {"name": "clean", "kind": "noop", "depends_on": ["collect"]},
+                            {"name": "export", "kind": "noop", "depends_on": ["clean"]}]}',
+             p_now => '2026-06-01T10:20:00Z')"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fire(&db.pool, "2026-06-01T11:00:00Z").await, 1);
+    let (outcome, workflow): (String, Option<Uuid>) = sqlx::query_as(
+        "select outcome, workflow_id from sked.schedule_runs where schedule_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(outcome, "fired");
+    let workflow = workflow.expect("the run names the workflow it submitted");
+    let states: Vec<(String, String)> =
+        sqlx::query_as("select name, state from sked.tasks where workflow_id = $1 order by name")
+            .bind(workflow)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let expected = [
+        ("clean", "blocked"),
+        ("collect", "waiting"),
+        ("export", "blocked"),
+    ]
+    .map(|(n, s)| (n.to_string(), s.to_string()));
+    assert_eq!(states, expected);
+    // The workflow is unfinished at the next tick: the default overlap policy skips it.
+    assert_eq!(fire(&db.pool, "2026-06-01T12:00:00Z").await, 1);
+    let outcomes: Vec<String> = sqlx::query_scalar(
+        "select outcome from sked.schedule_runs where schedule_id = $1 order by fire_at",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(outcomes, ["fired", "skipped"]);
+    // A bad workflow template is rejected at insert, naming the workflow's rule.
+    let err = sqlx::query(
+        r#"insert into sked.schedules (name, cron, workflow)
+           values ('bad', '@daily', '{"tasks": [{"name": "a", "kind": "noop", "depends_on": ["a"]}]}')"#,
+    )
+    .execute(&db.pool)
+    .await
+    .expect_err("a self-edge is rejected");
+    let db_err = err.as_database_error().unwrap();
+    assert_eq!(
+        db_err.constraint(),
+        Some("schedules_workflow_template_must_be_valid")
+    );
+    assert!(
+        db_err.message().contains("workflow template is not valid"),
+        "{}",
+        db_err.message()
+    );
+}
