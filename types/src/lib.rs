@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 mod schedule;
 pub use schedule::{
-    CreateSchedule, CronPreview, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
+    CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
+    UpdateSchedule,
 };
 
 /// The state of a task; see `docs/state_machine.md`.

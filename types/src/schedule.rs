@@ -126,3 +126,45 @@ pub struct CronPreview {
     pub time_zone: String,
     pub next_fire_times: Vec<DateTime<Utc>>,
 }
+
+/// Changes to a schedule (`PATCH /api/v1/schedules/{id}`); absent fields keep their values.
+/// A new expression or time zone re-arms the schedule at its next tick from now; a new
+/// template applies from the next occurrence on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSchedule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// A new task template; replaces a workflow template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<SubmitTask>,
+    /// A new workflow template; replaces a task template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire_grace_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_limit: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_limit: Option<i32>,
+}
+
+/// The occurrence a "run now" created: a task or a workflow, by the schedule's template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunNow {
+    pub schedule_id: Uuid,
+    pub task_id: Option<Uuid>,
+    pub workflow_id: Option<Uuid>,
+}
