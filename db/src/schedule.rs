@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sked_types::{CreateSchedule, Schedule, ScheduleRun};
+use sked_types::{CreateSchedule, Schedule, ScheduleRun, UpdateSchedule};
 use sqlx::PgPool;
 use sqlx::postgres::types::PgInterval;
 use uuid::Uuid;
@@ -265,4 +265,72 @@ pub async fn prune_runs(pool: &PgPool) -> Result<i32> {
     Ok(sqlx::query_scalar("select sked.schedule_runs_prune()")
         .fetch_one(pool)
         .await?)
+}
+
+/// The next `n` fire times of a schedule from its armed tick on (`next_run_at` first), as the
+/// firing loop will see them (before jitter).
+pub async fn upcoming(pool: &PgPool, s: &Schedule, n: i32) -> Result<Vec<DateTime<Utc>>> {
+    if n < 1 {
+        return Ok(vec![]);
+    }
+    let mut times = vec![s.next_run_at];
+    times.extend(
+        sqlx::query_scalar::<_, DateTime<Utc>>(
+            "select t from sked.cron_next_times($1, $2, $3, $4) t",
+        )
+        .bind(&s.cron)
+        .bind(&s.time_zone)
+        .bind(s.next_run_at)
+        .bind(n - 1)
+        .fetch_all(pool)
+        .await?,
+    );
+    Ok(times)
+}
+
+/// Changes a schedule with one `UPDATE` (absent fields keep their values); `None` when there
+/// is no such schedule. The schedule's trigger checks the result as it checks an insert, and
+/// re-arms `next_run_at` when the expression or the time zone changes. A task template
+/// replaces a workflow template and the other way round.
+pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Option<Schedule>> {
+    if u.task.is_some() && u.workflow.is_some() {
+        return Err(DbError::InvalidInput(
+            "a schedule runs either a task or a workflow: give at most one of task and workflow"
+                .into(),
+        ));
+    }
+    let task = u.task.as_ref().map(submit_json).transpose()?;
+    let row: Option<ScheduleRow> = sqlx::query_as(
+        "update sked.schedules set
+           name = coalesce($2, name),
+           cron = coalesce($3, cron),
+           time_zone = coalesce($4, time_zone),
+           task = case when $5::jsonb is not null then $5
+                       when $6::jsonb is not null then null else task end,
+           workflow = case when $6::jsonb is not null then $6
+                           when $5::jsonb is not null then null else workflow end,
+           misfire_policy = coalesce($7, misfire_policy),
+           misfire_grace = coalesce($8::interval, misfire_grace),
+           catch_up_limit = coalesce($9, catch_up_limit),
+           overlap_policy = coalesce($10, overlap_policy),
+           jitter = coalesce($11::interval, jitter),
+           history_limit = coalesce($12, history_limit)
+         where id = $1
+         returning *",
+    )
+    .bind(id)
+    .bind(&u.name)
+    .bind(&u.cron)
+    .bind(&u.time_zone)
+    .bind(task)
+    .bind(&u.workflow)
+    .bind(&u.misfire_policy)
+    .bind(secs(u.misfire_grace_secs, "misfire_grace_secs")?)
+    .bind(u.catch_up_limit)
+    .bind(&u.overlap_policy)
+    .bind(secs(u.jitter_secs, "jitter_secs")?)
+    .bind(u.history_limit)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(Schedule::from))
 }
