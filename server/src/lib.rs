@@ -5,6 +5,8 @@
 //! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
 //!
 //! - `tasks` — submit, list, read, logs, cancel and retry.
+//! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
+//!   and preview cron expressions.
 //! - `system` — workers, queues, the caller (`me`) and health.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
@@ -19,6 +21,7 @@
 mod error;
 mod extract;
 mod openapi;
+mod schedules;
 mod system;
 mod tasks;
 
@@ -61,6 +64,17 @@ pub fn router(pool: PgPool) -> Router {
         .route("/tasks/{id}/logs", get(tasks::logs))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
+        .route("/schedules", get(schedules::list).post(schedules::create))
+        .route(
+            "/schedules/{id}",
+            get(schedules::detail)
+                .patch(schedules::update)
+                .delete(schedules::delete),
+        )
+        .route("/schedules/{id}/pause", post(schedules::pause))
+        .route("/schedules/{id}/resume", post(schedules::resume))
+        .route("/schedules/{id}/run", post(schedules::run))
+        .route("/cron/preview", get(schedules::preview))
         .route("/workers", get(system::workers))
         .route("/queues", get(system::queues))
         .route("/me", get(system::me))

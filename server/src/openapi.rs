@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{system, tasks};
+use crate::{schedules, system, tasks};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +26,15 @@ use crate::{system, tasks};
         tasks::logs,
         tasks::cancel,
         tasks::retry,
+        schedules::create,
+        schedules::list,
+        schedules::detail,
+        schedules::update,
+        schedules::pause,
+        schedules::resume,
+        schedules::run,
+        schedules::delete,
+        schedules::preview,
         system::workers,
         system::queues,
         system::me,
@@ -36,6 +45,7 @@ use crate::{system, tasks};
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel and retry tasks"),
+        (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
         (name = "system", description = "Workers, queues, the caller, health and this document"),
     )
 )]
