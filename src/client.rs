@@ -12,6 +12,9 @@ use sked_types::{
 };
 use uuid::Uuid;
 
+mod schedules;
+pub use schedules::ScheduleQuery;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The API answered with an error.

@@ -28,7 +28,7 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
         Ok(Client::new(&self.url, self.token.clone())?)
     }
 }
@@ -171,18 +171,18 @@ pub struct TaskIdArgs {
     id: Uuid,
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("expected KEY=VALUE, got {s:?}")),
     }
 }
 
-fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+pub(crate) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn parse_secs(s: &str, flag: &str, min: f64) -> Result<f64, String> {
+pub(crate) fn parse_secs(s: &str, flag: &str, min: f64) -> Result<f64, String> {
     let value: f64 = s
         .parse()
         .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;

@@ -4,6 +4,7 @@
 
 mod commands;
 mod format;
+mod schedules;
 
 use std::process::ExitCode;
 
@@ -11,6 +12,7 @@ use clap::{Parser, Subcommand};
 use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
 
 use commands::{ListArgs, LogsArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand};
+use schedules::{CronCommand, ScheduleCommand};
 
 /// sked: a task scheduler that uses PostgreSQL as its only moving part.
 #[derive(Debug, Parser)]
@@ -39,6 +41,12 @@ enum Command {
     Cancel(TaskIdArgs),
     /// Run a finished task again.
     Retry(TaskIdArgs),
+    /// Cron schedules: create, list, show, pause, resume, run now, delete.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Cron expressions: `sked cron next EXPR` prints the next fire times.
+    #[command(subcommand)]
+    Cron(CronCommand),
     /// Run the REST API server.
     Server(ServerCommand),
     /// Run a worker.
@@ -61,6 +69,8 @@ async fn main() -> ExitCode {
         Command::Logs(args) => commands::logs(args).await,
         Command::Cancel(args) => commands::cancel(args).await,
         Command::Retry(args) => commands::retry(args).await,
+        Command::Schedule(cmd) => schedules::schedule(cmd).await,
+        Command::Cron(cmd) => schedules::cron(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),
         Command::Worker(cmd) => app::run_worker(cmd).await.map_err(Into::into),
         Command::Dev(cmd) => app::run_dev(cmd, std::env::var_os("PATH"))
