@@ -160,17 +160,21 @@ pub async fn list(pool: &PgPool, owner: Option<&str>) -> Result<Vec<Schedule>> {
     Ok(rows.into_iter().map(Schedule::from).collect())
 }
 
+/// A row of `sked.schedule_runs` as [`runs`] selects it: fire_at, outcome, task_id,
+/// workflow_id, missed_ticks, detail, recorded_at.
+type RunRow = (
+    DateTime<Utc>,
+    String,
+    Option<Uuid>,
+    Option<Uuid>,
+    i32,
+    Option<String>,
+    DateTime<Utc>,
+);
+
 /// The latest runs of a schedule, newest first.
 pub async fn runs(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<ScheduleRun>> {
-    let rows: Vec<(
-        DateTime<Utc>,
-        String,
-        Option<Uuid>,
-        Option<Uuid>,
-        i32,
-        Option<String>,
-        DateTime<Utc>,
-    )> = sqlx::query_as(
+    let rows: Vec<RunRow> = sqlx::query_as(
         "select fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at
            from sked.schedule_runs where schedule_id = $1
           order by fire_at desc limit $2",
