@@ -535,6 +535,8 @@ fn describe_schedule_rule(constraint: &str, message: &str) -> String {
                 Some(at) => message.split_at(at + INVALID.len()),
                 None => ("", message),
             };
+            // The workflow rules' messages start by naming the workflow, as the head does.
+            let inner = inner.strip_prefix("workflow: ").unwrap_or(inner);
             let inner = if DATABASE_WORDING.iter().any(|w| inner.contains(w)) {
                 match inner_rule(inner) {
                     Some(rule) => describe_rule(rule),
@@ -594,6 +596,14 @@ mod tests {
                 "schedule 'a': the task template has unknown or unsettable keys: bogus"
             ),
             "schedule 'a': the task template has unknown or unsettable keys: bogus"
+        );
+        assert_eq!(
+            describe_schedule_rule(
+                "schedules_workflow_template_must_be_valid",
+                "schedule 'a': the workflow template is not valid: workflow: task 'x' depends on \
+                 itself"
+            ),
+            "schedule 'a': the workflow template is not valid: task 'x' depends on itself"
         );
         assert_eq!(
             describe_schedule_rule(
