@@ -3,7 +3,7 @@
 //! any request; a schedule is named by its id or by its name.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use sked::client::{Client, ScheduleQuery};
@@ -328,7 +328,7 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
     })
 }
 
-fn read_workflow(path: &PathBuf) -> anyhow::Result<serde_json::Value> {
+fn read_workflow(path: &Path) -> anyhow::Result<serde_json::Value> {
     let mut text = String::new();
     if path.as_os_str() == "-" {
         std::io::stdin()
