@@ -389,9 +389,17 @@ begin
   values (wf, owner_, coalesce(spec ->> 'name', ''), p_now);
 
   -- The tasks, with the defaults of sked.tasks_submit, then the edges by id.
-  with parsed as materialized (
-    select i.*, w.name, w.trigger_rule, coalesce(a.parents, 0) as parents, w.children
-      from sked.tasks_from_json(spec -> 'tasks', owner_, p_now) i
+  -- The new ids are handed out in ascending order, so that the tasks sort by id in the
+  -- order they were given (time-ordered ids made in the same millisecond are not ordered).
+  with made as materialized (
+    select * from sked.tasks_from_json(spec -> 'tasks', owner_, p_now)
+  ), ids as (
+    select m.new_id as id, row_number() over (order by m.new_id) as k from made m
+  ), parsed as materialized (
+    select i.*, d.id as task_id, w.name, w.trigger_rule, coalesce(a.parents, 0) as parents,
+           w.children
+      from made i
+      join ids d on d.k = i.ord
       join workflow_nodes w on w.ord = i.ord
       left join (select a.child, count(*)::integer as parents from workflow_arcs a
                   group by a.child) a on a.child = w.ord
@@ -401,7 +409,7 @@ begin
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
                             workflow_id, name, trigger_rule, parents, children, parents_pending,
                             state, created_at)
-    select p.new_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
+    select p.task_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
            p.max_attempts, p.timeout, p.owner, null, p.labels, p.artifact_url,
            p.artifact_sha256, p.output_path, p.kind, p.backoff_base, p.backoff_max,
            wf, p.name, p.trigger_rule, p.parents, p.children, p.parents,
@@ -409,7 +417,7 @@ begin
       from parsed p order by p.ord
   )
   insert into sked.task_edges (task_id, depends_on)
-  select c.new_id, p.new_id
+  select c.task_id, p.task_id
     from workflow_arcs a
     join parsed c on c.ord = a.child
     join parsed p on p.ord = a.parent;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sked_types::{
-    ApiError, Health, LogChunk, StateChange, SubmitTask, Submitted, TaskDetail, TaskPage, TaskState,
+    ApiError, Health, LogChunk, StateChange, SubmitTask, SubmitWorkflow, Submitted, TaskDetail,
+    TaskPage, TaskState, WorkflowChange, WorkflowDetail, WorkflowPage, WorkflowSubmitted,
 };
 use uuid::Uuid;
 
@@ -197,6 +198,50 @@ impl Client {
     /// `POST /api/v1/tasks/{id}/retry`.
     pub async fn retry(&self, id: Uuid) -> Result<StateChange, ClientError> {
         self.post(&format!("/tasks/{id}/retry"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /api/v1/workflows`: the id of the submitted workflow.
+    pub async fn submit_workflow(
+        &self,
+        workflow: &SubmitWorkflow,
+    ) -> Result<WorkflowSubmitted, ClientError> {
+        self.post("/workflows", workflow).await
+    }
+
+    /// `GET /api/v1/workflows?after=&limit=`.
+    pub async fn workflows(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<WorkflowPage, ClientError> {
+        let url = self.url("/workflows");
+        let mut query = vec![("limit", limit.to_string())];
+        if let Some(after) = after {
+            query.push(("after", after.to_string()));
+        }
+        self.send(self.http.get(&url).query(&query), url).await
+    }
+
+    /// `GET /api/v1/workflows/{id}`, as the raw JSON the server sent.
+    pub async fn workflow_json(&self, id: Uuid) -> Result<serde_json::Value, ClientError> {
+        self.get(&format!("/workflows/{id}")).await
+    }
+
+    /// `GET /api/v1/workflows/{id}`.
+    pub async fn workflow(&self, id: Uuid) -> Result<WorkflowDetail, ClientError> {
+        self.get(&format!("/workflows/{id}")).await
+    }
+
+    /// `POST /api/v1/workflows/{id}/cancel`.
+    pub async fn cancel_workflow(&self, id: Uuid) -> Result<WorkflowChange, ClientError> {
+        self.post(&format!("/workflows/{id}/cancel"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /api/v1/workflows/{id}/retry`.
+    pub async fn retry_workflow(&self, id: Uuid) -> Result<WorkflowChange, ClientError> {
+        self.post(&format!("/workflows/{id}/retry"), &serde_json::json!({}))
             .await
     }
 }

@@ -125,6 +125,13 @@ pub struct SubmitArgs {
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     #[command(flatten)]
+    /// Submit the workflow in this file (YAML, or JSON when the name ends in `.json`; `-`
+    /// for stdin) instead of one task: see docs/workflows.md.
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
+        "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
+        "timeout", "idempotency_key", "labels", "kind",
+    ])]
+    file: Option<PathBuf>,
     api: ApiArgs,
     /// Only tasks in this state.
     #[arg(long)]
@@ -280,6 +287,9 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         (Some(v), _) => Some(v.clone()),
         (None, Some(path)) => Some(read_input(path)?),
         (None, None) => None,
+    if let Some(path) = &args.file {
+        return crate::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
+    }
     };
     let (command, task_args) = if kind == "command" {
         if args.command.is_empty() {
@@ -350,12 +360,12 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<36}  {:<9}  {:<12}  {:>7}  {:<19}  COMMAND",
+        "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  COMMAND",
         "ID", "STATE", "QUEUE", "ATTEMPT", "CREATED"
     );
     for t in &page.tasks {
         println!(
-            "{:<36}  {:<9}  {:<12}  {:>7}  {:<19}  {}",
+            "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  {}",
             t.id,
             t.state.as_str(),
             truncate(&t.queue, 12),

@@ -5,6 +5,7 @@
 mod commands;
 mod format;
 mod schedules;
+mod workflows;
 
 use std::process::ExitCode;
 
@@ -29,7 +30,8 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Submit a task: `sked submit [flags] -- COMMAND [ARGS...]`.
+    /// Submit a task: `sked submit [flags] -- COMMAND [ARGS...]`, or a workflow:
+    /// `sked submit -f workflow.yaml`.
     Submit(SubmitArgs),
     /// List tasks, newest first.
     List(ListArgs),
@@ -41,6 +43,9 @@ enum Command {
     Cancel(TaskIdArgs),
     /// Run a finished task again.
     Retry(TaskIdArgs),
+    /// List, show, cancel or re-run workflows (submit them with `sked submit -f FILE`).
+    #[command(subcommand)]
+    Workflow(workflows::WorkflowCommand),
     /// Cron schedules: create, list, show, pause, resume, run now, delete.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -69,6 +74,7 @@ async fn main() -> ExitCode {
         Command::Logs(args) => commands::logs(args).await,
         Command::Cancel(args) => commands::cancel(args).await,
         Command::Retry(args) => commands::retry(args).await,
+        Command::Workflow(cmd) => workflows::run(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),

@@ -90,6 +90,7 @@ pub struct Claimed {
     pub output_path: Option<String>,
     /// The outputs of the task's parents, `{"<parent name>": <output>, ...}`; fetched only
     /// for commands that have parents (`sked.task_parent_outputs`).
+    #[sqlx(default)]
     pub parent_outputs: Option<serde_json::Value>,
 }
 

@@ -103,6 +103,17 @@ impl IntoResponse for Error {
 impl From<DbError> for Error {
     fn from(err: DbError) -> Self {
         match err {
+            // The workflow rules' messages are written by sked.workflow_submit for people
+            // (they name the tasks at fault), not database text.
+            DbError::Rejected {
+                constraint,
+                message,
+            } if constraint.starts_with("workflows_") => Error::Rejected(
+                message
+                    .strip_prefix("workflow: ")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| describe_rule(&constraint)),
+            ),
             DbError::Rejected { constraint, .. } => Error::Rejected(describe_rule(&constraint)),
             DbError::Conflict { constraint } => Error::Conflict(describe_conflict(&constraint)),
             DbError::InvalidInput(detail) => {
@@ -147,7 +158,7 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "tasks_state_is_known",
-        "state must be one of blocked, waiting, running, retry, succeeded, failed, cancelled",
+        "state must be one of blocked, waiting, running, retry, succeeded, failed, cancelled, upstream_failed, skipped",
     ),
     (
         "tasks_command_or_artifact_is_required",
@@ -177,11 +188,17 @@ const RULES: &[(&str, &str)] = &[
         "tasks_backoff_must_be_positive",
         "backoff_base_secs must be positive and backoff_max_secs at least backoff_base_secs",
     ),
+    (
+        "tasks_trigger_rule_is_known",
+        "trigger_rule must be one of all_success, all_done, one_failed (alias on_failure)",
+    ),
 ];
 
 /// Prefixes of constraint names: the table the rule belongs to.
 const TABLE_PREFIXES: &[&str] = &[
     "task_attempts_",
+    "task_edges_",
+    "workflows_",
     "task_logs_",
     "api_tokens_",
     "artifacts_",

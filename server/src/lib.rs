@@ -5,6 +5,7 @@
 //! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
 //!
 //! - `tasks` — submit, list, read, logs, cancel and retry.
+//! - `workflows` — submit, list, read, cancel and re-run DAG workflows.
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
 //!   and preview cron expressions.
 //! - `system` — workers, queues, the caller (`me`) and health.
@@ -24,6 +25,7 @@ mod openapi;
 mod schedules;
 mod system;
 mod tasks;
+mod workflows;
 
 use std::net::SocketAddr;
 
@@ -64,6 +66,15 @@ pub fn router(pool: PgPool) -> Router {
         .route("/tasks/{id}/logs", get(tasks::logs))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
+        .route(
+            "/workflows",
+            get(workflows::list)
+                .post(workflows::submit)
+                .layer(DefaultBodyLimit::max(tasks::MAX_BATCH_BODY)),
+        )
+        .route("/workflows/{id}", get(workflows::detail))
+        .route("/workflows/{id}/cancel", post(workflows::cancel))
+        .route("/workflows/{id}/retry", post(workflows::retry))
         .route("/schedules", get(schedules::list).post(schedules::create))
         .route(
             "/schedules/{id}",

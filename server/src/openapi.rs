@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{schedules, system, tasks};
+use crate::{schedules, system, tasks, workflows};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +26,11 @@ use crate::{schedules, system, tasks};
         tasks::logs,
         tasks::cancel,
         tasks::retry,
+        workflows::submit,
+        workflows::list,
+        workflows::detail,
+        workflows::cancel,
+        workflows::retry,
         schedules::create,
         schedules::list,
         schedules::detail,
@@ -45,6 +50,7 @@ use crate::{schedules, system, tasks};
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel and retry tasks"),
+        (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
         (name = "system", description = "Workers, queues, the caller, health and this document"),
     )

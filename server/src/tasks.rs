@@ -115,7 +115,7 @@ fn in_batch(err: Error, index: usize, len: usize) -> Error {
 
 /// The checks the schema cannot make, or cannot word well: ownership, durations that fit an
 /// interval, and strings Postgres cannot store.
-fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
+pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
     if let Some(owner) = &task.owner
         && !principal.may_access(owner)
     {
@@ -155,7 +155,7 @@ fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// Only tasks in this state (`blocked`, `waiting`, `running`, `retry`, `succeeded`,
-    /// `failed` or `cancelled`).
+    /// `failed`, `cancelled`, `upstream_failed` or `skipped`).
     #[param(value_type = Option<TaskState>)]
     state: Option<String>,
     /// Only tasks of this queue.
@@ -356,12 +356,14 @@ pub async fn cancel(
 /// Run a finished task again.
 ///
 /// A succeeded, failed or cancelled task becomes `waiting` now and gets at least one more
-/// attempt; attempt numbers keep growing.
+/// attempt; attempt numbers keep growing. A task with parents becomes what its trigger rule
+/// gives with its parents as they are (`blocked` while some are unfinished), and its
+/// descendants that ended `upstream_failed` or `skipped` wait for it again.
 #[utoipa::path(
     post, path = "/api/v1/tasks/{id}/retry", operation_id = "retry_task", tag = "tasks",
     params(("id" = Uuid, Path, description = "Task id")),
     responses(
-        (status = 200, description = "The state after the call (`waiting`)", body = StateChange),
+        (status = 200, description = "The state after the call (`waiting`, or `blocked` for a task whose parents are unfinished)", body = StateChange),
         (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
         (status = 409, description = "`not_finished`: the task is not in a final state", body = ApiError),
@@ -380,8 +382,12 @@ pub async fn retry(
     let after = sked_db::task::retry(&state.pool, id)
         .await?
         .ok_or_else(Error::not_found_task)?;
-    // Anything but `waiting` means the task was no longer finished when the retry ran.
-    if after != TaskState::Waiting {
+    // A task with parents may wait for them (`blocked`) or end at once by its trigger rule;
+    // anything else means the task was no longer finished when the retry ran.
+    if !matches!(
+        after,
+        TaskState::Waiting | TaskState::Blocked | TaskState::UpstreamFailed | TaskState::Skipped
+    ) {
         return Err(Error::NotFinished);
     }
     Ok(axum::Json(StateChange {

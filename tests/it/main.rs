@@ -8,3 +8,4 @@ mod schedules;
 mod sql;
 mod support;
 mod worker;
+mod workflows;

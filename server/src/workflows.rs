@@ -1,0 +1,265 @@
+//! `/api/v1/workflows`: submit, list, read (tasks and edges), cancel and re-run DAG workflows.
+//!
+//! Visibility as for tasks: a `user` token sees and acts on its owner's workflows only, an
+//! `admin` on all; another owner's workflow answers 404 like one that does not exist.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use sked_db::task::TaskRow;
+use sked_db::token::Principal;
+use sked_db::workflow::{ListFilter, WorkflowRow};
+use sked_types::{
+    ApiError, SubmitWorkflow, WorkflowChange, WorkflowDetail, WorkflowPage, WorkflowState,
+    WorkflowSubmitted,
+};
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::{Error, Result};
+use crate::extract::{Auth, Json, Path, Query};
+use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, validate};
+
+/// The most tasks one workflow may hold.
+pub const MAX_WORKFLOW_TASKS: usize = 50_000;
+
+/// Submit a workflow: tasks and the edges between them, all or nothing.
+///
+/// Each task has the fields of a task submission plus `name` (unique in the workflow),
+/// `depends_on` (names) and `trigger_rule` (`all_success`, `all_done`, `one_failed` or its
+/// alias `on_failure`). Cycles, self-dependencies, unknown names and repeated names are
+/// rejected with 422 and nothing is inserted. The workflow and its tasks belong to the
+/// token's owner; only an admin may name another owner.
+#[utoipa::path(
+    post, path = "/api/v1/workflows", operation_id = "submit_workflow", tag = "workflows",
+    request_body = SubmitWorkflow,
+    responses(
+        (status = 201, description = "The workflow was created", body = WorkflowSubmitted),
+        (status = 400, description = "Malformed JSON or an unknown field", body = ApiError),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 403, description = "A user token named another owner", body = ApiError),
+        (status = 413, description = "More than 50000 tasks, or a body over 32 MiB", body = ApiError),
+        (status = 422, description = "A rule of workflows or tasks was broken (the message names it); nothing was inserted", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Json(workflow): Json<SubmitWorkflow>,
+) -> Result<(StatusCode, axum::Json<WorkflowSubmitted>)> {
+    if workflow.tasks.len() > MAX_WORKFLOW_TASKS {
+        return Err(Error::TooLarge(format!(
+            "a workflow holds at most {MAX_WORKFLOW_TASKS} tasks, this one has {}",
+            workflow.tasks.len()
+        )));
+    }
+    if let Some(owner) = &workflow.owner
+        && !principal.may_access(owner)
+    {
+        return Err(Error::Forbidden(format!(
+            "a user token may submit workflows for its own owner {:?} only",
+            principal.owner
+        )));
+    }
+    for task in &workflow.tasks {
+        validate(&principal, &task.task).map_err(|err| in_task(err, &task.name))?;
+    }
+    let id = sked_db::workflow::submit(&state.pool, &workflow, &principal.owner).await?;
+    Ok((StatusCode::CREATED, axum::Json(WorkflowSubmitted { id })))
+}
+
+/// Prefixes the message of a task's error with its name.
+fn in_task(err: Error, name: &str) -> Error {
+    match err {
+        Error::Forbidden(m) => Error::Forbidden(format!("task {name:?}: {m}")),
+        Error::InvalidRequest(m) => Error::InvalidRequest(format!("task {name:?}: {m}")),
+        other => other,
+    }
+}
+
+/// Filters of `GET /api/v1/workflows`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Only workflows in this state (`running`, `succeeded`, `failed` or `cancelled`).
+    #[param(value_type = Option<WorkflowState>)]
+    state: Option<String>,
+    /// Only workflows of this owner. A user token may name only its own owner.
+    owner: Option<String>,
+    /// The `next_cursor` of the previous page: only workflows older than this id.
+    after: Option<Uuid>,
+    /// Page size, 1 to 500 (default 50; larger values are capped at 500).
+    limit: Option<i64>,
+}
+
+/// List workflows, newest first.
+///
+/// Pages by keyset on the time-ordered id: pass `next_cursor` as `after` until it is null.
+#[utoipa::path(
+    get, path = "/api/v1/workflows", operation_id = "list_workflows", tag = "workflows",
+    params(ListParams),
+    responses(
+        (status = 200, description = "One page of workflows", body = WorkflowPage),
+        (status = 400, description = "An unknown state or a malformed parameter", body = ApiError),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 403, description = "A user token named another owner", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Query(params): Query<ListParams>,
+) -> Result<axum::Json<WorkflowPage>> {
+    let workflow_state = params
+        .state
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<WorkflowState>())
+        .transpose()
+        .map_err(Error::InvalidRequest)?;
+    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
+    if limit < 1 {
+        return Err(Error::InvalidRequest(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    let limit = limit.min(MAX_PAGE);
+    let owner = match params.owner.filter(|o| !o.is_empty()) {
+        Some(owner) if !principal.may_access(&owner) => {
+            return Err(Error::Forbidden(format!(
+                "a user token may list the workflows of its own owner {:?} only",
+                principal.owner
+            )));
+        }
+        Some(owner) => Some(owner),
+        None if principal.is_admin() => None,
+        None => Some(principal.owner.clone()),
+    };
+    let filter = ListFilter {
+        owner,
+        state: workflow_state,
+        after: params.after,
+        // One row more than the page tells whether another page follows.
+        limit: limit + 1,
+    };
+    let mut rows = sked_db::workflow::list(&state.pool, &filter).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|row| row.id)
+    } else {
+        None
+    };
+    Ok(axum::Json(WorkflowPage {
+        workflows: rows.into_iter().map(WorkflowRow::into_workflow).collect(),
+        next_cursor,
+    }))
+}
+
+/// The workflow `id` if it exists and the principal may see it.
+async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<WorkflowRow> {
+    sked_db::workflow::get(&state.pool, id)
+        .await?
+        .filter(|row| principal.may_access(&row.owner))
+        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))
+}
+
+/// Read a workflow with its tasks (in submission order, with their states) and edges.
+#[utoipa::path(
+    get, path = "/api/v1/workflows/{id}", operation_id = "get_workflow", tag = "workflows",
+    params(("id" = Uuid, Path, description = "Workflow id")),
+    responses(
+        (status = 200, description = "The workflow, its tasks and its edges", body = WorkflowDetail),
+        (status = 400, description = "The id is not a UUID", body = ApiError),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn detail(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<WorkflowDetail>> {
+    let row = visible(&state, &principal, id).await?;
+    let tasks = sked_db::workflow::tasks(&state.pool, id).await?;
+    let edges = sked_db::workflow::edges(&state.pool, id).await?;
+    Ok(axum::Json(WorkflowDetail {
+        workflow: row.into_workflow(),
+        tasks: tasks.into_iter().map(TaskRow::into_task).collect(),
+        edges,
+    }))
+}
+
+/// Cancel a workflow.
+///
+/// Its tasks that have not started end `cancelled` at once; running ones get a cancel
+/// request and their workers stop them. The workflow is `cancelled` once none runs.
+#[utoipa::path(
+    post, path = "/api/v1/workflows/{id}/cancel", operation_id = "cancel_workflow", tag = "workflows",
+    params(("id" = Uuid, Path, description = "Workflow id")),
+    responses(
+        (status = 200, description = "The workflow's state after the call", body = WorkflowChange),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+        (status = 409, description = "`already_finished`: the workflow is finished", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<WorkflowChange>> {
+    let row = visible(&state, &principal, id).await?;
+    if row.state() != WorkflowState::Running {
+        return Err(Error::AlreadyFinished);
+    }
+    let after = sked_db::workflow::cancel(&state.pool, id)
+        .await?
+        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+    Ok(axum::Json(WorkflowChange {
+        id,
+        state: after,
+        tasks_rerun: 0,
+    }))
+}
+
+/// Re-run a workflow from where it failed.
+///
+/// Its failed and cancelled tasks run again, and the tasks after them that ended
+/// `upstream_failed` or `skipped` wait for them again; succeeded tasks are not run again.
+#[utoipa::path(
+    post, path = "/api/v1/workflows/{id}/retry", operation_id = "retry_workflow", tag = "workflows",
+    params(("id" = Uuid, Path, description = "Workflow id")),
+    responses(
+        (status = 200, description = "The workflow runs again", body = WorkflowChange),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+        (status = 409, description = "`conflict`: no task of the workflow failed or was cancelled", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn retry(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<WorkflowChange>> {
+    visible(&state, &principal, id).await?;
+    let rerun = sked_db::workflow::retry(&state.pool, id)
+        .await?
+        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+    if rerun == 0 {
+        return Err(Error::Conflict(
+            "no task of the workflow failed or was cancelled: nothing to re-run".to_owned(),
+        ));
+    }
+    let row = visible(&state, &principal, id).await?;
+    Ok(axum::Json(WorkflowChange {
+        id,
+        state: row.state(),
+        tasks_rerun: rerun,
+    }))
+}
