@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use sked_types::{SubmitWorkflow, WorkflowChange, WorkflowDetail};
@@ -100,7 +100,7 @@ pub fn read_spec(path: &Path) -> anyhow::Result<SubmitWorkflow> {
 /// `sked submit -f FILE`: prints the new workflow's id.
 pub async fn submit_file(
     api: &ApiArgs,
-    path: &PathBuf,
+    path: &Path,
     owner: Option<String>,
     json: bool,
 ) -> anyhow::Result<()> {
