@@ -16,6 +16,8 @@ pub enum Workload {
     W3,
     /// Drain throughput of one worker process running real processes (`true`).
     W4,
+    /// A DAG end to end: a root, 10,000 noop children and a sink, submit to sink finished.
+    W6,
 }
 
 impl Workload {
@@ -25,6 +27,7 @@ impl Workload {
             Workload::W2 => "W2",
             Workload::W3 => "W3",
             Workload::W4 => "W4",
+            Workload::W6 => "W6",
         }
     }
 }
@@ -79,6 +82,12 @@ pub struct Cli {
     /// Worker concurrency in W4.
     #[arg(long, default_value_t = 32)]
     pub w4_concurrency: usize,
+    /// Children of the root (and parents of the sink) in W6's workflow.
+    #[arg(long, default_value_t = 10_000)]
+    pub w6_children: usize,
+    /// Worker concurrency in W6.
+    #[arg(long, default_value_t = 2_000)]
+    pub w6_concurrency: usize,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -108,6 +117,8 @@ pub struct Config {
     pub w3_duration: Duration,
     pub w4_tasks: usize,
     pub w4_concurrency: usize,
+    pub w6_children: usize,
+    pub w6_concurrency: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -117,7 +128,13 @@ impl Cli {
     pub fn into_config(self) -> Result<Config, String> {
         let mut workloads = self.workloads;
         if workloads.is_empty() {
-            workloads = vec![Workload::W1, Workload::W2, Workload::W3, Workload::W4];
+            workloads = vec![
+                Workload::W1,
+                Workload::W2,
+                Workload::W3,
+                Workload::W4,
+                Workload::W6,
+            ];
         }
         workloads.sort();
         workloads.dedup();
@@ -137,6 +154,7 @@ impl Cli {
             ("w2-concurrency", self.w2_concurrency),
             ("w3-concurrency", self.w3_concurrency),
             ("w4-concurrency", self.w4_concurrency),
+            ("w6-concurrency", self.w6_concurrency),
         ] {
             if value == 0 || value > 10_000 {
                 return Err(format!("--{flag} must be between 1 and 10000, got {value}"));
@@ -144,6 +162,12 @@ impl Cli {
         }
         if self.w3_interval_ms == 0 || !(self.w3_secs.is_finite() && self.w3_secs > 0.0) {
             return Err("--w3-interval-ms and --w3-secs must be positive".into());
+        }
+        if !(1..=100_000).contains(&self.w6_children) {
+            return Err(format!(
+                "--w6-children must be between 1 and 100000, got {}",
+                self.w6_children
+            ));
         }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
@@ -163,6 +187,8 @@ impl Cli {
             w3_duration: Duration::from_secs_f64(self.w3_secs),
             w4_tasks: self.w4_tasks,
             w4_concurrency: self.w4_concurrency,
+            w6_children: self.w6_children,
+            w6_concurrency: self.w6_concurrency,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),

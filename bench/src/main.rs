@@ -9,6 +9,7 @@ mod pg;
 mod process;
 mod report;
 mod w1;
+mod workflow;
 
 use std::process::ExitCode;
 
@@ -59,6 +60,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W2 => drain::w2(&cfg).await,
                 Workload::W3 => latency::run(&cfg).await,
                 Workload::W4 => drain::w4(&cfg).await,
+                Workload::W6 => workflow::run(&cfg).await,
             };
             match result {
                 Ok(s) => {
