@@ -14,16 +14,16 @@ use tower::ServiceExt;
 use uuid::Uuid;
 
 /// A fresh database, its router, and tokens for `alice` and `bob` (users) and an admin.
-struct Api {
-    db: TestDb,
+pub(crate) struct Api {
+    pub(crate) db: TestDb,
     router: Router,
-    alice: String,
-    bob: String,
-    admin: String,
+    pub(crate) alice: String,
+    pub(crate) bob: String,
+    pub(crate) admin: String,
 }
 
 impl Api {
-    async fn new() -> Api {
+    pub(crate) async fn new() -> Api {
         let db = TestDb::new().await;
         let router = sked_server::router(db.pool.clone());
         let alice = sked_db::token::create(&db.pool, "alice", Role::User, "test")
@@ -46,7 +46,7 @@ impl Api {
 
     /// Sends a request with an optional token and raw body; returns the status, the
     /// `WWW-Authenticate` header and the body parsed as JSON (every response must be JSON).
-    async fn raw(
+    pub(crate) async fn raw(
         &self,
         method: Method,
         uri: &str,
@@ -80,7 +80,7 @@ impl Api {
         (status, challenge, json)
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         uri: &str,
@@ -93,11 +93,11 @@ impl Api {
         (status, json)
     }
 
-    async fn get(&self, uri: &str, token: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, uri: &str, token: &str) -> (StatusCode, Value) {
         self.call(Method::GET, uri, token, None).await
     }
 
-    async fn post(&self, uri: &str, token: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, uri: &str, token: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, uri, token, Some(body)).await
     }
 
@@ -133,7 +133,7 @@ fn echo() -> Value {
 }
 
 /// Asserts an error body with the given code and no database wording in its message.
-fn assert_error(json: &Value, code: &str) {
+pub(crate) fn assert_error(json: &Value, code: &str) {
     assert_eq!(json["code"], code, "the error code is {code:?}: {json}");
     let message = json["message"].as_str().expect("an error has a message");
     assert!(!message.is_empty(), "an error message is not empty");

@@ -32,18 +32,18 @@ fn bin(path: &str) -> Command {
     cmd
 }
 
-fn sked() -> Command {
+pub(crate) fn sked() -> Command {
     bin(env!("CARGO_BIN_EXE_sked"))
 }
 
-async fn output(cmd: &mut Command) -> Output {
+pub(crate) async fn output(cmd: &mut Command) -> Output {
     tokio::time::timeout(Duration::from_secs(60), cmd.output())
         .await
         .expect("the command should finish within 60 s")
         .expect("running the command")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -242,15 +242,15 @@ async fn server_and_worker_refuse_an_unmigrated_database() {
 }
 
 /// An API server in this process over a fresh database, with an admin token.
-struct Api {
-    db: TestDb,
+pub(crate) struct Api {
+    pub(crate) db: TestDb,
     url: String,
     token: String,
     stop: CancellationToken,
 }
 
 impl Api {
-    async fn start() -> Api {
+    pub(crate) async fn start() -> Api {
         let db = TestDb::new().await;
         let token = sked_db::token::create(&db.pool, "admin", Role::Admin, "test")
             .await
@@ -267,7 +267,7 @@ impl Api {
         }
     }
 
-    fn sked(&self, args: &[&str]) -> Command {
+    pub(crate) fn sked(&self, args: &[&str]) -> Command {
         let mut cmd = sked();
         cmd.args(args)
             .env("SKED_URL", &self.url)
@@ -275,7 +275,7 @@ impl Api {
         cmd
     }
 
-    async fn ok(&self, args: &[&str]) -> String {
+    pub(crate) async fn ok(&self, args: &[&str]) -> String {
         let out = output(&mut self.sked(args)).await;
         assert!(
             out.status.success(),

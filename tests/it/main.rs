@@ -5,6 +5,7 @@ mod api;
 mod cli;
 mod recovery;
 mod schedules;
+mod schedules_api;
 mod sql;
 mod support;
 mod worker;
