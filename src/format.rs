@@ -16,6 +16,19 @@ pub fn describe(detail: &TaskDetail) -> String {
     line("queue:", format!("{} (priority {})", t.queue, t.priority));
     line("kind:", t.kind.clone());
     line("run:", what(t));
+    if let Some(workflow) = t.workflow_id {
+        let name = t.name.as_deref().unwrap_or("");
+        line(
+            "workflow:",
+            format!(
+                "{workflow} (task {name:?}, trigger rule {})",
+                t.trigger_rule
+            ),
+        );
+        if t.parents_pending > 0 && t.state == sked_types::TaskState::Blocked {
+            line("waits for:", format!("{} parents", t.parents_pending));
+        }
+    }
     if !t.env.is_empty() {
         let env: Vec<String> = t.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         line("env:", env.join(" "));
@@ -56,6 +69,9 @@ pub fn describe(detail: &TaskDetail) -> String {
             out.push_str(&format!(
                 "  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  {}\n",
                 a.attempt,
+    if let Some(output) = &t.output {
+        line("output:", truncate(&output.to_string(), 200));
+    }
                 a.outcome,
                 a.exit_code.map(|c| c.to_string()).unwrap_or_default(),
                 time(a.started_at),
