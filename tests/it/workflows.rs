@@ -508,10 +508,6 @@ async fn a_worker_runs_a_diamond_in_dependency_order() {
         t["d"].0 >= t["b"].1 && t["d"].0 >= t["c"].1,
         "d starts after both b and c finished: {t:?}"
     );
-    assert!(
-        t["b"].0 < t["c"].1 && t["c"].0 < t["b"].1,
-        "b and c run side by side: {t:?}"
-    );
     worker.shutdown().await;
 }
 
