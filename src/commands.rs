@@ -120,18 +120,18 @@ pub struct SubmitArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+    /// Submit the workflow in this file (YAML, or JSON when the name ends in `.json`; `-`
+    /// for stdin) instead of one task: see docs/workflows.md.
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
+        "command", "queue", "priority", "env", "input", "input_file", "delay", "max_attempts",
+        "timeout", "idempotency_key", "labels", "kind",
+    ])]
+    file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     #[command(flatten)]
-    /// Submit the workflow in this file (YAML, or JSON when the name ends in `.json`; `-`
-    /// for stdin) instead of one task: see docs/workflows.md.
-    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
-        "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
-        "timeout", "idempotency_key", "labels", "kind",
-    ])]
-    file: Option<PathBuf>,
     api: ApiArgs,
     /// Only tasks in this state.
     #[arg(long)]
@@ -282,14 +282,14 @@ async fn token_revoke(args: TokenRevokeArgs) -> anyhow::Result<()> {
 }
 
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.file {
+        return crate::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
+    }
     let kind = args.kind.clone().unwrap_or_else(|| "command".to_owned());
     let input = match (&args.input, &args.input_file) {
         (Some(v), _) => Some(v.clone()),
         (None, Some(path)) => Some(read_input(path)?),
         (None, None) => None,
-    if let Some(path) = &args.file {
-        return crate::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
-    }
     };
     let (command, task_args) = if kind == "command" {
         if args.command.is_empty() {

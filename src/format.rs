@@ -52,6 +52,9 @@ pub fn describe(detail: &TaskDetail) -> String {
     if let Some(err) = &t.error {
         line("error:", err.clone());
     }
+    if let Some(output) = &t.output {
+        line("output:", truncate(&output.to_string(), 200));
+    }
     for (name, tail) in [("stdout:", &t.stdout_tail), ("stderr:", &t.stderr_tail)] {
         if let Some(tail) = tail.as_deref().filter(|s| !s.is_empty()) {
             out.push_str(&format!("{name}\n"));
@@ -69,9 +72,6 @@ pub fn describe(detail: &TaskDetail) -> String {
             out.push_str(&format!(
                 "  {:>3}  {:<12}  {:>4}  {:<19}  {:<19}  {}\n",
                 a.attempt,
-    if let Some(output) = &t.output {
-        line("output:", truncate(&output.to_string(), 200));
-    }
                 a.outcome,
                 a.exit_code.map(|c| c.to_string()).unwrap_or_default(),
                 time(a.started_at),

@@ -33,11 +33,11 @@ pub enum TaskState {
     Succeeded,
     Failed,
     Cancelled,
-}
     /// Never ran: a task it depends on failed or was cancelled.
     UpstreamFailed,
     /// Never ran: its trigger rule can no longer be met (see `docs/workflows.md`).
     Skipped,
+}
 
 impl TaskState {
     pub const ALL: [TaskState; 9] = [
@@ -48,9 +48,9 @@ impl TaskState {
         TaskState::Succeeded,
         TaskState::Failed,
         TaskState::Cancelled,
-    ];
         TaskState::UpstreamFailed,
         TaskState::Skipped,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -61,9 +61,9 @@ impl TaskState {
             TaskState::Succeeded => "succeeded",
             TaskState::Failed => "failed",
             TaskState::Cancelled => "cancelled",
-        }
             TaskState::UpstreamFailed => "upstream_failed",
             TaskState::Skipped => "skipped",
+        }
     }
 
     /// Final states never change again, except by an explicit retry.
@@ -150,7 +150,6 @@ pub struct Task {
     pub stdout_tail: Option<String>,
     pub stderr_tail: Option<String>,
     pub output_sha256: Option<String>,
-}
     /// The workflow the task belongs to, if any.
     #[serde(default)]
     pub workflow_id: Option<Uuid>,
@@ -170,6 +169,7 @@ pub struct Task {
 
 fn default_trigger_rule() -> String {
     "all_success".to_owned()
+}
 
 /// One attempt of a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -348,13 +348,13 @@ pub struct StateChange {
     pub cancel_requested: bool,
 }
 
-#[cfg(test)]
 mod workflow;
 pub use workflow::{
     SubmitWorkflow, TriggerRule, Workflow, WorkflowChange, WorkflowDetail, WorkflowEdge,
     WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
 };
 
+#[cfg(test)]
 mod tests {
     use super::*;
 
