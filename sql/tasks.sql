@@ -97,7 +97,10 @@ begin
     perform sked.task_rule_raise(broken.rule, broken.queue);
   end if;
   select string_agg(distinct queue, ',') into queues from new_rows where state in ('waiting', 'retry');
-  if queues is not null then
+  -- Rows inserted by a trigger (the shards of a sharded task, sql/shards.sql) are covered by
+  -- the notification of the statement that fired it: their parent, in the same queue, was
+  -- inserted waiting by it, or blocked together with them.
+  if queues is not null and pg_trigger_depth() < 2 then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
   return null;
@@ -111,7 +114,11 @@ create or replace trigger tasks_after_insert_notify
 
 -- Submit one task with named arguments; returns its id. The defaults are the table's.
 -- With an idempotency key, submitting again while the first task is unfinished returns the
--- first task's id and inserts nothing.
+-- first task's id and inserts nothing. `shards` (1 to 10000) or `broadcast` make a sharded
+-- task (docs/shards.md).
+drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
+                                         interval, integer, interval, text, text, text[], text,
+                                         text, text, text, interval, interval);
 create or replace function sked.task_submit(
   command         text[]      default null,
   args            text[]      default '{}',
@@ -131,7 +138,9 @@ create or replace function sked.task_submit(
   output_path     text        default null,
   kind            text        default 'command',
   backoff_base    interval    default '1 second',
-  backoff_max     interval    default '1 hour'
+  backoff_max     interval    default '1 hour',
+  shards          integer     default null,
+  broadcast       boolean     default false
 ) returns uuid
 language plpgsql as $$
 #variable_conflict use_column
@@ -140,14 +149,16 @@ declare
 begin
   insert into sked.tasks as t (command, args, queue, priority, input, env, next_run_at, max_attempts,
                                timeout, owner, idempotency_key, labels, artifact_url,
-                               artifact_sha256, output_path, kind, backoff_base, backoff_max)
+                               artifact_sha256, output_path, kind, backoff_base, backoff_max,
+                               shard_total, broadcast)
   values (task_submit.command, task_submit.args, task_submit.queue, task_submit.priority,
           task_submit.input, task_submit.env,
           coalesce(task_submit.run_at, now()) + coalesce(task_submit.delay, interval '0'),
           task_submit.max_attempts, task_submit.timeout, task_submit.owner,
           task_submit.idempotency_key, task_submit.labels, task_submit.artifact_url,
           task_submit.artifact_sha256, task_submit.output_path, task_submit.kind,
-          task_submit.backoff_base, task_submit.backoff_max)
+          task_submit.backoff_base, task_submit.backoff_max, task_submit.shards,
+          coalesce(task_submit.broadcast, false))
   on conflict (owner, idempotency_key)
     where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
     do nothing
@@ -164,14 +175,17 @@ $$;
 -- The rows a JSON array of task objects stands for (keys: the arguments of
 -- sked.task_submit), with the table's defaults filled in and a new id each, in input order
 -- (`ord` counts from 1). Objects without `owner` get `owner_`; `run_at` defaults to `p_now`.
--- Shared by sked.tasks_submit and sked.workflow_submit.
+-- Shared by sked.tasks_submit and sked.workflow_submit. The key `shards` is the column
+-- shard_total.
+drop function if exists sked.tasks_from_json(jsonb, text, timestamptz);
 create or replace function sked.tasks_from_json(
   tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
 returns table (
   new_id uuid, ord bigint, command text[], args text[], queue text, priority integer, input jsonb,
   env jsonb, next_run_at timestamptz, max_attempts integer, timeout interval, owner text,
   idempotency_key text, labels text[], artifact_url text, artifact_sha256 text,
-  output_path text, kind text, backoff_base interval, backoff_max interval)
+  output_path text, kind text, backoff_base interval, backoff_max interval,
+  shard_total integer, broadcast boolean)
 language sql volatile as $$
   select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
          coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
@@ -182,7 +196,8 @@ language sql volatile as $$
          coalesce(x.labels, '{}'), x.artifact_url, x.artifact_sha256, x.output_path,
          coalesce(x.kind, 'command'),
          coalesce(x.backoff_base, interval '1 second'),
-         coalesce(x.backoff_max, interval '1 hour')
+         coalesce(x.backoff_max, interval '1 hour'),
+         x.shards, coalesce(x.broadcast, false)
     from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
          jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
                                       input jsonb, env jsonb, run_at timestamptz,
@@ -190,7 +205,7 @@ language sql volatile as $$
                                       owner text, idempotency_key text, labels text[],
                                       artifact_url text, artifact_sha256 text,
                                       output_path text, kind text, backoff_base interval,
-                                      backoff_max interval)
+                                      backoff_max interval, shards integer, broadcast boolean)
 $$;
 
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
@@ -215,19 +230,22 @@ begin
     -- speculative insertion that ON CONFLICT needs for every row.
     insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
                             max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
-                            artifact_sha256, output_path, kind, backoff_base, backoff_max)
+                            artifact_sha256, output_path, kind, backoff_base, backoff_max,
+                            shard_total, broadcast)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
-           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max
+           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
+           i.shard_total, i.broadcast
       from input i where i.idempotency_key is null order by i.ord
   ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
                                  max_attempts, timeout, owner, idempotency_key, labels,
                                  artifact_url, artifact_sha256, output_path, kind, backoff_base,
-                                 backoff_max)
+                                 backoff_max, shard_total, broadcast)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
-           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max
+           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
+           i.shard_total, i.broadcast
       from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
@@ -253,7 +271,8 @@ $$;
 
 -- Cancel a task. A task that has not started ends `cancelled` at once; a running task gets a
 -- cancel request that its worker acts on within a second (it kills the process group and
--- records `cancelled`). Returns the state after the call: 'cancelled', 'running' (cancel
+-- records `cancelled`). The parent of a sharded task takes its shards with it (see
+-- sked.shards_cancel). Returns the state after the call: 'cancelled', 'running' (cancel
 -- requested), or the final state the task already had; null when there is no such task.
 create or replace function sked.task_cancel(p_id uuid, p_now timestamptz default now())
 returns text
@@ -261,18 +280,28 @@ language plpgsql as $$
 declare
   result text;
   settles boolean;
+  sharded boolean;
+  running text;
   queues text;
 begin
   update sked.tasks set state = 'cancelled', finished_at = p_now, error = 'cancelled before it ran'
    where id = p_id and state in ('blocked', 'waiting', 'retry')
-  returning state, children > 0 or workflow_id is not null into result, settles;
+  returning state, children > 0 or workflow_id is not null, trigger_rule = 'shards'
+    into result, settles, sharded;
   if found then
+    if sharded then
+      running := sked.shards_cancel(p_id, p_now);
+    end if;
     -- Its children follow their trigger rules, and its workflow may be finished now.
     if settles then
       queues := sked.tasks_settle(array[p_id], p_now);
-      if queues is not null then
-        perform pg_notify('sked_tasks', left(queues, 7000));
-      end if;
+    end if;
+    -- One notification: stopping running shards comes first; a task released by the cancel
+    -- then waits for the workers' poll.
+    if running is not null then
+      perform pg_notify('sked_cancel', running);
+    elsif queues is not null then
+      perform pg_notify('sked_tasks', left(queues, 7000));
     end if;
     return result;
   end if;
@@ -293,17 +322,25 @@ $$;
 -- a successful attempt is moved to the history first. It becomes `waiting` now, or, in a
 -- DAG, what its trigger rule gives with its parents as they are (`blocked` while some are
 -- unfinished); its descendants that ended upstream_failed or skipped wait for it again (see
--- sked.tasks_rerun). Returns the new state, the unchanged state when the task is not
--- finished, or null when absent.
+-- sked.tasks_rerun). The parent of a finished sharded task runs again with its shards that
+-- did not succeed, or with all of them when all did (sked.shards_to_rerun). Returns the new
+-- state, the unchanged state when the task is not finished, or null when absent.
 create or replace function sked.task_retry(p_id uuid, p_now timestamptz default now())
 returns text
 language plpgsql as $$
 declare
   result text;
+  sharded boolean;
   queues text;
 begin
-  select state into result from sked.tasks where id = p_id for update;
-  if result in ('failed', 'cancelled', 'succeeded') then
+  select state, trigger_rule = 'shards' into result, sharded from sked.tasks where id = p_id for update;
+  if sharded and result in ('succeeded', 'cancelled', 'upstream_failed', 'skipped') then
+    queues := sked.tasks_rerun(sked.shards_to_rerun(p_id), p_now);
+    if queues is not null then
+      perform pg_notify('sked_tasks', left(queues, 7000));
+    end if;
+    select state into result from sked.tasks where id = p_id;
+  elsif result in ('failed', 'cancelled', 'succeeded') then
     queues := sked.tasks_rerun(array[p_id], p_now);
     if queues is not null then
       perform pg_notify('sked_tasks', left(queues, 7000));

@@ -2,6 +2,7 @@
 
 -- Every attempt of every task: finished attempts from sked.task_attempts, plus the attempt
 -- whose record is still the task row (the running one, or the last one of a succeeded task).
+-- A task that never ran (the parent of shards) has no attempt.
 create or replace view sked.task_attempt_history as
   select a.task_id, a.attempt, a.worker_id, a.started_at, a.finished_at, a.outcome,
          a.exit_code, a.error, a.stdout_tail, a.stderr_tail
@@ -11,7 +12,7 @@ create or replace view sked.task_attempt_history as
          case t.state when 'running' then 'running' else 'succeeded' end,
          t.exit_code, t.error, t.stdout_tail, t.stderr_tail
     from sked.tasks t
-   where t.state in ('running', 'succeeded');
+   where t.state in ('running', 'succeeded') and t.attempt > 0;
 
 -- Tasks per queue and state.
 create or replace view sked.queue_counts as

@@ -37,6 +37,11 @@ $$;
 -- claimed by exactly one of them. The CTE is an optimisation fence: the LIMIT applies to
 -- the locked rows before the UPDATE, never to a join. One queue gets a plain equality so
 -- the planner keeps the ordered index scan (an `= any(array)` scan would sort).
+--
+-- Shards (docs/shards.md) obey two more rules, which only shard rows pay for: a pinned shard
+-- is claimed by its own worker only, and while shards are new (sked.shard_is_new) a worker
+-- that runs a shard of the parent passes over its other shards, and one claim takes at most
+-- one of them (the lowest index it locked; the others it locked stay as they were).
 create or replace function sked.tasks_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
   p_now timestamptz default now())
@@ -48,10 +53,14 @@ begin
   if cardinality(p_queues) = 1 then
     return query
     with picked as (
-      select t.id from sked.tasks t
+      select t.id, t.shard_of, t.shard_index,
+             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread
+        from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
          and t.next_run_at <= p_now
          and (t.labels = '{}' or t.labels <@ p_labels)
+         and (t.shard_of is null
+              or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -60,15 +69,24 @@ begin
        set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
            lease_expires_at = p_now + p_lease, exit_code = null, error = null,
            stdout_tail = null, stderr_tail = null, output_sha256 = null
-      from picked where t.id = picked.id
+      from picked
+     where t.id = picked.id
+       and (not picked.spread
+            or not exists (select 1 from picked q
+                            where q.spread and q.shard_of = picked.shard_of
+                              and q.shard_index < picked.shard_index))
     returning t.*;
   else
     return query
     with picked as (
-      select t.id from sked.tasks t
+      select t.id, t.shard_of, t.shard_index,
+             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread
+        from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
          and t.next_run_at <= p_now
          and (t.labels = '{}' or t.labels <@ p_labels)
+         and (t.shard_of is null
+              or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -77,7 +95,12 @@ begin
        set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
            lease_expires_at = p_now + p_lease, exit_code = null, error = null,
            stdout_tail = null, stderr_tail = null, output_sha256 = null
-      from picked where t.id = picked.id
+      from picked
+     where t.id = picked.id
+       and (not picked.spread
+            or not exists (select 1 from picked q
+                            where q.spread and q.shard_of = picked.shard_of
+                              and q.shard_index < picked.shard_index))
     returning t.*;
   end if;
 end
@@ -247,7 +270,9 @@ $$;
 
 -- Take back running tasks whose lease expired (their worker died or lost the database).
 -- The lost attempt counts as failed ("worker lost"): the task is retried at once while
--- attempts remain, else it fails; a task whose cancel was requested ends cancelled.
+-- attempts remain, else it fails; a task whose cancel was requested ends cancelled. A pinned
+-- shard (of a broadcast) does not move to another worker: it fails at once. Pinned shards
+-- still waiting for a worker that is gone fail too (sked.shards_fail_orphaned).
 -- Safe to run from any number of processes at once (SKIP LOCKED).
 create or replace function sked.tasks_rescue(p_now timestamptz default now(), p_limit integer default 1000)
 returns table (id uuid, state text)
@@ -268,19 +293,24 @@ begin
      for update skip locked
   ), updated as (
     update sked.tasks t
-       set state = sked.finish_state('worker_lost', t.cancel_requested_at is not null, t.attempt, t.max_attempts),
+       set state = sked.finish_state('worker_lost', t.cancel_requested_at is not null, t.attempt,
+                                     case when t.pinned_worker is null then t.max_attempts else t.attempt end),
            finished_at = case when t.cancel_requested_at is not null or t.attempt >= t.max_attempts
+                                   or t.pinned_worker is not null
                               then p_now end,
            next_run_at = p_now, lease_expires_at = null, exit_code = null,
-           error = 'worker lost: lease expired', stdout_tail = null, stderr_tail = null
+           error = case when t.pinned_worker is null then 'worker lost: lease expired'
+                        else 'worker lost: lease expired; this broadcast shard runs only on its own worker'
+                   end,
+           stdout_tail = null, stderr_tail = null
       from lost where t.id = lost.id
-    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt,
+    returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt, t.error,
               t.children > 0 or t.workflow_id is not null as settles
   ), history as (
     insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome, error)
     select d.id, d.attempt, d.worker_id, d.started_at, p_now,
            case when d.state = 'cancelled' then 'cancelled' else 'worker_lost' end,
-           'worker lost: lease expired'
+           d.error
       from updated d
   )
   select array_agg(d.id), array_agg(d.state),
@@ -292,6 +322,7 @@ begin
   if settle is not null then
     queues := nullif(concat_ws(',', queues, sked.tasks_settle(settle, p_now)), '');
   end if;
+  queues := nullif(concat_ws(',', queues, sked.shards_fail_orphaned(p_now)), '');
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;

@@ -15,6 +15,9 @@
 --                skipped as soon as one was skipped (a failure wins in the same batch).
 --   all_done     runs when every parent is finished, however it ended.
 --   one_failed   runs as soon as one parent failed; skipped when all finished and none did.
+--   shards       the parent of a sharded task (docs/shards.md), whose parents are its
+--                shards: as all_success, but it runs nothing, so it succeeds instead of
+--                running when every shard succeeded.
 -- Returns 'blocked' while the rule cannot be decided yet.
 create or replace function sked.task_trigger_state(
   trigger_rule text, pending integer, failed boolean, skipped boolean)
@@ -28,6 +31,9 @@ language sql immutable parallel safe as $$
       case when pending > 0 then 'blocked' else 'waiting' end
     when 'one_failed' then
       case when failed then 'waiting' when pending > 0 then 'blocked' else 'skipped' end
+    when 'shards' then
+      case when failed then 'upstream_failed' when skipped then 'skipped'
+           when pending > 0 then 'blocked' else 'succeeded' end
   end
 $$;
 
@@ -39,6 +45,7 @@ language sql immutable parallel safe as $$
     when 'skipped' then
       case trigger_rule
         when 'one_failed' then 'skipped: no task it depends on failed (trigger rule one_failed)'
+        when 'shards' then 'skipped: its shards were skipped'
         else 'skipped: a task it depends on was skipped' end
   end
 $$;
@@ -53,7 +60,9 @@ language sql stable as $$
 $$;
 
 -- Tasks `p_ids` have just reached a final state: release or end their blocked children,
--- then their children's children, level by level, and settle the workflows involved. Called
+-- then their children's children, level by level, and settle the workflows involved. A
+-- parent of shards that is released succeeds at once with its shards' outputs, and one that
+-- ends upstream_failed names the shard that failed. Called
 -- by every function that finishes such tasks, in the same transaction. Returns the queues
 -- that got claimable tasks (comma-separated, or null): the caller includes them in its one
 -- notification.
@@ -73,11 +82,16 @@ begin
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
   while cardinality(done) > 0 loop
     with finished as (
-      select t.id, t.state from sked.tasks t where t.id = any(done) and t.children > 0
+      select t.id, t.state, t.shard_index, t.shard_total, t.error
+        from sked.tasks t where t.id = any(done) and t.children > 0
     ), per_child as (
       select e.task_id as id, count(*)::integer as n,
              bool_or(f.state in ('failed', 'cancelled', 'upstream_failed')) as failed,
-             bool_or(f.state = 'skipped') as skipped
+             bool_or(f.state = 'skipped') as skipped,
+             (array_agg(format('shard %s of %s %s: %s', f.shard_index, f.shard_total, f.state, f.error)
+                        order by f.shard_index)
+                filter (where f.shard_index is not null
+                          and f.state in ('failed', 'cancelled', 'upstream_failed')))[1] as failed_shard
         from finished f join sked.task_edges e on e.depends_on = f.id
        group by e.task_id
     ), locked as (
@@ -93,19 +107,22 @@ begin
              state = sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
              finished_at = case when sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n,
                                                              c.failed, c.skipped)
-                                     in ('upstream_failed', 'skipped') then p_now end,
+                                     not in ('blocked', 'waiting') then p_now end,
              next_run_at = greatest(t.next_run_at, p_now),
-             error = sked.task_trigger_error(
+             error = coalesce(c.failed_shard, sked.task_trigger_error(
                        sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
-                       t.trigger_rule)
+                       t.trigger_rule)),
+             output = case when sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n,
+                                                        c.failed, c.skipped) = 'succeeded'
+                           then sked.shards_output(t.id) else t.output end
         from per_child c join locked l on l.id = c.id
        where t.id = c.id and t.state = 'blocked'
       returning t.id, t.state, t.queue, t.workflow_id
     )
-    select array_agg(d.id) filter (where d.state in ('upstream_failed', 'skipped')),
+    select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
            string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
            array_agg(distinct d.workflow_id) filter (where d.workflow_id is not null
-                                                      and d.state in ('upstream_failed', 'skipped'))
+                                                      and d.state not in ('blocked', 'waiting'))
       into done, level_queues, level_workflows
       from changed d;
     queues := concat_ws(',', queues, level_queues);
@@ -154,7 +171,8 @@ $$;
 -- pending: `waiting` (no parents, or all done), `blocked`, or at once upstream_failed or
 -- skipped when a parent outside the re-run still decides so. Attempt numbers keep growing
 -- (max_attempts is raised to allow one more) and a successful attempt is moved to the
--- history first. Their workflows run again. Returns the queues that got claimable tasks.
+-- history first (a parent of shards never ran and has none). Their workflows run again.
+-- Returns the queues that got claimable tasks.
 create or replace function sked.tasks_rerun(p_ids uuid[], p_now timestamptz default now())
 returns text
 language plpgsql
@@ -182,7 +200,7 @@ begin
   select t.id, t.attempt, t.worker_id, t.started_at, t.finished_at, 'succeeded', t.exit_code,
          t.error, t.stdout_tail, t.stderr_tail
     from sked.tasks t
-   where t.id = any(ids) and t.state = 'succeeded'
+   where t.id = any(ids) and t.state = 'succeeded' and t.attempt > 0
   on conflict do nothing;
 
   update sked.workflows w set state = 'running', finished_at = null
@@ -205,11 +223,12 @@ begin
        set state = sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
            parents_pending = p.pending,
            finished_at = case when sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped)
-                                   in ('upstream_failed', 'skipped') then p_now end,
+                                   not in ('blocked', 'waiting') then p_now end,
            next_run_at = p_now, cancel_requested_at = null, lease_expires_at = null,
            max_attempts = greatest(t.max_attempts, t.attempt + 1),
            exit_code = null, stdout_tail = null, stderr_tail = null, output_sha256 = null,
-           output = null,
+           output = case when sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped)
+                              = 'succeeded' then sked.shards_output(t.id) end,
            error = sked.task_trigger_error(
                      sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
                      t.trigger_rule)
@@ -218,7 +237,7 @@ begin
        and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
     returning t.id, t.state, t.queue
   )
-  select array_agg(d.id) filter (where d.state in ('upstream_failed', 'skipped')),
+  select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
          string_agg(distinct d.queue, ',') filter (where d.state = 'waiting')
     into ended, queues
     from changed d;
@@ -234,7 +253,8 @@ $$;
 -- is an object {"name": "...", "tasks": [...]}; each task is an object with the keys of
 -- sked.tasks_submit plus `name` (required, unique in the workflow), `depends_on` (names of
 -- tasks of this workflow) and `trigger_rule` (all_success, the default; all_done;
--- one_failed, alias on_failure). Tasks without parents are `waiting` at once, the others
+-- one_failed, alias on_failure; for a sharded task, with `shards` or `broadcast`, it applies
+-- to its shards: see docs/shards.md). Tasks without parents are `waiting` at once, the others
 -- `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
 -- workflow or on itself, and cycles are rejected with check_violation naming the rule, and
 -- nothing is inserted. Every task belongs to `owner_`. Returns the workflow's id.
@@ -284,7 +304,8 @@ begin
              where k not in ('name', 'depends_on', 'trigger_rule', 'command', 'args', 'queue',
                              'priority', 'input', 'env', 'run_at', 'delay', 'max_attempts',
                              'timeout', 'labels', 'artifact_url', 'artifact_sha256',
-                             'output_path', 'kind', 'backoff_base', 'backoff_max', 'owner')
+                             'output_path', 'kind', 'backoff_base', 'backoff_max', 'owner',
+                             'shards', 'broadcast')
              limit 1) end,
          case jsonb_typeof(r.elem -> 'depends_on')
            when 'array' then array(select jsonb_array_elements_text(r.elem -> 'depends_on'))
@@ -408,12 +429,13 @@ begin
                             max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
                             workflow_id, name, trigger_rule, parents, children, parents_pending,
-                            state, created_at)
+                            state, created_at, shard_total, broadcast)
     select p.task_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
            p.max_attempts, p.timeout, p.owner, null, p.labels, p.artifact_url,
            p.artifact_sha256, p.output_path, p.kind, p.backoff_base, p.backoff_max,
            wf, p.name, p.trigger_rule, p.parents, p.children, p.parents,
-           case when p.parents > 0 then 'blocked' else 'waiting' end, p_now
+           case when p.parents > 0 then 'blocked' else 'waiting' end, p_now,
+           p.shard_total, p.broadcast
       from parsed p order by p.ord
   )
   insert into sked.task_edges (task_id, depends_on)

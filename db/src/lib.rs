@@ -31,6 +31,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/tasks.sql", include_str!("../../sql/tasks.sql")),
     ("sql/workers.sql", include_str!("../../sql/workers.sql")),
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
+    ("sql/shards.sql", include_str!("../../sql/shards.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
 ];
