@@ -51,6 +51,9 @@ pub struct ListQuery {
     pub queue: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Only the shards of this sharded task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_of: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -114,6 +114,14 @@ pub struct SubmitArgs {
     /// Submit on behalf of this owner (admin tokens only).
     #[arg(long)]
     owner: Option<String>,
+    /// Run as N shard tasks (1 to 10000) that see SKED_SHARD_INDEX and SKED_SHARD_TOTAL; the
+    /// task succeeds when all have (see docs/shards.md).
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    shards: Option<i32>,
+    /// Run once on every live worker that serves the queue and has the labels.
+    #[arg(long, conflicts_with = "shards")]
+    broadcast: bool,
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
@@ -124,7 +132,7 @@ pub struct SubmitArgs {
     /// for stdin) instead of one task: see docs/workflows.md.
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
         "command", "queue", "priority", "env", "input", "input_file", "delay", "max_attempts",
-        "timeout", "idempotency_key", "labels", "kind",
+        "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast",
     ])]
     file: Option<PathBuf>,
 }
@@ -140,6 +148,9 @@ pub struct ListArgs {
     queue: Option<String>,
     #[arg(long)]
     owner: Option<String>,
+    /// Only the shards of this sharded task.
+    #[arg(long, value_name = "ID")]
+    shard_of: Option<Uuid>,
     /// Tasks per page.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     limit: u32,
@@ -313,6 +324,8 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         idempotency_key: args.idempotency_key.clone(),
         labels: args.labels.clone(),
         owner: args.owner.clone(),
+        shards: args.shards,
+        broadcast: args.broadcast,
         ..SubmitTask::default()
     };
     let submitted = args.api.client()?.submit(&task).await?;
@@ -346,6 +359,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         state: args.state,
         queue: args.queue,
         owner: args.owner,
+        shard_of: args.shard_of,
         after: args.after,
         limit: Some(args.limit),
     };

@@ -42,6 +42,27 @@ pub fn describe(detail: &TaskDetail) -> String {
     if let Some(timeout) = t.timeout_secs {
         line("timeout:", format!("{timeout} s"));
     }
+    match (t.shard_of, t.shard_index, t.shard_total) {
+        (Some(parent), Some(index), Some(total)) => {
+            line("shard:", format!("{index} of {total} (of task {parent})"))
+        }
+        (None, _, Some(total)) => line(
+            "shards:",
+            format!(
+                "{total}{} (sked list --shard-of {})",
+                if t.broadcast {
+                    ", one per live worker"
+                } else {
+                    ""
+                },
+                t.id
+            ),
+        ),
+        _ => {}
+    }
+    if let Some(worker) = t.pinned_worker {
+        line("pinned to:", format!("worker {worker}"));
+    }
     line("attempt:", format!("{} of {}", t.attempt, t.max_attempts));
     line("created:", time(Some(t.created_at)));
     if !t.state.is_final() {

@@ -51,6 +51,11 @@ pub struct TaskRow {
     pub trigger_rule: String,
     pub parents_pending: i32,
     pub output: Option<Value>,
+    pub shard_total: Option<i32>,
+    pub shard_index: Option<i32>,
+    pub shard_of: Option<Uuid>,
+    pub broadcast: bool,
+    pub pinned_worker: Option<Uuid>,
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -119,6 +124,11 @@ impl TaskRow {
             trigger_rule: self.trigger_rule,
             parents_pending: self.parents_pending,
             output: self.output,
+            shard_total: self.shard_total,
+            shard_index: self.shard_index,
+            shard_of: self.shard_of,
+            broadcast: self.broadcast,
+            pinned_worker: self.pinned_worker,
         }
     }
 }
@@ -176,6 +186,10 @@ pub(crate) struct SubmitRow<'a> {
     output_path: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     owner: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shards: Option<i32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    broadcast: bool,
 }
 
 impl<'a> SubmitRow<'a> {
@@ -200,6 +214,8 @@ impl<'a> SubmitRow<'a> {
             artifact_sha256: t.artifact_sha256.as_deref(),
             output_path: t.output_path.as_deref(),
             owner: t.owner.as_deref(),
+            shards: t.shards,
+            broadcast: t.broadcast,
         })
     }
 }
@@ -230,10 +246,15 @@ pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<
 /// Batches at least this large go in by `COPY` when [`copyable`].
 const COPY_FROM: usize = 64;
 
-/// A task `COPY` can insert: no idempotency key (which needs `ON CONFLICT`) and no start
-/// time of its own (`next_run_at` is then the database's `now()`, the column default).
+/// A task `COPY` can insert: no idempotency key (which needs `ON CONFLICT`), no start time
+/// of its own (`next_run_at` is then the database's `now()`, the column default), and not
+/// sharded.
 fn copyable(t: &SubmitTask) -> bool {
-    t.idempotency_key.is_none() && t.run_at.is_none() && t.delay_secs.is_none()
+    t.idempotency_key.is_none()
+        && t.run_at.is_none()
+        && t.delay_secs.is_none()
+        && t.shards.is_none()
+        && !t.broadcast
 }
 
 /// Inserts a batch with one `COPY`, the cheapest way into the table: one statement (all or
@@ -396,6 +417,8 @@ pub struct ListFilter {
     pub owner: Option<String>,
     pub state: Option<TaskState>,
     pub queue: Option<String>,
+    /// Only the shards of this sharded task.
+    pub shard_of: Option<Uuid>,
     /// Keyset cursor: only tasks with a smaller (older) id.
     pub after: Option<Uuid>,
     pub limit: i64,
@@ -422,6 +445,9 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<TaskRow>> {
     }
     if let Some(queue) = &f.queue {
         q.push(" and queue = ").push_bind(queue);
+    }
+    if let Some(parent) = f.shard_of {
+        q.push(" and shard_of = ").push_bind(parent);
     }
     if let Some(after) = f.after {
         q.push(" and id < ").push_bind(after);

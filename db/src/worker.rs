@@ -92,6 +92,9 @@ pub struct Claimed {
     /// for commands that have parents (`sked.task_parent_outputs`).
     #[sqlx(default)]
     pub parent_outputs: Option<serde_json::Value>,
+    /// A shard's position and the number of shards of its task (see `docs/shards.md`).
+    pub shard_index: Option<i32>,
+    pub shard_total: Option<i32>,
 }
 
 impl Claimed {
@@ -145,6 +148,7 @@ pub async fn next_due(pool: &PgPool, queues: &[String]) -> Result<Option<f64>> {
 }
 
 /// How an attempt ended, as `sked.tasks_finish` names it.
+                c.shard_index, c.shard_total,
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Succeeded,

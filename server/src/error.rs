@@ -192,6 +192,18 @@ const RULES: &[(&str, &str)] = &[
         "tasks_trigger_rule_is_known",
         "trigger_rule must be one of all_success, all_done, one_failed (alias on_failure)",
     ),
+    (
+        "tasks_shard_total_must_be_1_to_10000",
+        "shards must be between 1 and 10000",
+    ),
+    (
+        "tasks_shards_and_broadcast_are_exclusive",
+        "shards and broadcast are exclusive: give one of them",
+    ),
+    (
+        "tasks_broadcast_needs_a_live_worker",
+        "broadcast needs a live worker that serves the task's queue and has its labels; none does",
+    ),
 ];
 
 /// Prefixes of constraint names: the table the rule belongs to.

@@ -162,6 +162,8 @@ pub struct ListParams {
     queue: Option<String>,
     /// Only tasks of this owner. A user token may name only its own owner.
     owner: Option<String>,
+    /// Only the shards of this sharded task (see `docs/shards.md`).
+    shard_of: Option<Uuid>,
     /// The `next_cursor` of the previous page: only tasks older than this id.
     after: Option<Uuid>,
     /// Page size, 1 to 500 (default 50; larger values are capped at 500).
@@ -219,6 +221,7 @@ pub async fn list(
         owner,
         state: task_state,
         queue: non_empty(params.queue),
+        shard_of: params.shard_of,
         after: params.after,
         // One row more than the page tells whether another page follows.
         limit: limit + 1,

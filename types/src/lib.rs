@@ -162,9 +162,26 @@ pub struct Task {
     /// Parents not finished yet (while `blocked`).
     #[serde(default)]
     pub parents_pending: i32,
-    /// The JSON output of the last successful attempt (see `docs/workflows.md`).
+    /// The JSON output of the last successful attempt (see `docs/workflows.md`); for the
+    /// parent of shards, the array of its shards' outputs by index.
     #[serde(default)]
     pub output: Option<serde_json::Value>,
+    /// How many shards a sharded task has, on the parent and on each shard (see
+    /// `docs/shards.md`).
+    #[serde(default)]
+    pub shard_total: Option<i32>,
+    /// A shard's position, 0 to `shard_total - 1` (`SKED_SHARD_INDEX`).
+    #[serde(default)]
+    pub shard_index: Option<i32>,
+    /// The parent of a shard.
+    #[serde(default)]
+    pub shard_of: Option<Uuid>,
+    /// A broadcast: one shard per live worker.
+    #[serde(default)]
+    pub broadcast: bool,
+    /// The only worker that may run this broadcast shard.
+    #[serde(default)]
+    pub pinned_worker: Option<Uuid>,
 }
 
 fn default_trigger_rule() -> String {
@@ -244,6 +261,14 @@ pub struct SubmitTask {
     /// Admins may submit on behalf of another owner; for users it must be absent or their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Run as this many shard tasks (1 to 10000), which see `SKED_SHARD_INDEX` and
+    /// `SKED_SHARD_TOTAL`; the submitted task succeeds when all of them have (see
+    /// `docs/shards.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<i32>,
+    /// Run once on every live worker that serves the queue and has the labels.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broadcast: bool,
 }
 
 /// The answer to a submission: the ids in request order.

@@ -181,6 +181,10 @@ async fn run_command(
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
     env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
     env.insert("SKED_QUEUE".into(), task.queue.clone());
+    if let (Some(index), Some(total)) = (task.shard_index, task.shard_total) {
+        env.insert("SKED_SHARD_INDEX".into(), index.to_string());
+        env.insert("SKED_SHARD_TOTAL".into(), total.to_string());
+    }
     let output_file = dir.join(OUTPUT_FILE);
     env.insert(
         "SKED_OUTPUT".into(),
