@@ -6,6 +6,7 @@ mod cli;
 mod recovery;
 mod schedules;
 mod schedules_api;
+mod shards;
 mod sql;
 mod support;
 mod worker;
