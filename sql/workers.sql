@@ -106,34 +106,53 @@ begin
 end
 $$;
 
--- Seconds until the earliest next_run_at among claimable tasks of these queues (null when
--- there is none; zero or negative when one is due). Measured on the database clock, so a
--- worker whose own clock is off still wakes on time: it sleeps this long, then claims.
-create or replace function sked.tasks_next_due(p_queues text[], p_now timestamptz default now())
-returns double precision
+-- The earliest next_run_at at or after p_from among claimable tasks of these queues (null
+-- when there is none). Reads no clock. A worker asks from the time of its last claim: the
+-- tasks due before then were claimed, or are not its to claim (taken by another worker,
+-- labels it lacks) and are left to the poll, so the answer is the next moment a claim can
+-- find something new, even a task that became due while the question was on its way.
+create or replace function sked.tasks_due_from(p_queues text[], p_from timestamptz)
+returns timestamptz
 language sql stable
 set enable_seqscan = off -- see the note at the top of this file
 as $$
-  -- A loose scan of tasks_claimable (queue, priority desc, next_run_at): the first entry of
-  -- each priority of each queue is that priority's earliest task, one index probe each.
-  with recursive heads (queue, priority, next_run_at) as (
-    select q.name, f.priority, f.next_run_at
+  -- A loose scan of tasks_claimable (queue, priority desc, next_run_at): one index probe
+  -- finds each priority of each queue, one more that priority's earliest task from p_from.
+  with recursive priorities (queue, priority) as (
+    select q.name, f.priority
       from unnest(p_queues) as q(name)
       cross join lateral (
-        select t.priority, t.next_run_at from sked.tasks t
+        select t.priority from sked.tasks t
          where t.state in ('waiting', 'retry') and t.queue = q.name
-         order by t.priority desc, t.next_run_at limit 1
+         order by t.priority desc limit 1
       ) f
     union all
-    select h.queue, n.priority, n.next_run_at
-      from heads h
+    select p.queue, n.priority
+      from priorities p
       cross join lateral (
-        select t.priority, t.next_run_at from sked.tasks t
-         where t.state in ('waiting', 'retry') and t.queue = h.queue and t.priority < h.priority
-         order by t.priority desc, t.next_run_at limit 1
+        select t.priority from sked.tasks t
+         where t.state in ('waiting', 'retry') and t.queue = p.queue and t.priority < p.priority
+         order by t.priority desc limit 1
       ) n
   )
-  select extract(epoch from min(next_run_at) - p_now)::double precision from heads
+  select min(d.next_run_at)
+    from priorities p
+    cross join lateral (
+      select t.next_run_at from sked.tasks t
+       where t.state in ('waiting', 'retry') and t.queue = p.queue and t.priority = p.priority
+         and t.next_run_at >= p_from
+       order by t.next_run_at limit 1
+    ) d
+$$;
+
+-- Seconds from p_now until the earliest next_run_at among claimable tasks of these queues
+-- (null when there is none; zero or negative when one is due), on the database clock.
+create or replace function sked.tasks_next_due(p_queues text[], p_now timestamptz default now())
+returns double precision
+language sql stable
+as $$
+  select (extract(epoch from sked.tasks_due_from(p_queues, '-infinity'))
+          - extract(epoch from p_now))::double precision
 $$;
 
 -- The state an attempt's outcome leads to (see tasks_finish).

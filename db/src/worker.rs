@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use sked_types::Worker;
-use sqlx::PgPool;
 use sqlx::postgres::types::PgInterval;
+use sqlx::{FromRow, PgPool, Row};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -112,8 +112,7 @@ impl Claimed {
 }
 
 /// Claims up to `limit` due tasks (see `sked.tasks_claim`). Only the columns a worker needs
-/// travel back, and the parents' outputs only for commands that have parents, in the same
-/// statement.
+/// travel back, and the parents' outputs only for commands that have parents.
 pub async fn claim(
     pool: &PgPool,
     worker: Uuid,
@@ -122,12 +121,37 @@ pub async fn claim(
     limit: i32,
     lease: Duration,
 ) -> Result<Vec<Claimed>> {
-    Ok(sqlx::query_as(
-        "select c.id, c.attempt, c.queue, c.kind, c.command, c.args, c.artifact_url,
-                c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
+    Ok(claim_timed(pool, worker, queues, labels, limit, lease)
+        .await?
+        .tasks)
+}
+
+/// What one claim took, and the database time it took it at (its `now`, also when it found
+/// nothing): the tasks due by then that it did not take are not this worker's to take now.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub at: DateTime<Utc>,
+    pub tasks: Vec<Claimed>,
+}
+
+/// [`claim`], also answering the claim's time. The claim runs once in a CTE; the outer join
+/// yields one row of nulls with the time when it took nothing.
+pub async fn claim_timed(
+    pool: &PgPool,
+    worker: Uuid,
+    queues: &[String],
+    labels: &[String],
+    limit: i32,
+    lease: Duration,
+) -> Result<Claim> {
+    let rows = sqlx::query(
+        "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5))
+         select now() as claimed_at, c.id, c.attempt, c.queue, c.kind, c.command, c.args,
+                c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
+                c.shard_index, c.shard_total,
                 case when c.parents > 0 and c.kind = 'command'
                      then sked.task_parent_outputs(c.id) end as parent_outputs
-           from sked.tasks_claim($1, $2, $3, $4, $5) c",
+           from (values (0)) as one(x) left join c on true",
     )
     .bind(worker)
     .bind(queues)
@@ -135,20 +159,37 @@ pub async fn claim(
     .bind(limit)
     .bind(pg_interval(lease))
     .fetch_all(pool)
+    .await?;
+    let mut at = None;
+    let mut tasks = Vec::with_capacity(rows.len());
+    for row in &rows {
+        at = Some(row.try_get("claimed_at")?);
+        if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
+            tasks.push(Claimed::from_row(row)?);
+        }
+    }
+    let at = at.ok_or(sqlx::Error::RowNotFound)?;
+    Ok(Claim { at, tasks })
+}
+
+/// Seconds from now (the database's) until the earliest claimable task of these queues due at
+/// or after `from` (see `sked.tasks_due_from`): zero or less when one became due meanwhile,
+/// infinite for a task due at `infinity`, `None` when there is none.
+pub async fn next_due_from(
+    pool: &PgPool,
+    queues: &[String],
+    from: DateTime<Utc>,
+) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(
+        "select (extract(epoch from sked.tasks_due_from($1, $2)) - extract(epoch from now()))::float8",
+    )
+    .bind(queues)
+    .bind(from)
+    .fetch_one(pool)
     .await?)
 }
 
-/// Seconds until the next claimable task of these queues is due, on the database clock
-/// (`None` when there is none; zero or less when one is due now).
-pub async fn next_due(pool: &PgPool, queues: &[String]) -> Result<Option<f64>> {
-    Ok(sqlx::query_scalar("select sked.tasks_next_due($1)")
-        .bind(queues)
-        .fetch_one(pool)
-        .await?)
-}
-
 /// How an attempt ended, as `sked.tasks_finish` names it.
-                c.shard_index, c.shard_total,
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Succeeded,

@@ -220,7 +220,7 @@ impl Worker {
                     want_claim = false;
                     claim_at = None;
                     let asked = free.min(MAX_CLAIM);
-                    match sked_db::worker::claim(
+                    match sked_db::worker::claim_timed(
                         &self.pool,
                         self.id,
                         &self.config.queues,
@@ -230,17 +230,17 @@ impl Worker {
                     )
                     .await
                     {
-                        Ok(rows) => {
-                            saturated = rows.len() == asked;
-                            self.slots.take(rows.len());
-                            for row in rows {
+                        Ok(claim) => {
+                            saturated = claim.tasks.len() == asked;
+                            self.slots.take(claim.tasks.len());
+                            for row in claim.tasks {
                                 self.spawn(&mut tasks, row);
                             }
                             if saturated {
                                 want_claim = self.slots.held() < self.config.concurrency;
                                 next_due = None;
                             } else {
-                                next_due = self.next_due().await;
+                                next_due = self.next_due(claim.at).await;
                             }
                         }
                         Err(e) => {
@@ -319,15 +319,20 @@ impl Worker {
         }
     }
 
-    /// When to claim next for delayed tasks; `None` when nothing is scheduled or something
-    /// is due but could not be claimed (taken by others, or labels that don't match): then
-    /// the poll decides, which keeps a worker from spinning.
-    async fn next_due(&self) -> Option<Instant> {
-        match sked_db::worker::next_due(&self.pool, &self.config.queues).await {
-            Ok(Some(secs)) if secs > 0.0 => {
-                Some(Instant::now() + Duration::from_secs_f64(secs.min(86_400.0)))
+    /// When to claim next for delayed tasks: when the earliest task due from the last claim's
+    /// time on (`claimed_at`, on the database clock) is due. The wait is measured on the
+    /// database clock and counted from the answer's arrival, so the wake-up is late by the
+    /// answer's way back and the timer's millisecond, and never early. A task that became due
+    /// between the claim and this question is due at once. Tasks due before the claim that it
+    /// did not take (another worker's, labels this worker lacks) are left to the poll, which
+    /// keeps a worker from spinning on them. `None` when nothing is scheduled.
+    async fn next_due(&self, claimed_at: chrono::DateTime<chrono::Utc>) -> Option<Instant> {
+        match sked_db::worker::next_due_from(&self.pool, &self.config.queues, claimed_at).await {
+            Ok(Some(secs)) => {
+                let wait = Duration::try_from_secs_f64(secs.clamp(0.0, 86_400.0)).ok()?;
+                Some(Instant::now() + wait)
             }
-            Ok(_) => None,
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the next due time failed");
                 None
