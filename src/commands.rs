@@ -91,16 +91,21 @@ pub struct SubmitArgs {
     /// File holding the JSON input (`-` for stdin).
     #[arg(long, value_name = "FILE")]
     input_file: Option<PathBuf>,
-    /// Start no earlier than this many seconds from now.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
-          value_parser = |s: &str| parse_secs(s, "--delay", 0.0))]
+    /// Start no earlier than this long from now: seconds, or a duration like 15m, 1h30m, 2d
+    /// (a delayed task; see docs/delayed.md).
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true, conflicts_with = "at",
+          value_parser = |s: &str| crate::when::parse_duration(s, "--delay", 0.0))]
     delay: Option<f64>,
+    /// Start no earlier than this time, RFC 3339 (2030-01-02T03:04:05Z or with an offset).
+    #[arg(long, value_name = "TIME",
+          value_parser = |s: &str| crate::when::parse_time(s, "--at"))]
+    at: Option<chrono::DateTime<chrono::Utc>>,
     /// Attempts before the task fails for good.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     max_attempts: Option<i32>,
-    /// Timeout of one attempt, in seconds.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
-          value_parser = |s: &str| parse_secs(s, "--timeout", f64::MIN_POSITIVE))]
+    /// Timeout of one attempt: seconds, or a duration like 30s, 5m, 2h.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true,
+          value_parser = |s: &str| crate::when::parse_duration(s, "--timeout", f64::MIN_POSITIVE))]
     timeout: Option<f64>,
     /// At most one unfinished task of yours has this key; submitting it again returns it.
     #[arg(long)]
@@ -131,7 +136,7 @@ pub struct SubmitArgs {
     /// Submit the workflow in this file (YAML, or JSON when the name ends in `.json`; `-`
     /// for stdin) instead of one task: see docs/workflows.md.
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
-        "command", "queue", "priority", "env", "input", "input_file", "delay", "max_attempts",
+        "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
         "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast",
     ])]
     file: Option<PathBuf>,
@@ -318,6 +323,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         priority: args.priority,
         input,
         env: args.env.iter().cloned().collect::<BTreeMap<_, _>>(),
+        run_at: args.at,
         delay_secs: args.delay,
         max_attempts: args.max_attempts,
         timeout_secs: args.timeout,

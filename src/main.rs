@@ -5,6 +5,7 @@
 mod commands;
 mod format;
 mod schedules;
+mod when;
 mod workflows;
 
 use std::process::ExitCode;

@@ -139,6 +139,11 @@ pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
             )));
         }
     }
+    if task.delay_secs.is_some_and(|d| d < 0.0) {
+        return Err(Error::InvalidRequest(
+            "delay_secs must be zero or more seconds".to_owned(),
+        ));
+    }
     // Postgres text and jsonb cannot hold U+0000; serde_json writes it as this escape.
     let json = serde_json::to_string(task).map_err(|e| Error::Internal(Box::new(e)))?;
     if json.contains("\\u0000") {

@@ -1077,3 +1077,76 @@ async fn health_reports_an_unreachable_database_as_503() {
     );
     assert_error(&json, "unavailable");
 }
+
+#[tokio::test]
+async fn delayed_tasks_take_a_start_time_a_delay_or_both() {
+    let api = Api::new().await;
+    let time = |v: &Value| -> chrono::DateTime<chrono::Utc> {
+        v.as_str()
+            .expect("a time")
+            .parse()
+            .expect("an RFC 3339 time")
+    };
+    let delayed = api
+        .submit(&api.alice, json!({"kind": "noop", "delay_secs": 900}))
+        .await;
+    let (status, task) = api
+        .get(&format!("/api/v1/tasks/{delayed}"), &api.alice)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(task["state"], "waiting");
+    assert_eq!(
+        (time(&task["next_run_at"]) - time(&task["created_at"])).as_seconds_f64(),
+        900.0,
+        "delay_secs counts from the submission: {task}"
+    );
+
+    let at = api
+        .submit(
+            &api.alice,
+            json!({"kind": "noop", "run_at": "2030-01-02T04:04:05+01:00", "delay_secs": 60.5}),
+        )
+        .await;
+    let (_, task) = api.get(&format!("/api/v1/tasks/{at}"), &api.alice).await;
+    assert_eq!(
+        time(&task["next_run_at"]),
+        time(&json!("2030-01-02T03:05:05.5Z")),
+        "run_at plus delay_secs: {task}"
+    );
+
+    let count = api.task_count().await;
+    for (body, says) in [
+        (
+            json!({"kind": "noop", "delay_secs": -5}),
+            "delay_secs must be zero or more",
+        ),
+        (json!({"kind": "noop", "run_at": "tomorrow"}), "run_at"),
+        (json!({"kind": "noop", "delay_secs": "15m"}), "delay_secs"),
+    ] {
+        let (status, json) = api.post("/api/v1/tasks", &api.alice, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} is refused: {json}");
+        assert_error(&json, "invalid_request");
+        assert!(
+            json["message"].as_str().unwrap().contains(says),
+            "the message for {body} says {says:?}: {json}"
+        );
+    }
+    assert_eq!(
+        api.task_count().await,
+        count,
+        "refused tasks are not inserted"
+    );
+
+    let (_, _, doc) = api
+        .raw(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    let fields = &doc["components"]["schemas"]["SubmitTask"]["properties"];
+    assert_eq!(
+        fields["run_at"]["format"], "date-time",
+        "the OpenAPI document describes run_at: {fields}"
+    );
+    assert!(
+        fields["delay_secs"].is_object(),
+        "the OpenAPI document describes delay_secs: {fields}"
+    );
+}

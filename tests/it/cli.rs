@@ -149,6 +149,34 @@ async fn bad_flags_fail_clearly_before_any_request() {
             "--delay must be zero or more seconds",
         ),
         (
+            &["submit", "--delay", "15x", "--", "true"],
+            "--delay: unknown unit \"x\"",
+        ),
+        (
+            &["submit", "--delay", "soon", "--", "true"],
+            "--delay must be a duration like",
+        ),
+        (
+            &["submit", "--at", "tomorrow", "--", "true"],
+            "--at must be an RFC 3339 time",
+        ),
+        (
+            &[
+                "submit",
+                "--at",
+                "2030-01-02T03:04:05Z",
+                "--delay",
+                "1m",
+                "--",
+                "true",
+            ],
+            "cannot be used with",
+        ),
+        (
+            &["submit", "--timeout", "0s", "--", "true"],
+            "--timeout must be positive",
+        ),
+        (
             &["submit", "--timeout", "0", "--", "true"],
             "--timeout must be positive",
         ),
@@ -642,4 +670,89 @@ impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+#[tokio::test]
+async fn submit_delays_a_task_by_a_duration_or_until_a_time() {
+    let api = Api::start().await;
+    let submitted = async |args: &[&str]| -> sked_db::task::TaskRow {
+        let out = api.ok(args).await;
+        let id: Uuid = out.trim().parse().expect("submit prints the task id");
+        sked_db::task::get(&api.db.pool, id)
+            .await
+            .unwrap()
+            .expect("the task exists")
+    };
+    let after = |t: &sked_db::task::TaskRow| (t.next_run_at - t.created_at).as_seconds_f64();
+
+    let t = submitted(&["submit", "--delay", "15m", "--", "true"]).await;
+    assert_eq!(
+        after(&t),
+        900.0,
+        "--delay 15m starts 15 minutes after the submit"
+    );
+    assert_eq!(t.state, "waiting");
+    let t = submitted(&[
+        "submit",
+        "--delay",
+        "1h30m",
+        "--timeout",
+        "2m",
+        "--max-attempts",
+        "5",
+        "--priority",
+        "7",
+        "--queue",
+        "later",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(after(&t), 5_400.0, "--delay 1h30m");
+    assert_eq!(
+        t.timeout.as_ref().map(sked_db::task::interval_secs),
+        Some(120.0),
+        "--timeout 2m"
+    );
+    assert_eq!(
+        (t.max_attempts, t.priority, t.queue.as_str()),
+        (5, 7, "later")
+    );
+    let t = submitted(&["submit", "--delay", "90", "--", "true"]).await;
+    assert_eq!(after(&t), 90.0, "a bare number is seconds");
+
+    let t = submitted(&[
+        "submit",
+        "--at",
+        "2030-01-02T04:04:05.25+01:00",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(
+        t.next_run_at,
+        "2030-01-02T03:04:05.25Z"
+            .parse::<chrono::DateTime<chrono::Utc>>()
+            .unwrap(),
+        "--at is the start time, in any offset"
+    );
+
+    // A bad value against a live server: a clear error, a failure, and nothing submitted.
+    let count = async || -> i64 {
+        sqlx::query_scalar("select count(*) from sked.tasks")
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap()
+    };
+    let before = count().await;
+    for bad in [["--delay", "15 parsecs"], ["--at", "2030-13-01T00:00:00Z"]] {
+        let out = output(&mut api.sked(&["submit", bad[0], bad[1], "--", "true"])).await;
+        assert!(!out.status.success(), "sked submit {bad:?} must fail");
+        assert!(
+            text(&out.stderr).contains(bad[0]),
+            "the error names the flag {}: {out:?}",
+            bad[0]
+        );
+    }
+    assert_eq!(count().await, before, "a rejected submit submits nothing");
 }
