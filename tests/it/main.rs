@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod delayed;
 mod recovery;
 mod schedules;
 mod schedules_api;
