@@ -91,8 +91,9 @@ create index schedules_queued on sked.schedules (queued_fire_at) where queued_fi
 --   skipped not run because the previous occurrence was unfinished (detail says why)
 --   missed  not run: ticks missed while nothing fired them (missed_ticks of them, from
 --           fire_at on; misfire policy skip or beyond catch_up_limit)
---   manual  "run now", outside the schedule
+--   manual  "run now", outside the schedule (fire_at is when it was asked for)
 create table sked.schedule_runs (
+  id           bigint generated always as identity primary key,
   schedule_id  uuid not null references sked.schedules on delete cascade,
   fire_at      timestamptz not null,
   outcome      text not null,
@@ -101,7 +102,9 @@ create table sked.schedule_runs (
   missed_ticks integer not null default 0,
   detail       text,
   recorded_at  timestamptz not null default now(),
-  primary key (schedule_id, fire_at),
   constraint schedule_runs_outcome_is_known
     check (outcome in ('fired', 'queued', 'skipped', 'missed', 'manual'))
 );
+-- Each tick of a schedule happens once; manual runs are outside the ticks.
+create unique index schedule_runs_tick on sked.schedule_runs (schedule_id, fire_at)
+  where outcome <> 'manual';

@@ -488,11 +488,22 @@ begin
 end
 $$;
 
--- Raises a readable error when tz is not a time zone name PostgreSQL knows.
+-- Raises a readable error when tz is not a time zone name PostgreSQL knows. (Looking it up in
+-- pg_timezone_names reads the whole time zone database: tens of milliseconds per call.) POSIX
+-- offset strings such as '+03' or 'UTC+3', whose signs read backwards, are refused.
 create or replace function sked.tz_check(tz text) returns void
 language plpgsql stable as $$
+declare
+  ok boolean := tz ~ '^[A-Za-z][A-Za-z0-9_/+-]*$' and tz !~ '^(UTC|GMT)[+-]';
 begin
-  if tz is null or not exists (select 1 from pg_timezone_names where name = tz) then
+  if ok then
+    begin
+      perform now() at time zone tz;
+    exception when invalid_parameter_value then
+      ok := false;
+    end;
+  end if;
+  if not ok or tz is null then
     raise exception 'time zone % is not known (use an IANA name such as UTC, Europe/Berlin, America/New_York)',
       coalesce(quote_literal(tz), 'null')
       using errcode = '22023';
@@ -548,7 +559,9 @@ $$;
 create or replace function sked.schedules_before_write() returns trigger
 language plpgsql as $$
 declare
-  now_ timestamptz := now();
+  -- The clock, not the transaction's start: a tick that passed while a long transaction
+  -- inserted the schedule is not due.
+  now_ timestamptz := clock_timestamp();
 begin
   if tg_op = 'INSERT' or new.cron is distinct from old.cron
      or new.time_zone is distinct from old.time_zone then
@@ -562,15 +575,15 @@ begin
     if tg_op = 'UPDATE' or new.next_run_at is null then
       new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
     end if;
-    if new.next_run_at is null then
-      raise exception 'schedule %: cron expression % never fires', quote_literal(new.name),
-        quote_literal(new.cron)
-        using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
-    end if;
   elsif old.paused_at is not null and new.paused_at is null
         and new.next_run_at is not distinct from old.next_run_at then
     -- Resumed: ticks that passed while paused were paused on purpose, not missed.
     new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
+  end if;
+  if new.next_run_at is null then
+    raise exception 'schedule %: cron expression % never fires (no tick within eight years)',
+      quote_literal(new.name), quote_literal(new.cron)
+      using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
   end if;
   if tg_op = 'INSERT' or new.task is distinct from old.task
      or new.workflow is distinct from old.workflow or new.owner is distinct from old.owner then
@@ -749,6 +762,7 @@ declare
   upd_last_wf uuid[] := '{}';
   upd_queued timestamptz[] := '{}';
   upd_keep_last boolean[] := '{}';
+  upd_paused timestamptz[] := '{}';
   cancel_ids uuid[] := '{}';
   ticks timestamptz[];
   tick timestamptz;
@@ -828,7 +842,7 @@ begin
                                 case when missed >= 10000 then 'at least ' else '' end, missed + 1);
         elsif missed > 0 then
           n_run := n_run + 1;
-          runs[n_run] := row(r.id, missed_from, 'missed', null, null, missed,
+          runs[n_run] := row(null, r.id, missed_from, 'missed', null, null, missed,
                              format('%s%s ticks missed from %s (misfire policy %s)',
                                     case when missed >= 10000 then 'at least ' else '' end,
                                     missed, missed_from, r.misfire_policy),
@@ -845,18 +859,18 @@ begin
       n_run := n_run + 1;
       run_occ[n_run] := null;
       if busy and r.overlap_policy = 'skip' then
-        runs[n_run] := row(r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
+        runs[n_run] := row(null, r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'the previous occurrence was unfinished (overlap policy skip)'),
                            p_now)::sked.schedule_runs;
       elsif busy and r.overlap_policy = 'queue_one' and queued is null then
         queued := tick;
-        runs[n_run] := row(r.id, tick, 'queued', null, null, coalesce(late_missed, 0),
+        runs[n_run] := row(null, r.id, tick, 'queued', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'waiting for the previous occurrence to finish (overlap policy queue_one)'),
                            p_now)::sked.schedule_runs;
       elsif busy and r.overlap_policy = 'queue_one' then
-        runs[n_run] := row(r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
+        runs[n_run] := row(null, r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'an occurrence was already queued (overlap policy queue_one)'),
                            p_now)::sked.schedule_runs;
@@ -883,7 +897,7 @@ begin
           wf_id := sked.workflow_submit(r.workflow, r.owner, p_now);
           last_wf := wf_id;
         end if;
-        runs[n_run] := row(r.id, tick, 'fired', null, wf_id, coalesce(late_missed, 0), detail,
+        runs[n_run] := row(null, r.id, tick, 'fired', null, wf_id, coalesce(late_missed, 0), detail,
                            p_now)::sked.schedule_runs;
         last_fire := tick;
         busy := true;
@@ -892,8 +906,18 @@ begin
       late_detail := null;
     end loop;
 
+    if nxt is null then
+      -- No tick within eight years: the schedule has run out; it is paused where it ended.
+      n_run := n_run + 1;
+      run_occ[n_run] := null;
+      runs[n_run] := row(null, r.id, coalesce(last_fire, r.next_run_at) + interval '1 microsecond',
+                         'missed', null, null, 0,
+                         'the expression has no tick within eight years: the schedule was paused',
+                         p_now)::sked.schedule_runs;
+    end if;
     upd_id[handled] := r.id;
-    upd_next[handled] := coalesce(nxt, 'infinity'::timestamptz);
+    upd_next[handled] := coalesce(nxt, r.next_run_at);
+    upd_paused[handled] := case when nxt is null then p_now end;
     upd_last_fire[handled] := last_fire;
     upd_last_occ[handled] := last_occ;
     upd_last_wf[handled] := last_wf;
@@ -918,9 +942,9 @@ begin
   select u.schedule_id, u.fire_at, u.outcome, task_ids[run_occ[u.i]], u.workflow_id,
          u.missed_ticks, u.detail, u.recorded_at
     from unnest(runs) with ordinality
-         as u(schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
+         as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
               recorded_at, i)
-  on conflict (schedule_id, fire_at) do update
+  on conflict (schedule_id, fire_at) where outcome <> 'manual' do update
      set outcome = excluded.outcome, task_id = excluded.task_id,
          workflow_id = excluded.workflow_id, detail = excluded.detail,
          recorded_at = excluded.recorded_at
@@ -931,9 +955,11 @@ begin
          last_fire_at = u.last_fire,
          last_task_id = case when u.keep then s.last_task_id else task_ids[u.occ] end,
          last_workflow_id = case when u.keep then s.last_workflow_id else u.wf end,
-         queued_fire_at = u.queued
-    from unnest(upd_id, upd_next, upd_last_fire, upd_last_occ, upd_last_wf, upd_queued, upd_keep_last)
-         as u(id, nxt, last_fire, occ, wf, queued, keep)
+         queued_fire_at = u.queued,
+         paused_at = coalesce(u.paused, s.paused_at)
+    from unnest(upd_id, upd_next, upd_last_fire, upd_last_occ, upd_last_wf, upd_queued,
+                upd_keep_last, upd_paused)
+         as u(id, nxt, last_fire, occ, wf, queued, keep, paused)
    where s.id = u.id;
   return handled;
 end
@@ -947,7 +973,7 @@ language plpgsql as $$
 declare
   s sked.schedules;
   occ uuid;
-  at_ timestamptz := greatest(p_now, clock_timestamp());
+  at_ timestamptz := p_now;
 begin
   select * into s from sked.schedules where id = p_id for update;
   if not found then
@@ -980,15 +1006,14 @@ declare
   deleted integer;
 begin
   with ranked as (
-    select r.schedule_id, r.fire_at,
-           row_number() over (partition by r.schedule_id order by r.fire_at desc) as n,
+    select r.id,
+           row_number() over (partition by r.schedule_id order by r.fire_at desc, r.id desc) as n,
            s.history_limit
       from sked.schedule_runs r join sked.schedules s on s.id = r.schedule_id
   ), doomed as (
-    select schedule_id, fire_at from ranked where n > history_limit limit p_limit
+    select id from ranked where n > history_limit limit p_limit
   )
-  delete from sked.schedule_runs r using doomed d
-   where r.schedule_id = d.schedule_id and r.fire_at = d.fire_at;
+  delete from sked.schedule_runs r using doomed d where r.id = d.id;
   get diagnostics deleted = row_count;
   return deleted;
 end

@@ -177,7 +177,7 @@ pub async fn runs(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<ScheduleRun
     let rows: Vec<RunRow> = sqlx::query_as(
         "select fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at
            from sked.schedule_runs where schedule_id = $1
-          order by fire_at desc limit $2",
+          order by fire_at desc, id desc limit $2",
     )
     .bind(id)
     .bind(limit)

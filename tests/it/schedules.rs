@@ -509,11 +509,14 @@ async fn fire(pool: &PgPool, now: &str) -> i32 {
         .unwrap()
 }
 
-/// (fire_at, outcome, has an occurrence, missed_ticks, detail) of a schedule's runs, oldest first.
-async fn runs(pool: &PgPool, id: Uuid) -> Vec<(DateTime<Utc>, String, bool, i32, Option<String>)> {
+/// (fire_at, outcome, has an occurrence, missed_ticks, detail) of a run.
+type Run = (DateTime<Utc>, String, bool, i32, Option<String>);
+
+/// A schedule's runs, oldest first.
+async fn runs(pool: &PgPool, id: Uuid) -> Vec<Run> {
     sqlx::query_as(
         "select fire_at, outcome, task_id is not null, missed_ticks, detail
-           from sked.schedule_runs where schedule_id = $1 order by fire_at",
+           from sked.schedule_runs where schedule_id = $1 order by fire_at, id",
     )
     .bind(id)
     .fetch_all(pool)
@@ -661,9 +664,7 @@ async fn overlap_policies_when_the_previous_occurrence_is_unfinished() {
     assert_eq!(fire(&db.pool, "2026-06-01T10:02:00Z").await, 4);
     assert_eq!(fire(&db.pool, "2026-06-01T10:03:00Z").await, 4);
 
-    let outcomes = |r: Vec<(DateTime<Utc>, String, bool, i32, Option<String>)>| {
-        r.into_iter().map(|x| x.1).collect::<Vec<_>>()
-    };
+    let outcomes = |r: Vec<Run>| r.into_iter().map(|x| x.1).collect::<Vec<_>>();
     assert_eq!(
         outcomes(runs(&db.pool, allow).await),
         ["fired", "fired", "fired"]
@@ -965,4 +966,82 @@ async fn a_schedule_fires_a_whole_workflow() {
         "{}",
         db_err.message()
     );
+}
+
+#[tokio::test]
+async fn a_schedule_without_further_ticks_is_paused_not_broken() {
+    let db = TestDb::new().await;
+    // The fifth Monday of February: 2016-02-29, then none until 2044 (beyond eight years),
+    // so after that tick the schedule runs out.
+    let id = schedule(
+        &db.pool,
+        "0 0 * 2 MON#5",
+        "run_once",
+        "allow",
+        "2015-06-01T00:00:00Z",
+    )
+    .await;
+    let tick = next_run_at(&db.pool, id).await;
+    assert_eq!(tick, at("2016-02-29T00:00:00Z"));
+    assert_eq!(fire(&db.pool, &tick.to_rfc3339()).await, 1);
+    let (paused, next): (Option<DateTime<Utc>>, DateTime<Utc>) =
+        sqlx::query_as("select paused_at, next_run_at from sked.schedules where id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, Some(tick), "paused where it ended");
+    assert_eq!(next, tick);
+    let r = runs(&db.pool, id).await;
+    assert_eq!(r[0].1, "fired");
+    assert!(
+        r[1].4
+            .as_deref()
+            .unwrap()
+            .contains("no tick within eight years"),
+        "{r:?}"
+    );
+    let err = sqlx::query("select sked.schedule_resume($1)")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .expect_err("it cannot be resumed");
+    assert!(err.to_string().contains("never fires"), "{err}");
+}
+
+#[tokio::test]
+async fn run_now_on_a_tick_keeps_both_records() {
+    let db = TestDb::new().await;
+    let id = schedule(
+        &db.pool,
+        "0 * * * *",
+        "run_once",
+        "allow",
+        "2026-06-01T10:20:00Z",
+    )
+    .await;
+    let manual: Uuid = sqlx::query_scalar("select sked.schedule_run_now($1, $2)")
+        .bind(id)
+        .bind(at("2026-06-01T11:00:00Z"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(fire(&db.pool, "2026-06-01T11:00:00Z").await, 1);
+    let r: Vec<(DateTime<Utc>, String, Option<Uuid>)> = sqlx::query_as(
+        "select fire_at, outcome, task_id from sked.schedule_runs where schedule_id = $1 order by id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert_eq!(
+        (r[0].0, r[0].1.as_str(), r[0].2),
+        (at("2026-06-01T11:00:00Z"), "manual", Some(manual))
+    );
+    assert_eq!(
+        (r[1].0, r[1].1.as_str()),
+        (at("2026-06-01T11:00:00Z"), "fired")
+    );
+    assert!(r[1].2.is_some_and(|t| t != manual));
 }
