@@ -104,7 +104,9 @@ async fn fire_due(pool: &PgPool, config: &FiringConfig) -> crate::Result<Duratio
                 // occurrence: look again shortly rather than spin.
                 Duration::from_millis(if handled > 0 { 0 } else { 20 })
             } else {
-                Duration::from_secs_f64(secs).min(config.max_sleep)
+                Duration::try_from_secs_f64(secs)
+                    .unwrap_or(config.max_sleep)
+                    .min(config.max_sleep)
             }
         }
     })
