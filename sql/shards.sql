@@ -10,6 +10,11 @@
 -- (sked.tasks_claim), the rescue fails pinned shards instead of moving them
 -- (sked.tasks_rescue), cancel and retry of a parent act on its shards (sked.task_cancel,
 -- sked.task_retry).
+--
+-- Functions here that plan with `enable_seqscan = off` (see the planner note at the top of
+-- sql/workers.sql) also turn JIT compilation off: a plan that must scan a small table without
+-- an index (sked.workers) carries the planner's penalty for a disabled scan in its cost, which
+-- would make PostgreSQL compile the statement to machine code, a second or more each time.
 
 -- A worker is live while its heartbeat is younger than its lease and it is not stopping.
 create or replace function sked.worker_is_live(
@@ -64,6 +69,7 @@ create or replace function sked.shards_create(p_ids uuid[])
 returns void
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   bad record;
@@ -185,6 +191,7 @@ create or replace trigger tasks_after_insert_shard
 create or replace function sked.shards_output(p_id uuid) returns jsonb
 language sql stable
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
   select case
     when (select coalesce(sum(pg_column_size(s.output)), 0) from sked.tasks s where s.shard_of = p_id)
@@ -199,6 +206,7 @@ $$;
 create or replace function sked.shards_cancel(p_id uuid, p_now timestamptz) returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   running text;
@@ -221,6 +229,7 @@ $$;
 create or replace function sked.shards_to_rerun(p_id uuid) returns uuid[]
 language sql stable
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
   select p_id || coalesce(
     (select array_agg(s.id order by s.id) from sked.tasks s
@@ -237,6 +246,7 @@ create or replace function sked.shards_fail_orphaned(p_now timestamptz, p_limit 
 returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   ended uuid[];

@@ -72,9 +72,8 @@ begin
       from picked
      where t.id = picked.id
        and (not picked.spread
-            or not exists (select 1 from picked q
-                            where q.spread and q.shard_of = picked.shard_of
-                              and q.shard_index < picked.shard_index))
+            or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                              where q.spread order by q.shard_of, q.shard_index))
     returning t.*;
   else
     return query
@@ -98,9 +97,8 @@ begin
       from picked
      where t.id = picked.id
        and (not picked.spread
-            or not exists (select 1 from picked q
-                            where q.spread and q.shard_of = picked.shard_of
-                              and q.shard_index < picked.shard_index))
+            or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                              where q.spread order by q.shard_of, q.shard_index))
     returning t.*;
   end if;
 end
