@@ -140,7 +140,9 @@ pub fn format_value(v: f64, unit: &str) -> String {
         return format!("{v}");
     }
     match unit {
-        "tasks/s" | "tasks" | "lines" => format!("{} {unit}", thousands(v.round() as i64)),
+        "tasks/s" | "tasks" | "lines" | "batches" => {
+            format!("{} {unit}", thousands(v.round() as i64))
+        }
         "ms" => format!("{v:.2} ms"),
         "MB" => format!("{v:.1} MB"),
         "s" => format!("{v:.2} s"),
