@@ -16,8 +16,12 @@ pub enum Workload {
     W3,
     /// Drain throughput of one worker process running real processes (`true`).
     W4,
+    /// On-time starts of delayed tasks: lateness of an idle worker over a minute of due times.
+    W5,
     /// A DAG end to end: a root, 10,000 noop children and a sink, submit to sink finished.
     W6,
+    /// Cron without drift: 1,000 schedules firing every second; lateness of each occurrence.
+    W7,
 }
 
 impl Workload {
@@ -27,7 +31,9 @@ impl Workload {
             Workload::W2 => "W2",
             Workload::W3 => "W3",
             Workload::W4 => "W4",
+            Workload::W5 => "W5",
             Workload::W6 => "W6",
+            Workload::W7 => "W7",
         }
     }
 }
@@ -38,7 +44,7 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 w2 w3 w4); all when none is named.
+    /// Workloads to run (w1 w2 w3 w4 w5 w6 w7); all when none is named.
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -82,12 +88,33 @@ pub struct Cli {
     /// Worker concurrency in W4.
     #[arg(long, default_value_t = 32)]
     pub w4_concurrency: usize,
+    /// Delayed tasks in each phase of W5.
+    #[arg(long, default_value_t = 5_000)]
+    pub w5_tasks: usize,
+    /// Seconds over which the due times of W5's tasks are spread.
+    #[arg(long, default_value_t = 60.0)]
+    pub w5_spread_secs: f64,
+    /// Batches inserted during the spread in W5's second phase.
+    #[arg(long, default_value_t = 10)]
+    pub w5_batches: usize,
+    /// Worker concurrency in W5.
+    #[arg(long, default_value_t = 16)]
+    pub w5_concurrency: usize,
     /// Children of the root (and parents of the sink) in W6's workflow.
     #[arg(long, default_value_t = 10_000)]
     pub w6_children: usize,
     /// Worker concurrency in W6.
     #[arg(long, default_value_t = 2_000)]
     pub w6_concurrency: usize,
+    /// Schedules firing every second in W7.
+    #[arg(long, default_value_t = 1_000)]
+    pub w7_schedules: usize,
+    /// Seconds W7's schedules fire for.
+    #[arg(long, default_value_t = 30.0)]
+    pub w7_secs: f64,
+    /// Worker concurrency in W7 (a slot per schedule: all of them are due at once).
+    #[arg(long, default_value_t = 1_000)]
+    pub w7_concurrency: usize,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -117,8 +144,15 @@ pub struct Config {
     pub w3_duration: Duration,
     pub w4_tasks: usize,
     pub w4_concurrency: usize,
+    pub w5_tasks: usize,
+    pub w5_spread: Duration,
+    pub w5_batches: usize,
+    pub w5_concurrency: usize,
     pub w6_children: usize,
     pub w6_concurrency: usize,
+    pub w7_schedules: usize,
+    pub w7_duration: Duration,
+    pub w7_concurrency: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -133,7 +167,9 @@ impl Cli {
                 Workload::W2,
                 Workload::W3,
                 Workload::W4,
+                Workload::W5,
                 Workload::W6,
+                Workload::W7,
             ];
         }
         workloads.sort();
@@ -154,7 +190,9 @@ impl Cli {
             ("w2-concurrency", self.w2_concurrency),
             ("w3-concurrency", self.w3_concurrency),
             ("w4-concurrency", self.w4_concurrency),
+            ("w5-concurrency", self.w5_concurrency),
             ("w6-concurrency", self.w6_concurrency),
+            ("w7-concurrency", self.w7_concurrency),
         ] {
             if value == 0 || value > 10_000 {
                 return Err(format!("--{flag} must be between 1 and 10000, got {value}"));
@@ -163,10 +201,30 @@ impl Cli {
         if self.w3_interval_ms == 0 || !(self.w3_secs.is_finite() && self.w3_secs > 0.0) {
             return Err("--w3-interval-ms and --w3-secs must be positive".into());
         }
+        if self.w5_tasks == 0 || self.w5_batches == 0 || self.w5_batches > self.w5_tasks {
+            return Err(format!(
+                "--w5-tasks and --w5-batches must be at least 1, with no more batches than \
+                 tasks; got {} tasks in {} batches",
+                self.w5_tasks, self.w5_batches
+            ));
+        }
+        if !(self.w5_spread_secs.is_finite() && (1.0..=3600.0).contains(&self.w5_spread_secs)) {
+            return Err(format!(
+                "--w5-spread-secs must be between 1 and 3600, got {}",
+                self.w5_spread_secs
+            ));
+        }
         if !(1..=100_000).contains(&self.w6_children) {
             return Err(format!(
                 "--w6-children must be between 1 and 100000, got {}",
                 self.w6_children
+            ));
+        }
+        if !(1..=100_000).contains(&self.w7_schedules) || !(3.0..=3600.0).contains(&self.w7_secs) {
+            return Err(format!(
+                "--w7-schedules must be between 1 and 100000 and --w7-secs between 3 and 3600, \
+                 got {} and {}",
+                self.w7_schedules, self.w7_secs
             ));
         }
         let worker_bin = match self.worker_bin {
@@ -187,8 +245,15 @@ impl Cli {
             w3_duration: Duration::from_secs_f64(self.w3_secs),
             w4_tasks: self.w4_tasks,
             w4_concurrency: self.w4_concurrency,
+            w5_tasks: self.w5_tasks,
+            w5_spread: Duration::from_secs_f64(self.w5_spread_secs),
+            w5_batches: self.w5_batches,
+            w5_concurrency: self.w5_concurrency,
             w6_children: self.w6_children,
             w6_concurrency: self.w6_concurrency,
+            w7_schedules: self.w7_schedules,
+            w7_duration: Duration::from_secs_f64(self.w7_secs),
+            w7_concurrency: self.w7_concurrency,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),

@@ -3,11 +3,13 @@
 //! and writes the JSON to `bench/results/<timestamp>.json`. See `bench/README.md`.
 
 mod config;
+mod delayed;
 mod drain;
 mod latency;
 mod pg;
 mod process;
 mod report;
+mod schedules;
 mod w1;
 mod workflow;
 
@@ -60,7 +62,9 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W2 => drain::w2(&cfg).await,
                 Workload::W3 => latency::run(&cfg).await,
                 Workload::W4 => drain::w4(&cfg).await,
+                Workload::W5 => delayed::run(&cfg).await,
                 Workload::W6 => workflow::run(&cfg).await,
+                Workload::W7 => schedules::run(&cfg).await,
             };
             match result {
                 Ok(s) => {
