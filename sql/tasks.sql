@@ -96,11 +96,11 @@ begin
   if found then
     perform sked.task_rule_raise(broken.rule, broken.queue);
   end if;
-  select string_agg(distinct queue, ',') into queues from new_rows where state in ('waiting', 'retry');
-  -- Rows inserted by a trigger (the shards of a sharded task, sql/shards.sql) are covered by
-  -- the notification of the statement that fired it: their parent, in the same queue, was
-  -- inserted waiting by it, or blocked together with them.
-  if queues is not null and pg_trigger_depth() < 2 then
+  -- Shards (sql/shards.sql) are covered by the notification of the statement that inserted
+  -- their parent: the parent, in the same queue, was inserted waiting, or blocked with them.
+  select string_agg(distinct queue, ',') into queues from new_rows
+   where state in ('waiting', 'retry') and shard_of is null;
+  if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
   return null;

@@ -840,3 +840,32 @@ async fn rest_shows_shard_fields_and_lists_the_shards_of_a_task() {
     let shown = cli.ok(&["show", shard]).await;
     assert!(shown.contains(&format!("of task {id}")), "{shown}");
 }
+
+#[tokio::test]
+async fn a_sharded_submission_sends_one_notification() {
+    let db = TestDb::new().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen("sked_tasks").await.unwrap();
+    // A plain task in queue a and a sharded one in queue b, in one statement: the statement's
+    // notification names both queues, and the shards' own insert adds none.
+    sqlx::query(
+        r#"select sked.tasks_submit('[{"kind": "noop", "queue": "a"},
+                                      {"kind": "noop", "queue": "b", "shards": 3}]')"#,
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(5 * SECS, listener.recv())
+        .await
+        .expect("the submission notifies")
+        .unwrap();
+    assert_eq!(first.payload(), "a,b");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.recv())
+            .await
+            .is_err(),
+        "one notification per statement, none for the shards"
+    );
+}
