@@ -527,7 +527,8 @@ begin
       from jsonb_object_keys(s.task) k
      where k not in ('command', 'args', 'queue', 'priority', 'input', 'env', 'max_attempts',
                      'timeout', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
-                     'output_path', 'kind', 'backoff_base', 'backoff_max');
+                     'output_path', 'kind', 'backoff_base', 'backoff_max', 'shards',
+                     'broadcast');
     if bad is not null then
       raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner)',
         quote_literal(s.name), bad

@@ -1045,3 +1045,26 @@ async fn run_now_on_a_tick_keeps_both_records() {
     );
     assert!(r[1].2.is_some_and(|t| t != manual));
 }
+
+#[tokio::test]
+async fn a_schedule_may_fire_a_sharded_task() {
+    let db = TestDb::new().await;
+    let id: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'reindex', cron => '0 * * * *',
+             task => '{"kind": "noop", "shards": 3}', p_now => '2026-06-01T10:20:00Z')"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fire(&db.pool, "2026-06-01T11:00:00Z").await, 1);
+    let occ = occurrences(&db.pool, id).await;
+    assert_eq!(occ.len(), 1);
+    let shards: Vec<i32> = sqlx::query_scalar(
+        "select shard_index from sked.tasks where shard_of = $1 order by shard_index",
+    )
+    .bind(occ[0].0)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(shards, [0, 1, 2], "the occurrence runs as its shards");
+}
