@@ -77,6 +77,7 @@ declare
   level_workflows uuid[];
   level_queues text;
   queues text;
+  succeeded uuid[];
 begin
   select array_agg(distinct t.workflow_id) into workflows
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
@@ -111,10 +112,7 @@ begin
              next_run_at = greatest(t.next_run_at, p_now),
              error = coalesce(c.failed_shard, sked.task_trigger_error(
                        sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
-                       t.trigger_rule)),
-             output = case when sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n,
-                                                        c.failed, c.skipped) = 'succeeded'
-                           then sked.shards_output(t.id) else t.output end
+                       t.trigger_rule))
         from per_child c join locked l on l.id = c.id
        where t.id = c.id and t.state = 'blocked'
       returning t.id, t.state, t.queue, t.workflow_id
@@ -122,9 +120,16 @@ begin
     select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
            string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
            array_agg(distinct d.workflow_id) filter (where d.workflow_id is not null
-                                                      and d.state not in ('blocked', 'waiting'))
-      into done, level_queues, level_workflows
+                                                      and d.state not in ('blocked', 'waiting')),
+           array_agg(d.id) filter (where d.state = 'succeeded')
+      into done, level_queues, level_workflows, succeeded
       from changed d;
+    -- Parents of shards that succeeded take their shards' outputs. Read by a later statement
+    -- than the one that locked them: its snapshot includes the outputs of shards finished by
+    -- transactions that committed while this one waited for the lock.
+    if succeeded is not null then
+      update sked.tasks t set output = sked.shards_output(t.id) where t.id = any(succeeded);
+    end if;
     queues := concat_ws(',', queues, level_queues);
     workflows := array_cat(workflows, level_workflows);
   end loop;

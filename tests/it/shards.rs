@@ -869,3 +869,64 @@ async fn a_sharded_submission_sends_one_notification() {
         "one notification per statement, none for the shards"
     );
 }
+
+/// The last two shards finish in concurrent transactions: the one that completes the parent
+/// waits for the other's lock, and must still see that shard's output once it commits.
+#[tokio::test]
+async fn concurrent_finishes_of_the_last_shards_keep_every_output() {
+    let db = TestDb::new().await;
+    let parent = submit(&db.pool, "sked.task_submit(kind => 'noop', shards => 2)").await;
+    let now = db_now(&db.pool).await + chrono::Duration::seconds(5);
+    let a = register(&db.pool, &[], now).await;
+    let b = register(&db.pool, &[], now).await;
+    let mut taken = claim(&db.pool, a, now).await;
+    taken.extend(claim(&db.pool, b, now).await);
+    taken.sort();
+    assert_eq!(taken, [0, 1]);
+    let ids: Vec<Uuid> = shards(&db.pool, parent)
+        .await
+        .iter()
+        .map(|s| s.id)
+        .collect();
+
+    let finish_sql = "select count(*) from sked.tasks t,
+            sked.tasks_finish(array[t.id], array[t.attempt], array['succeeded'], array[0],
+                              array[null], array[null], array[null], array[null],
+                              array[to_jsonb(t.shard_index)], $2) f
+      where t.id = $1";
+    let mut first = db.pool.begin().await.unwrap();
+    let n: i64 = sqlx::query_scalar(finish_sql)
+        .bind(ids[0])
+        .bind(now)
+        .fetch_one(&mut *first)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let pool = db.pool.clone();
+    let second_id = ids[1];
+    let second = tokio::spawn(async move {
+        let n: i64 = sqlx::query_scalar(finish_sql)
+            .bind(second_id)
+            .bind(now)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n
+    });
+    // Let the second finish reach the parent's lock, then commit the first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second finish waits for the first's lock"
+    );
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap(), 1);
+
+    let (state, _, output) = row(&db.pool, parent).await;
+    assert_eq!(state, "succeeded");
+    assert_eq!(
+        output,
+        Some(json!([0, 1])),
+        "both shards' outputs, in order"
+    );
+}
