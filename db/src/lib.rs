@@ -65,6 +65,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     let result = async {
         MIGRATOR.run(&mut *conn).await?;
         let mut tx = conn.begin().await?;
+        // `drop … if exists` of a contract function that is already gone is not news.
+        tx.execute("set local client_min_messages = warning")
+            .await?;
         for (name, sql) in CONTRACT {
             tx.execute(sqlx::raw_sql(*sql))
                 .await
