@@ -555,6 +555,23 @@ begin
 end
 $$;
 
+-- A schedule's parsed expression, after checking it and its time zone; a bad one raises
+-- check_violation (schedules_cron_must_be_valid) naming the schedule.
+create or replace function sked.schedule_spec(name text, cron text, tz text)
+returns sked.cron_spec
+language plpgsql stable as $$
+declare
+  s sked.cron_spec;
+begin
+  s := sked.cron_parse(cron);
+  perform sked.tz_check(tz);
+  return s;
+exception when sqlstate '22023' then
+  raise exception 'schedule %: %', quote_literal(name), sqlerrm
+    using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
+end
+$$;
+
 -- Parses the expression, checks the time zone and the template, and arms next_run_at: on
 -- insert (unless given), when the expression or time zone changes, and on resume.
 create or replace function sked.schedules_before_write() returns trigger
@@ -566,13 +583,7 @@ declare
 begin
   if tg_op = 'INSERT' or new.cron is distinct from old.cron
      or new.time_zone is distinct from old.time_zone then
-    begin
-      new.spec := sked.cron_parse(new.cron);
-      perform sked.tz_check(new.time_zone);
-    exception when sqlstate '22023' then
-      raise exception 'schedule %: %', quote_literal(new.name), sqlerrm
-        using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
-    end;
+    new.spec := sked.schedule_spec(new.name, new.cron, new.time_zone);
     if tg_op = 'UPDATE' or new.next_run_at is null then
       new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
     end if;
@@ -638,16 +649,9 @@ create or replace function sked.schedule_create(
 language plpgsql as $$
 #variable_conflict use_variable
 declare
-  s sked.cron_spec;
+  s sked.cron_spec := sked.schedule_spec(name, cron, time_zone);
   new_id uuid;
 begin
-  begin
-    s := sked.cron_parse(cron);
-    perform sked.tz_check(time_zone);
-  exception when sqlstate '22023' then
-    raise exception 'schedule %: %', quote_literal(name), sqlerrm
-      using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
-  end;
   insert into sked.schedules (name, cron, task, workflow, time_zone, misfire_policy,
                               misfire_grace, catch_up_limit, overlap_policy, jitter,
                               history_limit, paused_at, owner, next_run_at, created_at,

@@ -138,23 +138,15 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Schedule>> {
     Ok(row.map(Schedule::from))
 }
 
-/// A schedule by owner and name, if it exists.
-pub async fn get_by_name(pool: &PgPool, owner: &str, name: &str) -> Result<Option<Schedule>> {
-    let row: Option<ScheduleRow> =
-        sqlx::query_as("select * from sked.schedules where owner = $1 and name = $2")
-            .bind(owner)
-            .bind(name)
-            .fetch_optional(pool)
-            .await?;
-    Ok(row.map(Schedule::from))
-}
-
-/// Schedules of one owner (all when `None`), by owner and name.
-pub async fn list(pool: &PgPool, owner: Option<&str>) -> Result<Vec<Schedule>> {
+/// Schedules of one owner (all when `None`), of one name if given, by owner and name.
+pub async fn list(pool: &PgPool, owner: Option<&str>, name: Option<&str>) -> Result<Vec<Schedule>> {
     let rows: Vec<ScheduleRow> = sqlx::query_as(
-        "select * from sked.schedules where $1::text is null or owner = $1 order by owner, name",
+        "select * from sked.schedules
+          where ($1::text is null or owner = $1) and ($2::text is null or name = $2)
+          order by owner, name",
     )
     .bind(owner)
+    .bind(name)
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(Schedule::from).collect())

@@ -93,3 +93,37 @@ where
         Ok(Path(value))
     }
 }
+
+/// Refuses a user token that names another owner for what it asks (`"submit tasks"`, …); an
+/// admin may act for anyone, and no owner named means the token's own.
+pub(crate) fn may_act_for(
+    principal: &Principal,
+    owner: Option<&str>,
+    what: &str,
+) -> Result<(), Error> {
+    match owner {
+        Some(owner) if !principal.may_access(owner) => Err(Error::Forbidden(format!(
+            "a user token may {what} for its own owner {:?} only",
+            principal.owner
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The owner a listing of `what` (`"tasks"`, …) is limited to: the one asked for (a user token
+/// may name only its own), else the token's own, or none (all) for an admin.
+pub(crate) fn listing_owner(
+    principal: &Principal,
+    asked: Option<String>,
+    what: &str,
+) -> Result<Option<String>, Error> {
+    match asked.filter(|o| !o.is_empty()) {
+        Some(owner) if !principal.may_access(&owner) => Err(Error::Forbidden(format!(
+            "a user token may list the {what} of its own owner {:?} only",
+            principal.owner
+        ))),
+        Some(owner) => Ok(Some(owner)),
+        None if principal.is_admin() => Ok(None),
+        None => Ok(Some(principal.owner.clone())),
+    }
+}

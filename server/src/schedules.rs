@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
-use crate::extract::{Auth, Json, Path, Query};
+use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 
 /// Fire times a schedule's detail shows.
 pub const DETAIL_FIRE_TIMES: i32 = 5;
@@ -60,14 +60,7 @@ pub async fn create(
     Auth(principal): Auth,
     Json(request): Json<CreateSchedule>,
 ) -> Result<(StatusCode, axum::Json<Schedule>)> {
-    if let Some(owner) = &request.owner
-        && !principal.may_access(owner)
-    {
-        return Err(Error::Forbidden(format!(
-            "a user token may create schedules for its own owner {:?} only",
-            principal.owner
-        )));
-    }
+    may_act_for(&principal, request.owner.as_deref(), "create schedules")?;
     if request.task.is_some() == request.workflow.is_some() {
         return Err(Error::InvalidRequest(
             "a schedule runs either a task or a workflow: give exactly one of task and workflow"
@@ -178,21 +171,9 @@ pub async fn list(
     Auth(principal): Auth,
     Query(params): Query<ListParams>,
 ) -> Result<axum::Json<SchedulePage>> {
-    let owner = match params.owner.filter(|o| !o.is_empty()) {
-        Some(owner) if !principal.may_access(&owner) => {
-            return Err(Error::Forbidden(format!(
-                "a user token may list the schedules of its own owner {:?} only",
-                principal.owner
-            )));
-        }
-        Some(owner) => Some(owner),
-        None if principal.is_admin() => None,
-        None => Some(principal.owner.clone()),
-    };
-    let mut schedules = sked_db::schedule::list(&state.pool, owner.as_deref()).await?;
-    if let Some(name) = params.name.filter(|n| !n.is_empty()) {
-        schedules.retain(|s| s.name == name);
-    }
+    let owner = listing_owner(&principal, params.owner, "schedules")?;
+    let name = params.name.filter(|n| !n.is_empty());
+    let schedules = sked_db::schedule::list(&state.pool, owner.as_deref(), name.as_deref()).await?;
     Ok(axum::Json(SchedulePage { schedules }))
 }
 

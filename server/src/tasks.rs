@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{Error, Result};
-use crate::extract::{Auth, Json, Path, Query};
+use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 
 /// The most tasks one batch may hold.
 pub const MAX_BATCH: usize = 10_000;
@@ -116,14 +116,7 @@ fn in_batch(err: Error, index: usize, len: usize) -> Error {
 /// The checks the schema cannot make, or cannot word well: ownership, durations that fit an
 /// interval, and strings Postgres cannot store.
 pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
-    if let Some(owner) = &task.owner
-        && !principal.may_access(owner)
-    {
-        return Err(Error::Forbidden(format!(
-            "a user token may submit tasks for its own owner {:?} only",
-            principal.owner
-        )));
-    }
+    may_act_for(principal, task.owner.as_deref(), "submit tasks")?;
     let durations = [
         ("delay_secs", task.delay_secs),
         ("timeout_secs", task.timeout_secs),
@@ -211,17 +204,7 @@ pub async fn list(
         )));
     }
     let limit = limit.min(MAX_PAGE);
-    let owner = match non_empty(params.owner) {
-        Some(owner) if !principal.may_access(&owner) => {
-            return Err(Error::Forbidden(format!(
-                "a user token may list the tasks of its own owner {:?} only",
-                principal.owner
-            )));
-        }
-        Some(owner) => Some(owner),
-        None if principal.is_admin() => None,
-        None => Some(principal.owner.clone()),
-    };
+    let owner = listing_owner(&principal, params.owner, "tasks")?;
     let filter = ListFilter {
         owner,
         state: task_state,

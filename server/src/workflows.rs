@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{Error, Result};
-use crate::extract::{Auth, Json, Path, Query};
+use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, validate};
 
 /// The most tasks one workflow may hold.
@@ -55,14 +55,7 @@ pub async fn submit(
             workflow.tasks.len()
         )));
     }
-    if let Some(owner) = &workflow.owner
-        && !principal.may_access(owner)
-    {
-        return Err(Error::Forbidden(format!(
-            "a user token may submit workflows for its own owner {:?} only",
-            principal.owner
-        )));
-    }
+    may_act_for(&principal, workflow.owner.as_deref(), "submit workflows")?;
     for task in &workflow.tasks {
         validate(&principal, &task.task).map_err(|err| in_task(err, &task.name))?;
     }
@@ -127,17 +120,7 @@ pub async fn list(
         )));
     }
     let limit = limit.min(MAX_PAGE);
-    let owner = match params.owner.filter(|o| !o.is_empty()) {
-        Some(owner) if !principal.may_access(&owner) => {
-            return Err(Error::Forbidden(format!(
-                "a user token may list the workflows of its own owner {:?} only",
-                principal.owner
-            )));
-        }
-        Some(owner) => Some(owner),
-        None if principal.is_admin() => None,
-        None => Some(principal.owner.clone()),
-    };
+    let owner = listing_owner(&principal, params.owner, "workflows")?;
     let filter = ListFilter {
         owner,
         state: workflow_state,

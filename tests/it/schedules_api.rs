@@ -997,7 +997,10 @@ async fn cli_creates_shows_runs_pauses_and_deletes_schedules() {
         );
     }
     assert_eq!(
-        sked_db::schedule::list(pool, None).await.unwrap().len(),
+        sked_db::schedule::list(pool, None, None)
+            .await
+            .unwrap()
+            .len(),
         1,
         "no bad command created a schedule"
     );
