@@ -10,6 +10,7 @@
 //!   and preview cron expressions.
 //! - `system` — workers, queues, the caller (`me`) and health.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
+//! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
 //! - `error` — the one error type, rendered to HTTP in one place.
 //!
@@ -25,6 +26,7 @@ mod openapi;
 mod schedules;
 mod system;
 mod tasks;
+mod web;
 mod workflows;
 
 use std::net::SocketAddr;
@@ -94,13 +96,9 @@ pub fn router(pool: PgPool) -> Router {
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
         .nest("/api/v1", api)
-        .fallback(not_found)
+        .fallback(web::serve)
         .layer(TraceLayer::new_for_http())
         .with_state(AppState { pool })
-}
-
-async fn not_found() -> Error {
-    Error::NotFound("no such endpoint".to_owned())
 }
 
 async fn method_not_allowed() -> Error {
@@ -120,7 +118,7 @@ pub async fn serve(
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving the API");
+        tracing::info!(%addr, dashboard = web::built(), "serving the API");
     }
     // Cron ticks fire from every server (and worker); each tick fires once however many run.
     let firing = tokio::spawn(sked_db::firing::run(

@@ -1,6 +1,17 @@
 //! `cargo xtask`: project tasks that take more than one cargo command.
 //!
-//! `cargo xtask test [-- <cargo test arguments>]` runs the whole test suite on a fresh machine.
+//! - `cargo xtask web` builds the dashboard into `web/dist` ([`web`]), which the server embeds.
+//! - `cargo xtask dev [-- <sked dev arguments>]` builds the dashboard, then runs
+//!   `cargo run --release --bin sked -- dev`: sked with its dashboard, in one command.
+//! - `cargo xtask test [-- <cargo test arguments>]` runs the whole test suite on a fresh
+//!   machine, described below.
+//!
+//! The test suite includes end-to-end tests of the dashboard in a headless Chromium driven
+//! through chromedriver: `test` builds the dashboard first, and finds `chromium` and
+//! `chromedriver` on the PATH; when they are missing on Debian as root with `CI` set, it
+//! installs the `chromium` and `chromium-driver` packages. `SKED_BROWSER_TESTS=skip` leaves
+//! the browser tests out (they then say so instead of running).
+//!
 //! The tests need a PostgreSQL server on which user `postgres` may create databases; this
 //! picks one, in this order:
 //!
@@ -22,6 +33,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod browser;
+mod web;
+
 use sked::embedded_pg::{Cluster, PgBinaries, PgError};
 use sqlx::{ConnectOptions, Connection};
 
@@ -31,22 +45,39 @@ const LOCAL_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 const USAGE: &str = "\
-usage: cargo xtask test [-- <cargo test arguments>]
+usage: cargo xtask web [--dev]
+       cargo xtask dev [-- <sked dev arguments>]
+       cargo xtask test [-- <cargo test arguments>]
 
-Runs `cargo test --workspace` against a PostgreSQL: DATABASE_URL when set, else the server at
-127.0.0.1:5432 (user postgres, no password), else a private cluster under target/sked-test-pg.
-SKED_XTASK_FORCE_PRIVATE_PG=1 always uses the private cluster.";
+web:  builds the dashboard into web/dist (the server embeds it); --dev builds it unoptimized,
+      which is quicker while changing it.
+dev:  builds the dashboard, then runs `cargo run --release --bin sked -- dev`.
+test: builds the dashboard, then runs `cargo test` against a PostgreSQL: DATABASE_URL when
+      set, else the server at 127.0.0.1:5432 (user postgres, no password), else a private
+      cluster under target/sked-test-pg. SKED_XTASK_FORCE_PRIVATE_PG=1 always uses the
+      private cluster. Browser tests need chromium and chromedriver (installed on Debian as
+      root when CI is set); SKED_BROWSER_TESTS=skip leaves them out.";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
     match args.next().as_deref().and_then(|a| a.to_str()) {
-        Some("test") => {
+        Some(task @ ("test" | "dev" | "web")) => {
             let mut rest: Vec<OsString> = args.collect();
             if rest.first().is_some_and(|a| a == "--") {
                 rest.remove(0);
             }
-            test(rest).await
+            // `cargo xtask web --dev`: the quick, unoptimized build of the dashboard.
+            let dev_build = task == "web" && rest.first().is_some_and(|a| a == "--dev");
+            if let Err(e) = web::build(&workspace_root(), &target_dir(), dev_build) {
+                eprintln!("xtask: {e}");
+                return ExitCode::FAILURE;
+            }
+            match task {
+                "test" => test(rest).await,
+                "dev" => dev(rest),
+                _ => ExitCode::SUCCESS,
+            }
         }
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
@@ -69,7 +100,43 @@ enum Database {
     Private(Cluster),
 }
 
+/// `cargo run --release --bin sked -- dev <args>`, in the foreground.
+fn dev(args: Vec<OsString>) -> ExitCode {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["run", "--release", "--bin", "sked", "--", "dev"])
+        .args(&args)
+        .current_dir(workspace_root());
+    clear_cargo_run_env(&mut command);
+    // Ctrl-C reaches `sked dev` too, which stops cleanly; this process just waits for it.
+    ctrlc_ignored();
+    match command.status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ignores SIGINT in this process (its children still get it from the terminal).
+fn ctrlc_ignored() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+}
+
 async fn test(cargo_args: Vec<OsString>) -> ExitCode {
+    let browser = match browser::find_or_install() {
+        Ok(b) => b,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let database = match choose_database().await {
         Ok(d) => d,
         Err(message) => {
@@ -114,14 +181,13 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = tokio::process::Command::new(cargo);
+    // The default members: every crate but the dashboard, which builds for wasm32 only.
     command
         .arg("test")
-        .arg("--workspace")
         .args(&cargo_args)
         .env("DATABASE_URL", &url)
         .current_dir(workspace_root());
-    // `cargo run` describes this package in the environment; build scripts that read those
-    // variables (ring's reads CARGO_MANIFEST_DIR) would see a change and rebuild every time.
+    browser.export(&mut command);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(set_by_cargo_run) {
             command.env_remove(name);
@@ -239,6 +305,17 @@ fn how_to_install(not_found: &PgError, debian: bool) -> String {
         ""
     };
     format!("the tests need PostgreSQL, and none answers at {LOCAL_URL}.\n  {not_found}{hint}")
+}
+
+/// Removes the variables `cargo run` set for this process from a child's environment: build
+/// scripts that read them (ring's reads CARGO_MANIFEST_DIR) would see a change and rebuild
+/// every time.
+fn clear_cargo_run_env(command: &mut std::process::Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(name);
+        }
+    }
 }
 
 /// True for the variables `cargo run` sets to describe the package it runs.

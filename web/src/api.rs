@@ -1,0 +1,167 @@
+//! Calls to the REST API (`/api/v1`) with the signed-in token.
+//!
+//! The token lives in `localStorage` (`sked.token`) so that a reload keeps the session; signing
+//! out removes it. Every error of the API has a JSON body `{code, message}`; [`ApiError`]
+//! keeps it, and a 401 signs the user out.
+
+use leptos::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+const TOKEN_KEY: &str = "sked.token";
+
+/// An error from the API, or from the network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// The HTTP status, 0 when the request did not reach the server.
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl ApiError {
+    fn network(e: impl std::fmt::Display) -> Self {
+        ApiError {
+            status: 0,
+            code: "network".into(),
+            message: format!("the server cannot be reached ({e})"),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+fn storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.local_storage().ok()?
+}
+
+pub fn stored_token() -> Option<String> {
+    storage()?
+        .get_item(TOKEN_KEY)
+        .ok()?
+        .filter(|t| !t.is_empty())
+}
+
+pub fn store_token(token: Option<&str>) {
+    if let Some(s) = storage() {
+        let _ = match token {
+            Some(t) => s.set_item(TOKEN_KEY, t),
+            None => s.remove_item(TOKEN_KEY),
+        };
+    }
+}
+
+/// The signed-in session, provided as context by the app: `None` until signed in.
+#[derive(Clone, Copy)]
+pub struct Session {
+    pub token: RwSignal<Option<String>>,
+    pub me: RwSignal<Option<sked_types::Me>>,
+}
+
+impl Session {
+    pub fn is_admin(&self) -> bool {
+        self.me
+            .with_untracked(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
+    }
+
+    pub fn sign_out(&self) {
+        store_token(None);
+        self.token.set(None);
+        self.me.set(None);
+    }
+}
+
+pub fn session() -> Session {
+    expect_context::<Session>()
+}
+
+fn token() -> Option<String> {
+    use_context::<Session>()
+        .and_then(|s| s.token.get_untracked())
+        .or_else(stored_token)
+}
+
+async fn send<T: DeserializeOwned>(request: gloo_net::http::Request) -> ApiResult<T> {
+    let response = request.send().await.map_err(ApiError::network)?;
+    let status = response.status();
+    if (200..300).contains(&status) {
+        return response.json::<T>().await.map_err(|e| ApiError {
+            status,
+            code: "decode".into(),
+            message: format!("unexpected answer from the server: {e}"),
+        });
+    }
+    let body: Option<sked_types::ApiError> = response.json().await.ok();
+    let (code, message) = match body {
+        Some(b) => (b.code, b.message),
+        None => ("http".into(), format!("the server answered {status}")),
+    };
+    if status == 401 {
+        if let Some(s) = use_context::<Session>() {
+            s.sign_out();
+        }
+    }
+    Err(ApiError {
+        status,
+        code,
+        message,
+    })
+}
+
+fn with_auth(
+    builder: gloo_net::http::RequestBuilder,
+    token: Option<&str>,
+) -> gloo_net::http::RequestBuilder {
+    match token {
+        Some(t) => builder.header("Authorization", &format!("Bearer {t}")),
+        None => builder,
+    }
+}
+
+/// `GET /api/v1{path}` (path includes any query string).
+pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
+    let token = token();
+    let request = with_auth(
+        gloo_net::http::Request::get(&format!("/api/v1{path}")),
+        token.as_deref(),
+    )
+    .build()
+    .map_err(ApiError::network)?;
+    send(request).await
+}
+
+/// `GET /api/v1/me` with a token that is not signed in yet.
+pub async fn me_with(token: &str) -> ApiResult<sked_types::Me> {
+    let request = with_auth(gloo_net::http::Request::get("/api/v1/me"), Some(token))
+        .build()
+        .map_err(ApiError::network)?;
+    send(request).await
+}
+
+/// `POST /api/v1{path}` with a JSON body.
+pub async fn post<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> ApiResult<T> {
+    let token = token();
+    let request = with_auth(
+        gloo_net::http::Request::post(&format!("/api/v1{path}")),
+        token.as_deref(),
+    )
+    .json(body)
+    .map_err(ApiError::network)?;
+    send(request).await
+}
+
+/// `POST /api/v1{path}` without a body.
+pub async fn post_empty<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
+    post(path, &serde_json::json!({})).await
+}
+
+/// `encodeURIComponent`.
+pub fn enc(s: &str) -> String {
+    String::from(js_sys::encode_uri_component(s))
+}

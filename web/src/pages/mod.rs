@@ -1,0 +1,11 @@
+//! One module per page of the dashboard.
+
+pub mod overview;
+pub mod queues;
+pub mod schedules;
+pub mod signin;
+pub mod submit;
+pub mod task;
+pub mod tasks;
+pub mod workers;
+pub mod workflows;

@@ -1,0 +1,8 @@
+//! The tasks page.
+
+use leptos::prelude::*;
+
+#[component]
+pub fn TaskList() -> impl IntoView {
+    view! { <p class="empty">"This page is being built."</p> }
+}
