@@ -333,6 +333,11 @@ fn print_banner(
 ) {
     let mut out = String::new();
     out.push_str("\nsked dev is running.\n\n");
+    let dashboard = match new_token {
+        Some(secret) => format!("{api}/#token={secret}"),
+        None => format!("{api}/"),
+    };
+    out.push_str(&format!("  Dashboard:     {dashboard}\n"));
     out.push_str(&format!("  API:           {api}/api/v1\n"));
     match cluster {
         Some(c) => {

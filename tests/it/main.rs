@@ -2,7 +2,9 @@
 //! subject. Each test gets a fresh migrated database (`sked_db::testing::TestDb`).
 
 mod api;
+mod browser;
 mod cli;
+mod dashboard;
 mod delayed;
 mod recovery;
 mod schedules;

@@ -1,0 +1,409 @@
+//! The dashboard end to end: a real `sked-server` process serving the embedded WebAssembly
+//! app, a real worker, a real PostgreSQL, and a headless Chromium (see `browser.rs`).
+//!
+//! Every test also checks that the browser console holds no error or warning.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sked_db::testing::TestDb;
+use sked_db::token::{self, Role};
+use uuid::Uuid;
+
+use crate::browser::{Browser, PATIENCE};
+use crate::support::{self, insert, wait_for};
+
+/// A `sked-server` process on a fixed port, which the test may kill and start again.
+struct Server {
+    addr: SocketAddr,
+    url: String,
+    database_url: String,
+    child: Option<tokio::process::Child>,
+}
+
+impl Server {
+    async fn start(db: &TestDb) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut server = Server {
+            addr,
+            url: format!("http://{addr}"),
+            database_url: db.url.clone(),
+            child: None,
+        };
+        server.spawn().await;
+        server
+    }
+
+    async fn spawn(&mut self) {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked-server"))
+            .args(["--listen", &self.addr.to_string()])
+            .env("DATABASE_URL", &self.database_url)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start sked-server");
+        self.child = Some(child);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(self.addr).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "sked-server did not listen on {}",
+                self.addr
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// kill -9: connections drop without a goodbye, as when a machine dies.
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.expect("kill sked-server");
+        }
+    }
+}
+
+async fn token_for(db: &TestDb, owner: &str, role: Role) -> String {
+    token::create(&db.pool, owner, role, "dashboard test")
+        .await
+        .expect("create a token")
+}
+
+/// Opens the dashboard signed in through the `#token=` link.
+async fn open_signed_in(b: &Browser, server: &Server, path: &str, token: &str) {
+    b.goto(&format!("{}{path}#token={token}", server.url)).await;
+    b.wait(".who .owner").await;
+    b.wait("[data-live=live]").await;
+}
+
+fn assert_quiet_console(errors: Vec<String>) {
+    assert!(
+        errors.is_empty(),
+        "the browser console has errors or warnings: {errors:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_in_with_a_token_and_out() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    b.goto(&server.url).await;
+    let input = b.wait("input[name=token]").await;
+    b.screenshot("signin").await;
+
+    // A wrong token is refused with a message, and nothing else happens.
+    input.send_keys("sked_not_a_real_token").await.unwrap();
+    b.wait("form button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let error = b.wait(".signin .error").await;
+    assert!(
+        error.text().await.unwrap().contains("not valid"),
+        "a bad token says so"
+    );
+
+    input.clear().await.unwrap();
+    input.send_keys(&alice).await.unwrap();
+    b.wait("form button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let who = b.wait(".who .owner").await;
+    assert_eq!(who.text().await.unwrap(), "alice (user)");
+    b.wait("[data-live=live]").await;
+
+    // The token survives a reload; signing out forgets it.
+    b.client.refresh().await.unwrap();
+    b.wait(".who .owner").await;
+    b.wait("[data-action=sign-out]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait("input[name=token]").await;
+    b.client.refresh().await.unwrap();
+    b.wait("input[name=token]").await;
+
+    // The 401 of the bad token is the only expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("401"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_inserted_by_sql_appears_and_turns_succeeded_without_reload() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/tasks", &admin).await;
+    // A marker that a reload would erase.
+    b.js("window.__skedNoReload = 1").await;
+
+    let id = insert(
+        &db.pool,
+        "(command, queue) values (array['sh', '-c', 'sleep 1; echo done'], 'e2e')",
+    )
+    .await;
+    let row = format!("tr[data-task-id='{id}']");
+    b.wait(&format!("{row}[data-state=waiting]")).await;
+
+    let worker = support::start_worker(&db, support::config(&["e2e"]));
+    b.wait(&format!("{row}[data-state=running]")).await;
+    b.wait(&format!("{row}[data-state=succeeded]")).await;
+    assert_eq!(support::state(&db.pool, id).await, "succeeded");
+    assert_eq!(
+        b.js("window.__skedNoReload === 1").await,
+        true,
+        "the page was not reloaded"
+    );
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_tail_follows_a_running_task_and_cancel_kills_it() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let worker = support::start_worker(&db, support::config(&["e2e"]));
+    let pid_file = std::env::temp_dir().join(format!("sked-e2e-{}.pid", Uuid::new_v4().simple()));
+    let script = format!(
+        "echo $$ > {}; i=0; while true; do i=$((i+1)); echo line-$i; sleep 0.3; done",
+        pid_file.display()
+    );
+    let id = insert(
+        &db.pool,
+        &format!("(owner, command, queue) values ('alice', array['sh', '-c', '{script}'], 'e2e')"),
+    )
+    .await;
+    wait_for(&db.pool, id, &["running"], PATIENCE).await;
+    let pid = support::read_pid(&pid_file, PATIENCE).await;
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/tasks/{id}"), &alice).await;
+    let log = format!("pre.log[data-log='{id}']");
+    b.wait(&log).await;
+    // Lines keep arriving while the task runs, without reload.
+    let text_of_log = format!("document.querySelector(\"{log}\").textContent");
+    b.wait_js(
+        "the first lines",
+        &format!("{text_of_log}.includes('line-2')"),
+    )
+    .await;
+    let lines_then = line_count(&b, &text_of_log).await;
+    b.wait_js(
+        "more lines",
+        &format!(
+            "{text_of_log}.split('line-').length - 1 >= {}",
+            lines_then + 5
+        ),
+    )
+    .await;
+    assert_eq!(support::state(&db.pool, id).await, "running");
+    b.screenshot("task-detail-running").await;
+
+    // Cancel from the page: the process dies and the database says cancelled.
+    b.wait("[data-action=cancel]").await.click().await.unwrap();
+    wait_for(&db.pool, id, &["cancelled"], PATIENCE).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while support::process_alive(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task's process {pid} still runs after cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.wait(".task-head [data-state=cancelled]").await;
+    b.screenshot("task-detail-cancelled").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+    let _ = std::fs::remove_file(pid_file);
+}
+
+async fn line_count(b: &Browser, text_expr: &str) -> i64 {
+    b.js(&format!("{text_expr}.split('line-').length - 1"))
+        .await
+        .as_i64()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_sees_only_their_own_tasks() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let mine = insert(&db.pool, "(owner, command) values ('alice', array['true'])").await;
+    let bobs = insert(&db.pool, "(owner, command) values ('bob', array['true'])").await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/tasks", &alice).await;
+    b.wait(&format!("tr[data-task-id='{mine}']")).await;
+    assert!(
+        !b.exists(&format!("tr[data-task-id='{bobs}']")).await,
+        "bob's task is not listed for alice"
+    );
+    // A task inserted for bob while alice watches does not appear either; hers does.
+    let bobs_new = insert(&db.pool, "(owner, command) values ('bob', array['true'])").await;
+    let mine_new = insert(&db.pool, "(owner, command) values ('alice', array['true'])").await;
+    b.wait(&format!("tr[data-task-id='{mine_new}']")).await;
+    assert!(!b.exists(&format!("tr[data-task-id='{bobs_new}']")).await);
+
+    // Bob's task by its address: not found, like a task that does not exist.
+    b.goto(&format!("{}/tasks/{bobs}", server.url)).await;
+    let error = b.wait(".error").await;
+    let text = error.text().await.unwrap();
+    assert!(text.contains("no task"), "{text}");
+    let page = b.client.source().await.unwrap();
+    assert!(
+        !page.contains("bob"),
+        "nothing of bob's task is shown to alice"
+    );
+    // The 404 of bob's task is the expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("404"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_reconnects_and_resyncs_after_a_server_restart() {
+    let db = TestDb::new().await;
+    let mut server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/tasks", &admin).await;
+    b.js("window.__skedNoReload = 1").await;
+
+    server.kill().await;
+    b.wait("[data-live]:not([data-live=live])").await;
+    // Changes made while the server is down reach the page after it comes back.
+    let id = insert(&db.pool, "(command) values (array['true'])").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.spawn().await;
+    b.wait("[data-live=live]").await;
+    b.wait(&format!("tr[data-task-id='{id}']")).await;
+    assert_eq!(b.js("window.__skedNoReload === 1").await, true);
+    // While the server was down, the browser logged failed connections: expected here.
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_renders_real_data_on_a_laptop_and_a_phone() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let worker = support::start_worker(&db, support::config(&["default", "reports"]));
+    // Some history: successes, a failure with stderr, a delayed task, a workflow, a schedule.
+    for i in 0..5 {
+        insert(
+            &db.pool,
+            &format!("(command, queue) values (array['sh', '-c', 'echo report {i}'], 'reports')"),
+        )
+        .await;
+    }
+    let failed = insert(
+        &db.pool,
+        "(command, max_attempts) values (array['sh', '-c', 'echo oops >&2; exit 3'], 1)",
+    )
+    .await;
+    insert(
+        &db.pool,
+        "(command, next_run_at) values (array['echo', 'later'], now() + interval '1 hour')",
+    )
+    .await;
+    let workflow: Uuid = sqlx::query_scalar(
+        "select sked.workflow_submit('{\"name\": \"etl\", \"tasks\": [
+            {\"name\": \"collect\", \"command\": [\"true\"]},
+            {\"name\": \"clean\", \"command\": [\"true\"], \"depends_on\": [\"collect\"]},
+            {\"name\": \"aggregate\", \"command\": [\"true\"], \"depends_on\": [\"clean\"]},
+            {\"name\": \"export\", \"command\": [\"true\"], \"depends_on\": [\"aggregate\"]}]}'::jsonb)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("submit a workflow");
+    let schedule: Uuid = sqlx::query_scalar(
+        "insert into sked.schedules (name, cron, task) values
+           ('nightly-backup', '0 0 * * *', '{\"command\": [\"echo\", \"backup\"]}') returning id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("create a schedule");
+    sqlx::query("select sked.schedule_run_now($1)")
+        .bind(schedule)
+        .execute(&db.pool)
+        .await
+        .expect("run the schedule now");
+    wait_for(&db.pool, failed, &["failed"], PATIENCE).await;
+
+    let pages = [
+        ("overview", "/".to_owned()),
+        ("tasks", "/tasks".to_owned()),
+        ("task-failed", format!("/tasks/{failed}")),
+        ("workflows", "/workflows".to_owned()),
+        ("workflow", format!("/workflows/{workflow}")),
+        ("schedules", "/schedules".to_owned()),
+        ("schedule", format!("/schedules/{schedule}")),
+        ("workers", "/workers".to_owned()),
+        ("queues", "/queues".to_owned()),
+        ("submit", "/submit".to_owned()),
+    ];
+    for (size, (w, h), dark) in [
+        ("laptop", (1280, 900), false),
+        ("phone", (390, 844), false),
+        ("laptop-dark", (1280, 900), true),
+    ] {
+        let Ok(b) = Browser::start(w, h, dark).await else {
+            return;
+        };
+        open_signed_in(&b, &server, "/", &admin).await;
+        for (name, path) in &pages {
+            b.goto(&format!("{}{path}", server.url)).await;
+            b.wait("main.page").await;
+            // Wait for the page's data: no "loading" left, and no error shown.
+            b.wait_js(
+                &format!("{name} loads"),
+                "!document.querySelector('main.page .loading')",
+            )
+            .await;
+            assert!(!b.exists("main.page .error").await, "{name} shows an error");
+            let body_width = b.js("document.documentElement.scrollWidth").await;
+            assert!(
+                body_width.as_i64().unwrap_or(0) <= i64::from(w) + 1,
+                "{name} at {w}px does not scroll sideways as a whole (width {body_width})"
+            );
+            b.screenshot(&format!("{name}-{size}")).await;
+        }
+        assert_quiet_console(b.console_errors().await);
+        b.close().await;
+    }
+    worker.shutdown().await;
+}
