@@ -275,7 +275,7 @@ async fn a_user_sees_only_their_own_tasks() {
     b.goto(&format!("{}/tasks/{bobs}", server.url)).await;
     let error = b.wait(".error").await;
     let text = error.text().await.unwrap();
-    assert!(text.contains("no task"), "{text}");
+    assert!(text.contains("no such task"), "{text}");
     let page = b.client.source().await.unwrap();
     assert!(
         !page.contains("bob"),
