@@ -22,6 +22,10 @@ pub enum Workload {
     W6,
     /// Cron without drift: 1,000 schedules firing every second; lateness of each occurrence.
     W7,
+    /// The dashboard's commit→DOM latency: state changes committed by SQL until a headless
+    /// Chromium's task list shows them (needs chromium, chromedriver and a built dashboard;
+    /// run only when named).
+    W9,
 }
 
 impl Workload {
@@ -34,6 +38,7 @@ impl Workload {
             Workload::W5 => "W5",
             Workload::W6 => "W6",
             Workload::W7 => "W7",
+            Workload::W9 => "W9",
         }
     }
 }
@@ -44,7 +49,7 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 w2 w3 w4 w5 w6 w7); all when none is named.
+    /// Workloads to run (w1 … w7, w9); w1 to w7 when none is named (w9 needs a browser).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -115,6 +120,9 @@ pub struct Cli {
     /// Worker concurrency in W7 (a slot per schedule: all of them are due at once).
     #[arg(long, default_value_t = 1_000)]
     pub w7_concurrency: usize,
+    /// State changes W9 commits and times (half inserts, half cancels).
+    #[arg(long, default_value_t = 200)]
+    pub w9_changes: usize,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -153,6 +161,7 @@ pub struct Config {
     pub w7_schedules: usize,
     pub w7_duration: Duration,
     pub w7_concurrency: usize,
+    pub w9_changes: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -227,6 +236,12 @@ impl Cli {
                 self.w7_schedules, self.w7_secs
             ));
         }
+        if !(2..=100_000).contains(&self.w9_changes) {
+            return Err(format!(
+                "--w9-changes must be between 2 and 100000, got {}",
+                self.w9_changes
+            ));
+        }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
             None => default_worker_bin()?,
@@ -254,6 +269,7 @@ impl Cli {
             w7_schedules: self.w7_schedules,
             w7_duration: Duration::from_secs_f64(self.w7_secs),
             w7_concurrency: self.w7_concurrency,
+            w9_changes: self.w9_changes,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),
@@ -264,7 +280,9 @@ impl Cli {
 impl Config {
     /// True when a chosen workload starts a worker process.
     pub fn needs_worker(&self) -> bool {
-        self.workloads.iter().any(|w| *w != Workload::W1)
+        self.workloads
+            .iter()
+            .any(|w| !matches!(w, Workload::W1 | Workload::W9))
     }
 }
 

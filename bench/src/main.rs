@@ -3,6 +3,7 @@
 //! and writes the JSON to `bench/results/<timestamp>.json`. See `bench/README.md`.
 
 mod config;
+mod dashboard;
 mod delayed;
 mod drain;
 mod latency;
@@ -65,6 +66,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W5 => delayed::run(&cfg).await,
                 Workload::W6 => workflow::run(&cfg).await,
                 Workload::W7 => schedules::run(&cfg).await,
+                Workload::W9 => dashboard::run(&cfg).await,
             };
             match result {
                 Ok(s) => {
