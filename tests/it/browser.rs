@@ -187,6 +187,20 @@ impl Browser {
             .collect()
     }
 
+    /// Makes every page opened from now on unable to open a websocket, as behind a proxy
+    /// that blocks them (`new WebSocket(…)` throws).
+    pub async fn block_websockets(&self) {
+        self.client
+            .issue_cmd(Cdp {
+                cmd: "Page.addScriptToEvaluateOnNewDocument",
+                params: json!({
+                    "source": "window.WebSocket = function () { throw new Error('websockets are blocked'); };"
+                }),
+            })
+            .await
+            .expect("install the websocket blocker");
+    }
+
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill().await;
@@ -211,6 +225,31 @@ impl WebDriverCompatibleCommand for BrowserLog {
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
         (http::Method::POST, Some(r#"{"type":"browser"}"#.to_owned()))
+    }
+}
+
+/// chromedriver's `POST /session/{id}/goog/cdp/execute`: a Chrome DevTools Protocol command.
+#[derive(Debug)]
+struct Cdp {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({ "cmd": self.cmd, "params": self.params });
+        (http::Method::POST, Some(body.to_string()))
     }
 }
 

@@ -317,6 +317,25 @@ async fn the_page_reconnects_and_resyncs_after_a_server_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_websockets_the_page_falls_back_to_polling() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    b.block_websockets().await;
+    b.goto(&format!("{}/tasks#token={admin}", server.url)).await;
+    b.wait("[data-live=polling]").await;
+    b.js("window.__skedNoReload = 1").await;
+    let id = insert(&db.pool, "(command) values (array['true'])").await;
+    b.wait(&format!("tr[data-task-id='{id}']")).await;
+    assert_eq!(b.js("window.__skedNoReload === 1").await, true);
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_real_data_on_a_laptop_and_a_phone() {
     let db = TestDb::new().await;
     let server = Server::start(&db).await;
