@@ -89,3 +89,190 @@ pub fn short_id(id: &uuid::Uuid) -> String {
     let s = id.simple().to_string();
     s[s.len() - 12..].to_owned()
 }
+
+/// A counter that ticks every `ms` milliseconds while the calling component is mounted: read
+/// it in a view to re-render values that change with time alone (ages, "in 3 s").
+pub fn ticker(ms: u32) -> ReadSignal<u64> {
+    let (tick, set_tick) = signal(0u64);
+    if let Ok(handle) = set_interval_with_handle(
+        move || {
+            set_tick.try_update(|n| *n += 1);
+        },
+        std::time::Duration::from_millis(u64::from(ms)),
+    ) {
+        on_cleanup(move || handle.clear());
+    }
+    tick
+}
+
+/// Wraps `f` so that calls run it at most once per `gap_ms` milliseconds: the first call runs
+/// it at once, calls within the gap after a run are merged into one run at the gap's end.
+/// Nothing runs after the calling component is unmounted.
+pub fn throttled(gap_ms: f64, f: impl Fn() + 'static) -> impl Fn() + Clone + 'static {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct State<F> {
+        f: F,
+        last: Cell<f64>,
+        pending: Cell<bool>,
+        mounted: Arc<AtomicBool>,
+    }
+    fn call<F: Fn() + 'static>(state: &Rc<State<F>>, gap_ms: f64) {
+        if state.pending.get() || !state.mounted.load(Ordering::Relaxed) {
+            return;
+        }
+        let wait = state.last.get() + gap_ms - js_sys::Date::now();
+        if wait <= 0.0 {
+            state.last.set(js_sys::Date::now());
+            (state.f)();
+            return;
+        }
+        state.pending.set(true);
+        let state = Rc::clone(state);
+        set_timeout(
+            move || {
+                state.pending.set(false);
+                if state.mounted.load(Ordering::Relaxed) {
+                    state.last.set(js_sys::Date::now());
+                    (state.f)();
+                }
+            },
+            std::time::Duration::from_millis(wait.ceil() as u64),
+        );
+    }
+
+    let mounted = Arc::new(AtomicBool::new(true));
+    let on_unmount = Arc::clone(&mounted);
+    on_cleanup(move || on_unmount.store(false, Ordering::Relaxed));
+    let state = Rc::new(State {
+        f,
+        last: Cell::new(f64::NEG_INFINITY),
+        pending: Cell::new(false),
+        mounted,
+    });
+    move || call(&state, gap_ms)
+}
+
+/// The latest answer of a `GET` that a page fetches again when something changes. It keeps
+/// the last good answer while a new request runs and when one fails, and drops an answer
+/// that arrives after the answer to a later request.
+pub struct Fetched<T: Send + Sync + 'static> {
+    /// The last good answer; `None` until there is one.
+    pub data: RwSignal<Option<T>>,
+    /// The error of the last answer, `None` when it succeeded.
+    pub error: RwSignal<Option<crate::api::ApiError>>,
+    /// When `data` arrived, in milliseconds of the browser's clock: ages the API gives in
+    /// seconds at its own `now` grow from here.
+    pub received_ms: RwSignal<f64>,
+    sent: StoredValue<u64>,
+    shown: StoredValue<u64>,
+}
+
+impl<T: Send + Sync + 'static> Clone for Fetched<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Send + Sync + 'static> Copy for Fetched<T> {}
+
+impl<T: Send + Sync + 'static> Default for Fetched<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync + 'static> Fetched<T> {
+    pub fn new() -> Self {
+        Fetched {
+            data: RwSignal::new(None),
+            error: RwSignal::new(None),
+            received_ms: RwSignal::new(0.0),
+            sent: StoredValue::new(0),
+            shown: StoredValue::new(0),
+        }
+    }
+
+    /// True once an answer, good or not, has arrived.
+    pub fn answered(&self) -> bool {
+        self.data.with(Option::is_some) || self.error.with(Option::is_some)
+    }
+
+    /// Runs `request` and shows its answer unless a later request answered first.
+    pub fn load<Fut>(self, request: Fut)
+    where
+        Fut: std::future::Future<Output = crate::api::ApiResult<T>> + 'static,
+    {
+        let Some(n) = self.sent.try_update_value(|n| {
+            *n += 1;
+            *n
+        }) else {
+            return;
+        };
+        leptos::task::spawn_local(async move {
+            let answer = request.await;
+            let newer = self.shown.try_update_value(|shown| {
+                let newer = n > *shown;
+                if newer {
+                    *shown = n;
+                }
+                newer
+            });
+            if newer != Some(true) {
+                return;
+            }
+            match answer {
+                Ok(value) => {
+                    self.received_ms.try_set(js_sys::Date::now());
+                    self.data.try_set(Some(value));
+                    if self.error.try_with_untracked(Option::is_some) == Some(true) {
+                        self.error.try_set(None);
+                    }
+                }
+                Err(e) => {
+                    self.error.try_set(Some(e));
+                }
+            }
+        });
+    }
+}
+
+/// A count with thousands separators: `12,345`.
+pub fn count(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A command line as a shell would read it back: arguments joined by spaces, each quoted
+/// with `'…'` when it holds anything but letters, digits and `-_./:=@%+,`.
+pub fn command_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|arg| shell_quote(arg))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
