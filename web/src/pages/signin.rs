@@ -49,7 +49,7 @@ pub fn SignIn() -> impl IntoView {
                     prop:value=move || token.get()
                     on:input=move |ev| token.set(event_target_value(&ev))
                 />
-                <button type="submit" disabled=move || busy.get()>"Sign in"</button>
+                <button type="submit" class="primary" disabled=move || busy.get()>"Sign in"</button>
                 <Show when=move || error.with(Option::is_some)>
                     <p class="error" role="alert">{move || error.get()}</p>
                 </Show>
