@@ -551,6 +551,7 @@ mod tests {
             queued_fire_at: None,
             created_at: at,
             updated_at: at,
+            last_tick: None,
         }
     }
 

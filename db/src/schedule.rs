@@ -61,6 +61,7 @@ impl From<ScheduleRow> for Schedule {
             queued_fire_at: r.queued_fire_at,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            last_tick: None,
         }
     }
 }
@@ -135,7 +136,7 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Schedule>> {
         .bind(id)
         .fetch_optional(pool)
         .await?;
-    Ok(row.map(Schedule::from))
+    one_with_last_tick(pool, row).await
 }
 
 /// Schedules of one owner (all when `None`), of one name if given, by owner and name.
@@ -149,7 +150,68 @@ pub async fn list(pool: &PgPool, owner: Option<&str>, name: Option<&str>) -> Res
     .bind(name)
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(Schedule::from).collect())
+    with_last_ticks(pool, rows.into_iter().map(Schedule::from).collect()).await
+}
+
+async fn one_with_last_tick(pool: &PgPool, row: Option<ScheduleRow>) -> Result<Option<Schedule>> {
+    let schedules = row.into_iter().map(Schedule::from).collect();
+    Ok(with_last_ticks(pool, schedules).await?.pop())
+}
+
+/// A run of `sked.schedule_runs` with its schedule's id.
+type TickRow = (
+    Uuid,
+    DateTime<Utc>,
+    String,
+    Option<Uuid>,
+    Option<Uuid>,
+    i32,
+    Option<String>,
+    DateTime<Utc>,
+);
+
+/// Fills in each schedule's `last_tick` with one query: per schedule, the newest run that is
+/// not `manual`, read backwards from the index `schedule_runs_tick` (which holds exactly
+/// those runs).
+async fn with_last_ticks(pool: &PgPool, mut schedules: Vec<Schedule>) -> Result<Vec<Schedule>> {
+    if schedules.is_empty() {
+        return Ok(schedules);
+    }
+    let ids: Vec<Uuid> = schedules.iter().map(|s| s.id).collect();
+    let rows: Vec<TickRow> = sqlx::query_as(
+        "select s.id, r.fire_at, r.outcome, r.task_id, r.workflow_id, r.missed_ticks,
+                r.detail, r.recorded_at
+           from unnest($1::uuid[]) as s(id)
+          cross join lateral (
+                select * from sked.schedule_runs r
+                 where r.schedule_id = s.id and r.outcome <> 'manual'
+                 order by r.fire_at desc
+                 limit 1) r",
+    )
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
+    let mut last: std::collections::HashMap<Uuid, ScheduleRun> = rows
+        .into_iter()
+        .map(
+            |(id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at)| {
+                let run = ScheduleRun {
+                    fire_at,
+                    outcome,
+                    task_id,
+                    workflow_id,
+                    missed_ticks,
+                    detail,
+                    recorded_at,
+                };
+                (id, run)
+            },
+        )
+        .collect();
+    for s in &mut schedules {
+        s.last_tick = last.remove(&s.id);
+    }
+    Ok(schedules)
 }
 
 /// A row of `sked.schedule_runs` as [`runs`] selects it: fire_at, outcome, task_id,
@@ -328,5 +390,5 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
     .bind(u.history_limit)
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(Schedule::from))
+    one_with_last_tick(pool, row).await
 }

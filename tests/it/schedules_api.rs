@@ -242,6 +242,114 @@ async fn create_list_show_change_pause_resume_run_and_delete() {
 }
 
 #[tokio::test]
+async fn schedules_show_their_latest_tick_but_not_manual_runs() {
+    let api = Api::new().await;
+    let ticking = id_of(&create(&api, &api.alice, yearly("ticking")).await);
+    let mut paused = yearly("quiet");
+    paused["paused"] = json!(true);
+    let quiet = id_of(&create(&api, &api.alice, paused).await);
+    let last_tick = |page: &Value, id: Uuid| {
+        page["schedules"]
+            .as_array()
+            .expect("a list of schedules")
+            .iter()
+            .find(|s| s["id"] == id.to_string())
+            .expect("the schedule is listed")["last_tick"]
+            .clone()
+    };
+    let (_, page) = api.get("/api/v1/schedules", &api.alice).await;
+    assert!(
+        last_tick(&page, ticking).is_null(),
+        "no tick before the first one: {page}"
+    );
+
+    // A manual run is not a tick.
+    let (status, ran) = api
+        .post(
+            &format!("/api/v1/schedules/{ticking}/run"),
+            &api.alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{ran}");
+    let (_, page) = api.get("/api/v1/schedules", &api.alice).await;
+    assert!(
+        last_tick(&page, ticking).is_null(),
+        "a manual run is left out of last_tick: {page}"
+    );
+
+    // Its tick comes (time as an input) while the manual occurrence is unfinished: the
+    // overlap policy `skip` skips it, and the list says so.
+    let manual: Uuid = ran["task_id"].as_str().unwrap().parse().unwrap();
+    let fire_next = |api: &Api| {
+        let pool = api.db.pool.clone();
+        async move {
+            let tick: DateTime<Utc> =
+                sqlx::query_scalar("select next_run_at from sked.schedules where id = $1")
+                    .bind(ticking)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            let fired: i32 = sqlx::query_scalar("select sked.schedules_fire($1)")
+                .bind(tick + chrono::Duration::seconds(1))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(fired, 1, "the tick is handled");
+            tick
+        }
+    };
+    let skipped_tick = fire_next(&api).await;
+    let (_, page) = api.get("/api/v1/schedules", &api.alice).await;
+    let last = last_tick(&page, ticking);
+    assert_eq!(last["outcome"], "skipped", "{page}");
+    assert_eq!(time_of(&last["fire_at"]), skipped_tick, "{page}");
+    assert!(
+        last["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("unfinished")),
+        "the detail says why: {page}"
+    );
+    assert!(last["task_id"].is_null(), "{page}");
+
+    // Once the occurrence is over, the next tick fires.
+    let (status, cancelled) = api
+        .post(
+            &format!("/api/v1/tasks/{manual}/cancel"),
+            &api.alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    let tick = fire_next(&api).await;
+    let occurrence: Uuid =
+        sqlx::query_scalar("select last_task_id from sked.schedules where id = $1")
+            .bind(ticking)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_ne!(occurrence, manual);
+    let (_, page) = api.get("/api/v1/schedules", &api.alice).await;
+    let last = last_tick(&page, ticking);
+    assert_eq!(last["outcome"], "fired", "{page}");
+    assert_eq!(time_of(&last["fire_at"]), tick, "{page}");
+    assert_eq!(last["task_id"], occurrence.to_string(), "{page}");
+    assert!(
+        last_tick(&page, quiet).is_null(),
+        "each schedule shows its own ticks: {page}"
+    );
+    let (_, detail) = api
+        .get(&format!("/api/v1/schedules/{ticking}"), &api.alice)
+        .await;
+    assert_eq!(detail["last_tick"], last, "the detail shows the same tick");
+    assert_eq!(
+        detail["runs"].as_array().map(Vec::len),
+        Some(3),
+        "the detail's runs hold both ticks and the manual run: {detail}"
+    );
+}
+
+#[tokio::test]
 async fn another_owners_schedule_is_not_found_and_unchanged() {
     let api = Api::new().await;
     let id = id_of(&create(&api, &api.alice, yearly("alices")).await);

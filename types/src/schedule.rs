@@ -41,6 +41,11 @@ pub struct Schedule {
     pub queued_fire_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// What happened at the latest tick: `fired`, `queued`, `skipped` or `missed`, with its
+    /// occurrence and detail; null before the first tick. "Run now" is not a tick: its
+    /// `manual` runs are left out here (they are in the detail's `runs`).
+    #[serde(default)]
+    pub last_tick: Option<ScheduleRun>,
 }
 
 /// What happened to one tick of a schedule.
