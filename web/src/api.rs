@@ -81,9 +81,24 @@ pub fn session() -> Session {
     expect_context::<Session>()
 }
 
+thread_local! {
+    /// The app's session, for calls made where no reactive owner is current (the body of a
+    /// `spawn_local` future), where `use_context` finds nothing.
+    static SESSION: std::cell::Cell<Option<Session>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes `session` the one API calls use wherever they run; the app calls it once.
+pub fn set_session(session: Session) {
+    SESSION.with(|s| s.set(Some(session)));
+}
+
+fn current_session() -> Option<Session> {
+    use_context::<Session>().or_else(|| SESSION.with(std::cell::Cell::get))
+}
+
 fn token() -> Option<String> {
-    use_context::<Session>()
-        .and_then(|s| s.token.get_untracked())
+    current_session()
+        .and_then(|s| s.token.try_get_untracked().flatten())
         .or_else(stored_token)
 }
 
@@ -102,10 +117,10 @@ async fn send<T: DeserializeOwned>(request: gloo_net::http::Request) -> ApiResul
         Some(b) => (b.code, b.message),
         None => ("http".into(), format!("the server answered {status}")),
     };
-    if status == 401 {
-        if let Some(s) = use_context::<Session>() {
-            s.sign_out();
-        }
+    if status == 401
+        && let Some(s) = current_session()
+    {
+        s.sign_out();
     }
     Err(ApiError {
         status,

@@ -29,6 +29,7 @@ pub fn App() -> impl IntoView {
         me: RwSignal::new(None),
     };
     provide_context(session);
+    api::set_session(session);
     let live = Live::new();
     provide_context(live);
 
