@@ -1,5 +1,5 @@
--- The task functions of the SQL contract: submit (one and many), cancel, retry, and the
--- insert notification. Applications call these by name; see docs/sql.md.
+-- The task functions of the SQL contract: submit (one and many), cancel, retry, resubmit,
+-- prune, and the insert notification. Applications call these by name; see docs/sql.md.
 -- Every function that reads the clock takes it as `p_now`/`now_` so tests can move time.
 
 -- The first rule about what a task runs that these values break, or null when they break
@@ -348,6 +348,49 @@ begin
     select state into result from sked.tasks where id = p_id;
   end if;
   return result;
+end
+$$;
+
+-- Submit a new task with the definition of task p_id ("run again"): what it runs (kind,
+-- command or artifact, args), its input and environment (the real values, which API answers
+-- mask), queue, priority, labels, output path, timeout, max_attempts (as the task has it
+-- now, which retries and interrupted attempts raise), backoff, and shards or broadcast (a
+-- sharded task is submitted sharded again). The new task belongs to p_owner, waits from
+-- p_now, and has no idempotency key. Tasks of a workflow and shards run as part of their
+-- workflow or parent and are refused (retry them, or resubmit the parent). Returns the new
+-- id, or null when there is no such task.
+create or replace function sked.task_resubmit(
+  p_id uuid, p_owner text default current_user, p_now timestamptz default now())
+returns uuid
+language plpgsql as $$
+declare
+  source record;
+  new_id uuid;
+begin
+  select t.workflow_id, t.shard_of into source from sked.tasks t where t.id = p_id;
+  if not found then
+    return null;
+  end if;
+  if source.workflow_id is not null then
+    raise exception 'sked.tasks: a task of a workflow runs with its workflow and cannot be resubmitted on its own (tasks_resubmit_is_not_for_workflow_tasks)'
+      using errcode = 'check_violation', constraint = 'tasks_resubmit_is_not_for_workflow_tasks',
+            table = 'tasks', schema = 'sked';
+  end if;
+  if source.shard_of is not null then
+    raise exception 'sked.tasks: a shard runs as part of its parent %; resubmit the parent (tasks_resubmit_is_not_for_shards)', source.shard_of
+      using errcode = 'check_violation', constraint = 'tasks_resubmit_is_not_for_shards',
+            table = 'tasks', schema = 'sked';
+  end if;
+  insert into sked.tasks (owner, queue, priority, kind, command, args, artifact_url,
+                          artifact_sha256, input, env, labels, output_path, timeout,
+                          max_attempts, backoff_base, backoff_max, shard_total, broadcast,
+                          next_run_at)
+  select p_owner, t.queue, t.priority, t.kind, t.command, t.args, t.artifact_url,
+         t.artifact_sha256, t.input, t.env, t.labels, t.output_path, t.timeout,
+         t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now
+    from sked.tasks t where t.id = p_id
+  returning id into new_id;
+  return new_id;
 end
 $$;
 

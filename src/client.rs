@@ -45,12 +45,22 @@ pub enum ClientError {
 /// Filters of `GET /api/v1/tasks`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ListQuery {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<TaskState>,
+    /// Tasks in any of these states (sent comma-separated).
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "comma_separated"
+    )]
+    pub state: Vec<TaskState>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Text in the command line or the name, ignoring case.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    /// Only the tasks this worker runs now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<Uuid>,
     /// Only the shards of this sharded task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard_of: Option<Uuid>,
@@ -58,6 +68,11 @@ pub struct ListQuery {
     pub after: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+}
+
+fn comma_separated<S: serde::Serializer>(states: &[TaskState], s: S) -> Result<S::Ok, S::Error> {
+    let names: Vec<&str> = states.iter().map(|state| state.as_str()).collect();
+    s.serialize_str(&names.join(","))
 }
 
 /// A client of one sked server, authenticated by a bearer token.
@@ -201,6 +216,12 @@ impl Client {
     /// `POST /api/v1/tasks/{id}/retry`.
     pub async fn retry(&self, id: Uuid) -> Result<StateChange, ClientError> {
         self.post(&format!("/tasks/{id}/retry"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /api/v1/tasks/{id}/resubmit`: the id of the new task.
+    pub async fn resubmit(&self, id: Uuid) -> Result<Submitted, ClientError> {
+        self.post(&format!("/tasks/{id}/resubmit"), &serde_json::json!({}))
             .await
     }
 

@@ -1,6 +1,6 @@
 //! The one-shot subcommands of the `sked` binary: database administration (`migrate`,
 //! `token create`) and the REST API commands (`submit`, `list`, `show`, `logs`, `cancel`,
-//! `retry`). Flags are validated here, before any connection or request.
+//! `retry`, `resubmit`). Flags are validated here, before any connection or request.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -146,13 +146,19 @@ pub struct SubmitArgs {
 pub struct ListArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Only tasks in this state.
+    /// Only tasks in this state; repeat for several (`--state failed --state cancelled`).
     #[arg(long)]
-    state: Option<TaskState>,
+    state: Vec<TaskState>,
     #[arg(long)]
     queue: Option<String>,
     #[arg(long)]
     owner: Option<String>,
+    /// Only tasks whose command line or name contains this text, ignoring case.
+    #[arg(long, value_name = "TEXT")]
+    search: Option<String>,
+    /// Only the tasks this worker runs now.
+    #[arg(long, value_name = "ID")]
+    worker: Option<Uuid>,
     /// Only the shards of this sharded task.
     #[arg(long, value_name = "ID")]
     shard_of: Option<Uuid>,
@@ -365,6 +371,8 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         state: args.state,
         queue: args.queue,
         owner: args.owner,
+        q: args.search,
+        worker: args.worker,
         shard_of: args.shard_of,
         after: args.after,
         limit: Some(args.limit),
@@ -375,15 +383,34 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let page = client.list(&query).await?;
-    if page.tasks.is_empty() {
+    if page.tasks.is_empty() && page.next_cursor.is_none() {
         eprintln!("no tasks");
         return Ok(());
     }
+    if page.tasks.is_empty() {
+        eprintln!("no matching tasks among the tasks read");
+    } else {
+        print_tasks(&page.tasks);
+    }
+    if let Some(cursor) = page.next_cursor {
+        if page.scan_limit_reached {
+            // The server read as many tasks as it reads in one request; the filters go on.
+            eprintln!(
+                "more (the search stopped at its scan limit): sked list --after {cursor} with the same filters"
+            );
+        } else {
+            eprintln!("more: sked list --after {cursor}");
+        }
+    }
+    Ok(())
+}
+
+fn print_tasks(tasks: &[sked_types::Task]) {
     println!(
         "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  COMMAND",
         "ID", "STATE", "QUEUE", "ATTEMPT", "CREATED"
     );
-    for t in &page.tasks {
+    for t in tasks {
         println!(
             "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  {}",
             t.id,
@@ -394,10 +421,6 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
             truncate(&what(t), 60)
         );
     }
-    if let Some(cursor) = page.next_cursor {
-        eprintln!("more: sked list --after {cursor}");
-    }
-    Ok(())
 }
 
 pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
@@ -455,6 +478,29 @@ pub async fn cancel(args: TaskIdArgs) -> anyhow::Result<()> {
 pub async fn retry(args: TaskIdArgs) -> anyhow::Result<()> {
     let change = args.api.client()?.retry(args.id).await?;
     print_change(&change);
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResubmitArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The task whose definition to submit again.
+    id: Uuid,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn resubmit(args: ResubmitArgs) -> anyhow::Result<()> {
+    let submitted = args.api.client()?.resubmit(args.id).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&submitted)?);
+    } else {
+        for id in submitted.ids {
+            println!("{id}");
+        }
+    }
     Ok(())
 }
 

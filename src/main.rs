@@ -1,6 +1,6 @@
 //! `sked`: the command-line tool. Administers the database (`migrate`, `token create`), talks
-//! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`), runs the server or a
-//! worker, and starts everything in one process with `sked dev`.
+//! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`, `resubmit`), runs the
+//! server or a worker, and starts everything in one process with `sked dev`.
 
 mod commands;
 mod format;
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
 
-use commands::{ListArgs, LogsArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand};
+use commands::{ListArgs, LogsArgs, ResubmitArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand};
 use schedules::{CronCommand, ScheduleCommand};
 
 /// sked: a task scheduler that uses PostgreSQL as its only moving part.
@@ -44,6 +44,8 @@ enum Command {
     Cancel(TaskIdArgs),
     /// Run a finished task again.
     Retry(TaskIdArgs),
+    /// Submit a new task with the definition of a task (its environment too); prints its id.
+    Resubmit(ResubmitArgs),
     /// List, show, cancel or re-run workflows (submit them with `sked submit -f FILE`).
     #[command(subcommand)]
     Workflow(workflows::WorkflowCommand),
@@ -75,6 +77,7 @@ async fn main() -> ExitCode {
         Command::Logs(args) => commands::logs(args).await,
         Command::Cancel(args) => commands::cancel(args).await,
         Command::Retry(args) => commands::retry(args).await,
+        Command::Resubmit(args) => commands::resubmit(args).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,

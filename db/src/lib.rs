@@ -7,6 +7,8 @@
 
 pub mod error;
 pub mod firing;
+pub mod listing;
+pub mod overview;
 pub mod schedule;
 pub mod task;
 pub mod token;
@@ -33,6 +35,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
     ("sql/shards.sql", include_str!("../../sql/shards.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
+    ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
 ];
 

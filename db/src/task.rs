@@ -1,4 +1,5 @@
-//! Task rows and the task functions of the SQL contract: submit, read, list, cancel, retry.
+//! Task rows and the task functions of the SQL contract: submit, read, cancel, retry,
+//! resubmit. Listings are in [`crate::listing`].
 
 use std::collections::BTreeMap;
 
@@ -85,9 +86,13 @@ impl TaskRow {
         env_map(&self.env)
     }
 
+    /// The task as API answers show it: secret environment values are masked
+    /// ([`sked_types::secrets`]); [`TaskRow::env_map`] has the real ones.
     pub fn into_task(self) -> Task {
+        let mut env = self.env_map();
+        sked_types::secrets::mask_env(&mut env);
         Task {
-            env: self.env_map(),
+            env,
             state: self.state(),
             id: self.id,
             owner: self.owner,
@@ -411,51 +416,6 @@ pub async fn attempts(pool: &PgPool, id: Uuid) -> Result<Vec<Attempt>> {
         .collect())
 }
 
-/// Filters of a task listing; `None` means any.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    pub owner: Option<String>,
-    pub state: Option<TaskState>,
-    pub queue: Option<String>,
-    /// Only the shards of this sharded task.
-    pub shard_of: Option<Uuid>,
-    /// Keyset cursor: only tasks with a smaller (older) id.
-    pub after: Option<Uuid>,
-    pub limit: i64,
-}
-
-/// Tasks newest first (ids are time-ordered), one page at a time by keyset on the primary key.
-///
-/// The statement names only the filters given, so the planner sees plain equalities: a
-/// filter on `running` uses the small partial index of running tasks instead of walking the
-/// primary key past millions of finished rows.
-pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<TaskRow>> {
-    let mut q = sqlx::QueryBuilder::new("select * from sked.tasks where true");
-    if let Some(owner) = &f.owner {
-        q.push(" and owner = ").push_bind(owner);
-    }
-    if let Some(state) = f.state {
-        // A literal from a fixed set of names (not user text), so that a cached generic plan
-        // can still use the partial indexes whose predicates name states.
-        q.push(" and state = '").push(state.as_str()).push("'");
-        if state == TaskState::Running {
-            // Running tasks are exactly those with a lease: this uses the small lease index.
-            q.push(" and lease_expires_at is not null");
-        }
-    }
-    if let Some(queue) = &f.queue {
-        q.push(" and queue = ").push_bind(queue);
-    }
-    if let Some(parent) = f.shard_of {
-        q.push(" and shard_of = ").push_bind(parent);
-    }
-    if let Some(after) = f.after {
-        q.push(" and id < ").push_bind(after);
-    }
-    q.push(" order by id desc limit ").push_bind(f.limit);
-    Ok(q.build_query_as().fetch_all(pool).await?)
-}
-
 /// Log chunks of a task after chunk id `after`, oldest first.
 pub async fn logs(pool: &PgPool, id: Uuid, after: i64, limit: i64) -> Result<Vec<LogChunk>> {
     let rows: Vec<(i64, i32, String, DateTime<Utc>, String)> = sqlx::query_as(
@@ -497,11 +457,13 @@ pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
     Ok(state.and_then(|s| s.parse().ok()))
 }
 
-/// Task counts by queue and state.
-pub async fn queue_counts(pool: &PgPool) -> Result<Vec<(String, String, i64)>> {
-    Ok(
-        sqlx::query_as("select queue, state, tasks from sked.queue_counts order by queue, state")
-            .fetch_all(pool)
-            .await?,
-    )
+/// `sked.task_resubmit`: submits a new task, owned by `owner`, with the definition of task
+/// `id` (its real environment included); the new id, or `None` when there is no such task.
+/// The function refuses tasks of a workflow and shards (rejected by the schema).
+pub async fn resubmit(pool: &PgPool, id: Uuid, owner: &str) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar("select sked.task_resubmit($1, $2)")
+        .bind(id)
+        .bind(owner)
+        .fetch_one(pool)
+        .await?)
 }

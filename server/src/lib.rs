@@ -4,11 +4,11 @@
 //! number of servers can run side by side. [`router`] builds the whole API over a pool (tests
 //! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
 //!
-//! - `tasks` — submit, list, read, logs, cancel and retry.
+//! - `tasks` — submit, list, read, logs, cancel, retry and resubmit.
 //! - `workflows` — submit, list, read, cancel and re-run DAG workflows.
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
 //!   and preview cron expressions.
-//! - `system` — workers, queues, the caller (`me`) and health.
+//! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
 //! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
@@ -70,6 +70,7 @@ pub fn router(pool: PgPool) -> Router {
         .route("/tasks/{id}/logs", get(tasks::logs))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
+        .route("/tasks/{id}/resubmit", post(tasks::resubmit))
         .route(
             "/workflows",
             get(workflows::list)
@@ -90,6 +91,7 @@ pub fn router(pool: PgPool) -> Router {
         .route("/schedules/{id}/resume", post(schedules::resume))
         .route("/schedules/{id}/run", post(schedules::run))
         .route("/cron/preview", get(schedules::preview))
+        .route("/overview", get(system::overview))
         .route("/workers", get(system::workers))
         .route("/queues", get(system::queues))
         .route("/me", get(system::me))

@@ -26,6 +26,7 @@ use crate::{schedules, system, tasks, workflows};
         tasks::logs,
         tasks::cancel,
         tasks::retry,
+        tasks::resubmit,
         workflows::submit,
         workflows::list,
         workflows::detail,
@@ -40,19 +41,21 @@ use crate::{schedules, system, tasks, workflows};
         schedules::run,
         schedules::delete,
         schedules::preview,
+        system::overview,
         system::workers,
         system::queues,
         system::me,
         system::health,
         openapi_json,
     ),
-    components(schemas(sked_types::ApiError, sked_types::TaskState)),
+    components(schemas(sked_types::ApiError, sked_types::TaskState, sked_types::TaskPage,
+                       sked_types::TaskSummaryPage)),
     modifiers(&BearerAuth),
     tags(
-        (name = "tasks", description = "Submit, list, follow, cancel and retry tasks"),
+        (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
         (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
-        (name = "system", description = "Workers, queues, the caller, health and this document"),
+        (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
     )
 )]
 pub struct ApiDoc;

@@ -1,14 +1,55 @@
-//! `/api/v1/workers`, `/api/v1/queues`, `/api/v1/me` and `/api/v1/health`.
+//! `/api/v1/overview`, `/api/v1/workers`, `/api/v1/queues`, `/api/v1/me` and
+//! `/api/v1/health`.
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use sked_types::{ApiError, Health, Me, QueueCounts, Worker};
+use serde::Deserialize;
+use sked_types::{ApiError, Health, Me, Overview, QueueCounts, Worker};
+use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::error::{Error, Result};
-use crate::extract::Auth;
+use crate::extract::{Auth, Query, listing_owner};
+
+/// Parameters of `GET /api/v1/overview`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct OverviewParams {
+    /// Count only this owner's tasks. A user token counts its own tasks and may name only its
+    /// own owner; an admin token counts every owner's tasks unless it names one.
+    owner: Option<String>,
+}
+
+/// The dashboard's overview: per queue, the unfinished tasks by state and the tasks finished
+/// in the last hour; the finishes of each minute of the last hour; the workers.
+///
+/// Every count is exact and taken in one snapshot at `at` (the database clock). The last
+/// hour is the current minute and the 59 before it, from `since`; the 60 points of `series`
+/// add up to the queues' `finished` counts. The cost follows the unfinished tasks and the
+/// last hour's finishes, not the number of tasks kept (see `docs/api.md`).
+#[utoipa::path(
+    get, path = "/api/v1/overview", operation_id = "get_overview", tag = "system",
+    params(OverviewParams),
+    responses(
+        (status = 200, description = "Counts per queue, the per-minute series and the workers", body = Overview),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 403, description = "A user token named another owner", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn overview(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Query(params): Query<OverviewParams>,
+) -> Result<axum::Json<Overview>> {
+    let owner = listing_owner(&principal, params.owner, "tasks")?;
+    Ok(axum::Json(
+        sked_db::overview::overview(&state.pool, owner.as_deref(), None).await?,
+    ))
+}
 
 /// List the worker registry with liveness and running counts.
 #[utoipa::path(
@@ -28,11 +69,14 @@ pub async fn workers(
 
 /// Task counts per queue and state.
 ///
-/// An admin token counts all tasks, a user token its owner's tasks only.
+/// Unfinished tasks (`blocked`, `waiting`, `running`, `retry`) are counted whenever they were
+/// submitted, finished tasks only when they finished in the last hour (as in
+/// `GET /api/v1/overview`), so the answer takes the same time with millions of finished
+/// tasks kept. An admin token counts all tasks, a user token its owner's tasks only.
 #[utoipa::path(
     get, path = "/api/v1/queues", operation_id = "list_queues", tag = "system",
     responses(
-        (status = 200, description = "Counts by state of every queue that holds visible tasks", body = Vec<QueueCounts>),
+        (status = 200, description = "Counts by state of every queue with unfinished tasks or tasks finished in the last hour, by name", body = Vec<QueueCounts>),
         (status = 401, description = "No valid token", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -41,35 +85,37 @@ pub async fn queues(
     State(state): State<AppState>,
     Auth(principal): Auth,
 ) -> Result<axum::Json<Vec<QueueCounts>>> {
-    let rows = if principal.is_admin() {
-        sked_db::task::queue_counts(&state.pool).await?
-    } else {
-        owner_queue_counts(&state.pool, &principal.owner).await?
-    };
-    let mut queues: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
-    for (queue, task_state, count) in rows {
-        queues.entry(queue).or_default().insert(task_state, count);
-    }
+    let owner = (!principal.is_admin()).then_some(principal.owner.as_str());
+    let overview = sked_db::overview::overview(&state.pool, owner, None).await?;
     Ok(axum::Json(
-        queues
+        overview
+            .queues
             .into_iter()
-            .map(|(queue, counts)| QueueCounts { queue, counts })
+            .map(|q| {
+                let f = q.finished;
+                let counts: BTreeMap<String, i64> = [
+                    ("blocked", q.blocked),
+                    ("waiting", q.waiting_due + q.waiting_delayed),
+                    ("running", q.running),
+                    ("retry", q.retry),
+                    ("succeeded", f.succeeded),
+                    ("failed", f.failed),
+                    ("cancelled", f.cancelled),
+                    ("upstream_failed", f.upstream_failed),
+                    ("skipped", f.skipped),
+                ]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(state, n)| (state.to_owned(), n))
+                .collect();
+                QueueCounts {
+                    queue: q.queue,
+                    counts,
+                    oldest_due_secs: q.oldest_due_secs,
+                }
+            })
             .collect(),
     ))
-}
-
-/// Task counts by queue and state of one owner's tasks (`sked.queue_counts` counts all).
-async fn owner_queue_counts(
-    pool: &sqlx::PgPool,
-    owner: &str,
-) -> sked_db::Result<Vec<(String, String, i64)>> {
-    Ok(sqlx::query_as(
-        "select queue, state, count(*) from sked.tasks where owner = $1
-          group by queue, state order by queue, state",
-    )
-    .bind(owner)
-    .fetch_all(pool)
-    .await?)
 }
 
 /// Who the token belongs to.

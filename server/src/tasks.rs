@@ -1,19 +1,23 @@
-//! `/api/v1/tasks`: submit, list, read, follow logs, cancel and retry.
+//! `/api/v1/tasks`: submit, list, read, follow logs, cancel, retry and resubmit.
 //!
 //! Visibility: a `user` token sees and acts on its owner's tasks only, an `admin` on all. A
 //! task the caller may not see answers 404 exactly like a task that does not exist, so ids of
-//! other owners' tasks leak nothing.
+//! other owners' tasks leak nothing. Answers mask secret environment values
+//! (`sked_types::secrets`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sked_db::task::{ListFilter, TaskRow};
+use serde::Serialize;
+use sked_db::listing::{ListFilter, ListPage};
+use sked_db::task::TaskRow;
 use sked_db::token::Principal;
+use sked_types::events::TaskSummary;
 use sked_types::{
     ApiError, LogChunk, StateChange, SubmitBatch, SubmitTask, Submitted, TaskDetail, TaskPage,
-    TaskState,
+    TaskState, TaskSummaryPage,
 };
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::AppState;
@@ -152,20 +156,46 @@ pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Only tasks in this state (`blocked`, `waiting`, `running`, `retry`, `succeeded`,
-    /// `failed`, `cancelled`, `upstream_failed` or `skipped`).
-    #[param(value_type = Option<TaskState>)]
+    /// Only tasks in these states, comma-separated (`blocked`, `waiting`, `running`, `retry`,
+    /// `succeeded`, `failed`, `cancelled`, `upstream_failed`, `skipped`), e.g.
+    /// `failed,cancelled`.
+    #[param(example = "failed,cancelled")]
     state: Option<String>,
     /// Only tasks of this queue.
     queue: Option<String>,
     /// Only tasks of this owner. A user token may name only its own owner.
     owner: Option<String>,
+    /// Only tasks whose command line (the command, or the artifact URL, then the arguments,
+    /// joined by spaces) or name contains this text, ignoring case.
+    q: Option<String>,
+    /// Only the tasks this worker runs now (state `running`).
+    worker: Option<Uuid>,
     /// Only the shards of this sharded task (see `docs/shards.md`).
     shard_of: Option<Uuid>,
     /// The `next_cursor` of the previous page: only tasks older than this id.
     after: Option<Uuid>,
     /// Page size, 1 to 500 (default 50; larger values are capped at 500).
     limit: Option<i64>,
+    /// `full` (default): whole tasks; `summary`: the fields a task list shows
+    /// (`TaskSummary`), without the environment, input and output.
+    #[param(value_type = Option<ListView>)]
+    view: Option<String>,
+}
+
+/// What a listing answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListView {
+    Full,
+    Summary,
+}
+
+/// The answer of `GET /api/v1/tasks`: a page of tasks, or of summaries with `view=summary`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum Listing {
+    Full(TaskPage),
+    Summary(TaskSummaryPage),
 }
 
 /// An empty query value (`?queue=`) means "no filter".
@@ -173,16 +203,37 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.is_empty())
 }
 
+/// The states of a comma-separated list (empty elements ignored), in the order given.
+fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
+    let mut states = Vec::new();
+    for name in text.iter().flat_map(|t| t.split(',')).map(str::trim) {
+        if name.is_empty() {
+            continue;
+        }
+        let state = name
+            .parse::<TaskState>()
+            .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        if !states.contains(&state) {
+            states.push(state);
+        }
+    }
+    Ok(states)
+}
+
 /// List tasks, newest first.
 ///
 /// Pages by keyset on the time-ordered id: pass `next_cursor` as `after` until it is null.
-/// A user token lists its owner's tasks only.
+/// A user token lists its owner's tasks only. Filters combine with AND. A filter that no
+/// index serves (`q`, `queue`, and a state or owner the chosen index does not apply) is
+/// tested on at most 20,000 tasks per request: when those give fewer matches than `limit`,
+/// the page is short (even empty), `scan_limit_reached` is true and `next_cursor` continues
+/// the scan (see `docs/api.md`).
 #[utoipa::path(
     get, path = "/api/v1/tasks", operation_id = "list_tasks", tag = "tasks",
     params(ListParams),
     responses(
-        (status = 200, description = "One page of tasks", body = TaskPage),
-        (status = 400, description = "An unknown state or a malformed parameter", body = ApiError),
+        (status = 200, description = "One page of tasks (`TaskPage`), or of task summaries with `view=summary` (`TaskSummaryPage`)", body = Listing),
+        (status = 400, description = "An unknown state or view, or a malformed parameter", body = ApiError),
         (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
     ),
@@ -192,38 +243,57 @@ pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Query(params): Query<ListParams>,
-) -> Result<axum::Json<TaskPage>> {
-    let task_state = non_empty(params.state)
-        .map(|s| s.parse::<TaskState>())
-        .transpose()
-        .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+) -> Result<axum::Json<Listing>> {
+    let states = parse_states(params.state)?;
+    let view = match non_empty(params.view).as_deref() {
+        None | Some("full") => ListView::Full,
+        Some("summary") => ListView::Summary,
+        Some(other) => {
+            return Err(Error::InvalidRequest(format!(
+                "unknown view {other:?} (expected full or summary)"
+            )));
+        }
+    };
     let limit = params.limit.unwrap_or(DEFAULT_PAGE);
     if limit < 1 {
         return Err(Error::InvalidRequest(format!(
             "limit must be between 1 and {MAX_PAGE}"
         )));
     }
-    let limit = limit.min(MAX_PAGE);
-    let owner = listing_owner(&principal, params.owner, "tasks")?;
+    let text = non_empty(params.q);
+    if text.as_deref().is_some_and(|t| t.contains('\0')) {
+        return Err(Error::InvalidRequest(
+            "q must not contain the NUL character (U+0000)".to_owned(),
+        ));
+    }
     let filter = ListFilter {
-        owner,
-        state: task_state,
+        owner: listing_owner(&principal, params.owner, "tasks")?,
+        states,
         queue: non_empty(params.queue),
         shard_of: params.shard_of,
+        worker: params.worker,
+        text,
         after: params.after,
-        // One row more than the page tells whether another page follows.
-        limit: limit + 1,
+        limit: limit.min(MAX_PAGE),
+        ..ListFilter::default()
     };
-    let mut rows = sked_db::task::list(&state.pool, &filter).await?;
-    let next_cursor = if rows.len() as i64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(|row| row.id)
-    } else {
-        None
-    };
-    Ok(axum::Json(TaskPage {
-        tasks: rows.into_iter().map(TaskRow::into_task).collect(),
+    let ListPage {
+        rows,
         next_cursor,
+        scan_limit_reached,
+    } = sked_db::listing::list(&state.pool, &filter).await?;
+    let tasks = rows.into_iter().map(TaskRow::into_task);
+    Ok(axum::Json(match view {
+        ListView::Full => Listing::Full(TaskPage {
+            tasks: tasks.collect(),
+            next_cursor,
+            scan_limit_reached,
+        }),
+        ListView::Summary => Listing::Summary(TaskSummaryPage {
+            tasks: tasks.map(|t| TaskSummary::from(&t)).collect(),
+            next_cursor,
+            scan_limit_reached,
+        }),
     }))
 }
 
@@ -236,6 +306,11 @@ async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Resu
 }
 
 /// Read a task with the history of its attempts.
+///
+/// Secret environment values are masked: the value of a variable whose name contains
+/// `SECRET`, `TOKEN`, `PASS`, `KEY`, `AUTH`, `CREDENTIAL`, `PRIVATE`, `DSN`, `CERT`, `SESSION`,
+/// `COOKIE`, `SIGNATURE` or `SALT` (ignoring case) reads `••••••`, and so does the password of
+/// a `scheme://user:password@host` URL in any other value. The worker gets the real values.
 #[utoipa::path(
     get, path = "/api/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
     params(("id" = Uuid, Path, description = "Task id")),
@@ -386,4 +461,48 @@ pub async fn retry(
         state: after,
         cancel_requested: false,
     }))
+}
+
+/// Submit a new task with the definition of this one ("run again").
+///
+/// The new task runs what this one runs (command or artifact, arguments, kind) with the same
+/// input, environment (the real values, copied in the database), queue, priority, labels,
+/// output path, timeout, attempts, backoff and shards. It belongs to the caller, waits from
+/// now and has no idempotency key. The task itself is left as it is; to run the same task
+/// again, retry it. Tasks of a workflow and shards cannot be resubmitted alone (422).
+#[utoipa::path(
+    post, path = "/api/v1/tasks/{id}/resubmit", operation_id = "resubmit_task", tag = "tasks",
+    params(("id" = Uuid, Path, description = "Id of the task whose definition to submit again")),
+    responses(
+        (status = 201, description = "The new task's id", body = Submitted),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        (status = 422, description = "`rejected`: the task belongs to a workflow, or is a shard", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn resubmit(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<(StatusCode, axum::Json<Submitted>)> {
+    let row = visible_task(&state, &principal, id).await?;
+    if let Some(workflow) = row.workflow_id {
+        return Err(Error::Rejected(format!(
+            "task {id} belongs to workflow {workflow} and runs with it: retry the task, or \
+             submit the workflow again"
+        )));
+    }
+    if let Some(parent) = row.shard_of {
+        return Err(Error::Rejected(format!(
+            "task {id} is a shard of task {parent} and runs as part of it: resubmit {parent}"
+        )));
+    }
+    let new_id = sked_db::task::resubmit(&state.pool, id, &principal.owner)
+        .await?
+        .ok_or_else(Error::not_found_task)?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(Submitted { ids: vec![new_id] }),
+    ))
 }

@@ -4,6 +4,7 @@
 mod api;
 mod browser;
 mod cli;
+mod dashboard_api;
 mod dashboard;
 mod delayed;
 mod recovery;

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub mod events;
+mod overview;
 mod schedule;
+pub mod secrets;
+pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 pub use schedule::{
     CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
     UpdateSchedule,
@@ -126,7 +129,8 @@ pub struct Task {
     pub artifact_url: Option<String>,
     pub artifact_sha256: Option<String>,
     pub input: Option<serde_json::Value>,
-    /// Environment variables given to the process.
+    /// Environment variables given to the process. API answers mask secret values (see
+    /// [`secrets`]); the worker gets the real ones.
     pub env: BTreeMap<String, String>,
     pub labels: Vec<String>,
     pub output_path: Option<String>,
@@ -287,12 +291,27 @@ pub struct SubmitBatch {
     pub tasks: Vec<SubmitTask>,
 }
 
-/// A page of tasks, newest first. Pass `next_cursor` as `after` to get the next page.
+/// A page of tasks, newest first. Pass `next_cursor` as `after` to get the next page, until
+/// it is null.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskPage {
     pub tasks: Vec<Task>,
     pub next_cursor: Option<Uuid>,
+    /// True when the server stopped at its scan limit before the page was full: the page may
+    /// be short, even empty, and `next_cursor` continues the scan (see `docs/api.md`).
+    #[serde(default)]
+    pub scan_limit_reached: bool,
+}
+
+/// A page of task summaries (`GET /api/v1/tasks?view=summary`), paged like [`TaskPage`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskSummaryPage {
+    pub tasks: Vec<events::TaskSummary>,
+    pub next_cursor: Option<Uuid>,
+    #[serde(default)]
+    pub scan_limit_reached: bool,
 }
 
 /// A chunk of a task's stdout or stderr.
@@ -335,7 +354,13 @@ pub struct Worker {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueCounts {
     pub queue: String,
+    /// Unfinished tasks by state (`blocked`, `waiting`, `running`, `retry`), and tasks that
+    /// finished in the last hour by final state; states without tasks are left out.
     pub counts: BTreeMap<String, i64>,
+    /// Seconds the oldest due task (`waiting` or `retry` whose `next_run_at` has passed) has
+    /// been due; null when none is.
+    #[serde(default)]
+    pub oldest_due_secs: Option<f64>,
 }
 
 /// `GET /api/v1/health`.
