@@ -37,6 +37,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
+    ("sql/events.sql", include_str!("../../sql/events.sql")),
 ];
 
 /// Advisory lock key held while migrating, so concurrent `sked migrate` runs queue up.

@@ -10,6 +10,8 @@
 //!   and preview cron expressions.
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
+//! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
+//!   coalesced and filtered per client.
 //! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
 //! - `error` — the one error type, rendered to HTTP in one place.
@@ -21,6 +23,7 @@
 //! `unavailable` or `internal`.
 
 mod error;
+mod events;
 mod extract;
 mod openapi;
 mod schedules;
@@ -41,6 +44,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::Error;
+pub use events::{EventsConfig, Hub};
 pub use openapi::ApiDoc;
 pub use tasks::{MAX_BATCH, MAX_PAGE};
 
@@ -52,14 +56,23 @@ pub struct ServerArgs {
     pub listen: SocketAddr,
 }
 
-/// What every handler shares: the pool, and nothing else (the server keeps no state).
+/// What every handler shares: the pool, and the hub of live events (the server keeps no
+/// state of its own: the hub only relays what the database announces).
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
+    /// `None` in a router without a running hub, which refuses `/api/v1/events`.
+    pub(crate) events: Option<Hub>,
 }
 
-/// The API router over a pool.
+/// The API router over a pool, without live events (those need [`serve`], which runs their
+/// hub).
 pub fn router(pool: PgPool) -> Router {
+    router_with_events(pool, None)
+}
+
+/// The API router over a pool, with live events from `events` when given.
+pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
     let api = Router::new()
         .route("/tasks", get(tasks::list).post(tasks::submit))
         .route(
@@ -96,6 +109,7 @@ pub fn router(pool: PgPool) -> Router {
         .route("/queues", get(system::queues))
         .route("/me", get(system::me))
         .route("/health", get(system::health))
+        .route("/events", get(events::events))
         .route("/openapi.json", get(openapi::openapi_json))
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
@@ -103,14 +117,14 @@ pub fn router(pool: PgPool) -> Router {
         // The dashboard's files, gzipped for browsers that accept it (the .wasm shrinks 3×).
         .fallback(web::serve.layer(CompressionLayer::new()))
         .layer(TraceLayer::new_for_http())
-        .with_state(AppState { pool })
+        .with_state(AppState { pool, events })
 }
 
 async fn method_not_allowed() -> Error {
     Error::MethodNotAllowed
 }
 
-/// Serves the API on `listener` until `shutdown` is cancelled.
+/// Serves the API on `listener` until `shutdown` is cancelled, with live events.
 ///
 /// Refuses to start (with an error naming both versions) when the database's schema is not
 /// the one this binary was built for.
@@ -118,6 +132,16 @@ pub async fn serve(
     pool: PgPool,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    serve_with(pool, listener, shutdown, EventsConfig::default()).await
+}
+
+/// [`serve`] with the live events configured by `events`.
+pub async fn serve_with(
+    pool: PgPool,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+    events: EventsConfig,
 ) -> std::io::Result<()> {
     sked_db::check_schema(&pool)
         .await
@@ -131,9 +155,20 @@ pub async fn serve(
         sked_db::firing::FiringConfig::default(),
         shutdown.child_token(),
     ));
-    let served = axum::serve(listener, router(pool))
+    // Live events: one LISTEN connection for all the websocket clients of this process. The
+    // hub stops with the server, and closes the sockets of its clients.
+    let hub = Hub::new(pool.clone(), events, shutdown.child_token());
+    let mut hub_service = tokio::spawn(hub.clone().run());
+    let served = axum::serve(listener, router_with_events(pool, Some(hub.clone())))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
     firing.abort();
+    hub.stop();
+    if tokio::time::timeout(std::time::Duration::from_secs(5), &mut hub_service)
+        .await
+        .is_err()
+    {
+        hub_service.abort();
+    }
     served
 }

@@ -7,6 +7,7 @@ mod cli;
 mod dashboard_api;
 mod dashboard;
 mod delayed;
+mod events;
 mod recovery;
 mod schedules;
 mod schedules_api;

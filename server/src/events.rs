@@ -1,0 +1,840 @@
+//! Live events: `GET /api/v1/events`, a websocket that tells the dashboard what changed.
+//!
+//! The database announces changes on the channel `sked_events` (the statement triggers of
+//! `sql/events.sql`: `t:<task ids>`, `l:<task ids>`, `f:<workflow ids>`, `s:<schedule ids>`,
+//! `w`, or `t*`, `l*`, … when one statement changed more than 150 rows). Each server process
+//! runs one [`Hub`]:
+//!
+//! - **The hub service** ([`Hub::run`]) holds the process's only `LISTEN sked_events`
+//!   connection, reconnecting with backoff. It coalesces notifications over the batch window
+//!   ([`BATCH_WINDOW_MS`]), resolves a batch with one query per kind (tasks and tasks with new
+//!   logs into [`TaskSummary`] rows with their owners, workflows and schedules into their
+//!   owners), and queues for each client the frames its token may see: an admin everything, a
+//!   user its owner's; worker events go to everyone. With no client connected it drains the
+//!   connection and does nothing else: no batch, no query.
+//! - **A client pump** (one task per websocket) authenticates the client, sends `hello`, then
+//!   writes the frames queued for it, pings it, and closes the socket when the hub stops.
+//!
+//! A slow client never slows the hub or the other clients: each client has a bounded queue
+//! ([`EventsConfig::client_buffer`] frames). When it is full the hub drops that client's
+//! frames and flags it, and its pump sends one [`ServerEvent::Resync`] as soon as the queue is
+//! empty again. A client whose socket accepts nothing for [`EventsConfig::send_timeout`] is
+//! disconnected. Every client also gets `Resync` after the LISTEN connection was
+//! re-established (notifications sent meanwhile are lost), when a statement changed too many
+//! rows to name them, and when a batch could not be read from the database.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use sked_db::token::Principal;
+use sked_types::TaskState;
+use sked_types::events::{
+    AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, CLOSE_UNAUTHORIZED, ClientMessage, ServerEvent, TaskSummary,
+};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::Error;
+
+/// The channel the triggers of `sql/events.sql` notify.
+const CHANNEL: &str = "sked_events";
+
+/// Close code when the server shuts down (the standard "going away").
+const CLOSE_GOING_AWAY: u16 = 1001;
+/// Close code when the database could not check the token (the standard "internal error").
+const CLOSE_INTERNAL: u16 = 1011;
+
+/// Reasons of [`ServerEvent::Resync`].
+const TOO_MANY: &str = "too many changes at once";
+const RECONNECTED: &str = "the server's database connection was re-established";
+const UNREADABLE: &str = "the server could not read the changes";
+const LAGGED: &str = "this client read too slowly; events were dropped";
+
+/// How the live events run. The defaults are the server's; tests shrink them.
+#[derive(Debug, Clone)]
+pub struct EventsConfig {
+    /// Frames queued for one client; beyond that its events are dropped and it gets a
+    /// `resync` once it has caught up.
+    pub client_buffer: usize,
+    /// Notifications are coalesced over this window before a batch is resolved and sent.
+    pub batch_window: Duration,
+    /// A batch naming more tasks than this (changed or with new logs) is sent as `resync`.
+    pub max_tasks_per_batch: usize,
+    /// Time a client has to send its `auth` frame when the upgrade carried no token.
+    pub auth_timeout: Duration,
+    /// The server pings every client this often; a client silent for two intervals is
+    /// dropped.
+    pub ping_interval: Duration,
+    /// A client whose socket accepts nothing for this long is disconnected.
+    pub send_timeout: Duration,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            client_buffer: 64,
+            batch_window: Duration::from_millis(BATCH_WINDOW_MS),
+            max_tasks_per_batch: 1000,
+            auth_timeout: Duration::from_secs(AUTH_TIMEOUT_SECS),
+            ping_interval: Duration::from_secs(20),
+            send_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The live events of one server process: the registry of connected clients, shared by the
+/// websocket handlers, and the service that feeds them ([`Hub::run`]).
+#[derive(Debug, Clone)]
+pub struct Hub {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: PgPool,
+    config: EventsConfig,
+    /// Cancelled when the hub stops; every pump then closes its socket.
+    stop: CancellationToken,
+    clients: Mutex<HashMap<u64, Client>>,
+    next_id: AtomicU64,
+    /// True while the LISTEN connection is up. A new client is greeted once it is, so that
+    /// `hello` means "from now on you hear of every change".
+    listening: watch::Sender<bool>,
+}
+
+/// What the hub holds of one connected client.
+#[derive(Debug, Clone)]
+struct Client {
+    principal: Principal,
+    frames: mpsc::Sender<Utf8Bytes>,
+    lag: Arc<Lag>,
+}
+
+/// Set by the hub when it dropped frames for a client whose queue was full; the client's
+/// pump sends `resync` once the queue is empty.
+#[derive(Debug, Default)]
+struct Lag {
+    dropped: AtomicBool,
+    wake: Notify,
+}
+
+/// A client's end of the hub: its queue of frames. Dropping it unregisters the client.
+struct Subscription {
+    id: u64,
+    shared: Arc<Shared>,
+    frames: mpsc::Receiver<Utf8Bytes>,
+    lag: Arc<Lag>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.shared.clients().remove(&self.id);
+    }
+}
+
+impl Shared {
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Client>> {
+        self.clients.lock().expect("events client registry")
+    }
+}
+
+impl Hub {
+    /// A hub over `pool` that stops when `stop` is cancelled. It does nothing until
+    /// [`Hub::run`] runs.
+    pub fn new(pool: PgPool, config: EventsConfig, stop: CancellationToken) -> Hub {
+        Hub {
+            shared: Arc::new(Shared {
+                pool,
+                config,
+                stop,
+                clients: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(0),
+                listening: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// Stops the hub: the service returns and every client's socket is closed.
+    pub fn stop(&self) {
+        self.shared.stop.cancel();
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.shared.clients().len()
+    }
+
+    fn subscribe(&self, principal: Principal) -> Subscription {
+        let (tx, rx) = mpsc::channel(self.shared.config.client_buffer.max(1));
+        let lag = Arc::new(Lag::default());
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shared.clients().insert(
+            id,
+            Client {
+                principal,
+                frames: tx,
+                lag: lag.clone(),
+            },
+        );
+        Subscription {
+            id,
+            shared: self.shared.clone(),
+            frames: rx,
+            lag,
+        }
+    }
+
+    /// The hub service: listens on `sked_events` until the hub stops, and sends each batch of
+    /// notifications to the clients connected when the batch window closes.
+    pub async fn run(self) {
+        let shared = &self.shared;
+        let window = shared.config.batch_window;
+        let mut listener: Option<PgListener> = None;
+        let mut backoff = MIN_BACKOFF;
+        let mut connected_before = false;
+        let mut batch = Batch::default();
+        // When the pending batch is sent: a window after its first notification.
+        let mut due: Option<Instant> = None;
+        loop {
+            if listener.is_none() {
+                let connected = tokio::select! {
+                    _ = shared.stop.cancelled() => break,
+                    c = listen(&shared.pool) => c,
+                };
+                match connected {
+                    Ok(l) => {
+                        listener = Some(l);
+                        backoff = MIN_BACKOFF;
+                        // What was announced while the connection was down is lost. (Clients
+                        // that came before the first connection are greeted only now.)
+                        if connected_before && self.clients() > 0 {
+                            batch.resync(RECONNECTED);
+                            due.get_or_insert_with(Instant::now);
+                        }
+                        connected_before = true;
+                        shared.listening.send_replace(true);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "live events: LISTEN connection failed; retrying");
+                        tokio::select! {
+                            _ = shared.stop.cancelled() => break,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+            let Some(l) = listener.as_mut() else { continue };
+            tokio::select! {
+                _ = shared.stop.cancelled() => break,
+                received = l.try_recv() => match received {
+                    Ok(Some(n)) => {
+                        if self.clients() > 0 {
+                            batch.add(n.payload(), shared.config.max_tasks_per_batch);
+                            due.get_or_insert_with(|| Instant::now() + window);
+                        }
+                    }
+                    // The connection dropped and was re-established at once.
+                    Ok(None) => {
+                        tracing::warn!("live events: LISTEN connection lost; reconnected");
+                        if self.clients() > 0 {
+                            batch.resync(RECONNECTED);
+                            due.get_or_insert_with(Instant::now);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "live events: LISTEN connection lost");
+                        listener = None;
+                        shared.listening.send_replace(false);
+                    }
+                },
+                _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    due = None;
+                    self.run_once(std::mem::take(&mut batch)).await;
+                }
+            }
+        }
+        // Dropping the queues ends every pump, which closes its socket.
+        shared.listening.send_replace(false);
+        shared.clients().clear();
+    }
+
+    /// Sends one batch to the clients connected now: resolves it from the database (unless
+    /// nobody is connected or it is a `resync`) and queues each client its frames.
+    async fn run_once(&self, batch: Batch) {
+        let clients: Vec<(u64, Client)> = self
+            .shared
+            .clients()
+            .iter()
+            .map(|(id, c)| (*id, c.clone()))
+            .collect();
+        if clients.is_empty() || batch.is_empty() {
+            return;
+        }
+        let resolved = match batch.resync {
+            Some(reason) => Err(reason),
+            None => self.resolve(&batch).await.map_err(|e| {
+                tracing::warn!(error = %e, "live events: reading the changes failed; clients resync");
+                UNREADABLE
+            }),
+        };
+        let resolved = match resolved {
+            Ok(resolved) => resolved,
+            Err(reason) => {
+                let frame = [frame(&ServerEvent::Resync {
+                    reason: reason.to_owned(),
+                })];
+                for (id, client) in &clients {
+                    self.queue(*id, client, &frame);
+                }
+                return;
+            }
+        };
+        // Frames are built once per audience: all admins share theirs, each owner's users
+        // share theirs.
+        let mut frames: HashMap<Option<&str>, Vec<Utf8Bytes>> = HashMap::new();
+        for (id, client) in &clients {
+            let audience =
+                (!client.principal.is_admin()).then_some(client.principal.owner.as_str());
+            let frames = frames
+                .entry(audience)
+                .or_insert_with(|| resolved.frames(audience));
+            self.queue(*id, client, frames);
+        }
+    }
+
+    /// Queues frames for one client without waiting: a full queue drops them and flags the
+    /// client for a `resync`; a closed one unregisters it.
+    fn queue(&self, id: u64, client: &Client, frames: &[Utf8Bytes]) {
+        for frame in frames {
+            match client.frames.try_send(frame.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    client.lag.dropped.store(true, Ordering::SeqCst);
+                    client.lag.wake.notify_one();
+                    return;
+                }
+                Err(TrySendError::Closed(_)) => {
+                    self.shared.clients().remove(&id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads what a batch names: one query for the tasks (changed or with new logs), one for
+    /// the workflows' owners, one for the schedules' owners. Rows deleted meanwhile are left
+    /// out.
+    async fn resolve(&self, batch: &Batch) -> Result<Resolved, sqlx::Error> {
+        let pool = &self.shared.pool;
+        let mut resolved = Resolved {
+            workers: batch.workers,
+            ..Resolved::default()
+        };
+        if !batch.tasks.is_empty() || !batch.logs.is_empty() {
+            let ids: Vec<Uuid> = batch.tasks.union(&batch.logs).copied().collect();
+            let rows: Vec<SummaryRow> = sqlx::query_as("select * from sked.tasks_summary($1)")
+                .bind(&ids)
+                .fetch_all(pool)
+                .await?;
+            for row in rows {
+                if batch.logs.contains(&row.id) {
+                    resolved.logs.push((row.id, row.owner.clone()));
+                }
+                if batch.tasks.contains(&row.id) {
+                    resolved.tasks.push(row.into_summary());
+                }
+            }
+        }
+        if !batch.workflows.is_empty() {
+            resolved.workflows = owners(pool, "sked.workflows", &batch.workflows).await?;
+        }
+        if !batch.schedules.is_empty() {
+            resolved.schedules = owners(pool, "sked.schedules", &batch.schedules).await?;
+        }
+        Ok(resolved)
+    }
+}
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// The owners of rows of `table` (workflows or schedules) by id.
+async fn owners(
+    pool: &PgPool,
+    table: &'static str,
+    ids: &BTreeSet<Uuid>,
+) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
+    let ids: Vec<Uuid> = ids.iter().copied().collect();
+    let sql = format!("select id, owner from {table} where id = any($1)");
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&ids)
+        .fetch_all(pool)
+        .await
+}
+
+/// What the notifications of one batch window named.
+#[derive(Debug, Default)]
+struct Batch {
+    tasks: BTreeSet<Uuid>,
+    logs: BTreeSet<Uuid>,
+    workflows: BTreeSet<Uuid>,
+    schedules: BTreeSet<Uuid>,
+    workers: bool,
+    /// Set when the batch cannot be told event by event: every client gets `resync`.
+    resync: Option<&'static str>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.resync.is_none()
+            && !self.workers
+            && self.tasks.is_empty()
+            && self.logs.is_empty()
+            && self.workflows.is_empty()
+            && self.schedules.is_empty()
+    }
+
+    fn resync(&mut self, reason: &'static str) {
+        self.resync.get_or_insert(reason);
+    }
+
+    /// Adds one payload of `sked_events` (see `sql/events.sql`). Unknown payloads are
+    /// ignored, so that a newer schema can announce more.
+    fn add(&mut self, payload: &str, max_tasks: usize) {
+        if self.resync.is_some() {
+            return;
+        }
+        if payload == "w" {
+            self.workers = true;
+            return;
+        }
+        let Some((kind, rest)) = payload.split_at_checked(1) else {
+            return;
+        };
+        let ids = match kind {
+            "t" => &mut self.tasks,
+            "l" => &mut self.logs,
+            "f" => &mut self.workflows,
+            "s" => &mut self.schedules,
+            _ => {
+                tracing::debug!(payload, "live events: ignoring an unknown notification");
+                return;
+            }
+        };
+        if rest == "*" {
+            self.resync = Some(TOO_MANY);
+            return;
+        }
+        let Some(list) = rest.strip_prefix(':') else {
+            tracing::debug!(payload, "live events: ignoring an unknown notification");
+            return;
+        };
+        ids.extend(list.split(',').filter_map(|id| id.parse::<Uuid>().ok()));
+        if self.tasks.len() + self.logs.len() > max_tasks {
+            self.resync = Some(TOO_MANY);
+        }
+    }
+}
+
+/// A batch as read from the database.
+#[derive(Debug, Default)]
+struct Resolved {
+    tasks: Vec<TaskSummary>,
+    /// Tasks with new log chunks, with their owners.
+    logs: Vec<(Uuid, String)>,
+    workflows: Vec<(Uuid, String)>,
+    schedules: Vec<(Uuid, String)>,
+    workers: bool,
+}
+
+impl Resolved {
+    /// The frames for one audience: every owner's rows (`None`, an admin) or one owner's.
+    fn frames(&self, owner: Option<&str>) -> Vec<Utf8Bytes> {
+        let sees = |o: &str| owner.is_none_or(|me| me == o);
+        let owned = |rows: &[(Uuid, String)]| -> Vec<Uuid> {
+            rows.iter()
+                .filter(|(_, o)| sees(o))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let mut frames = Vec::new();
+        let tasks: Vec<TaskSummary> = self
+            .tasks
+            .iter()
+            .filter(|t| sees(&t.owner))
+            .cloned()
+            .collect();
+        if !tasks.is_empty() {
+            frames.push(frame(&ServerEvent::Tasks { tasks }));
+        }
+        let tasks = owned(&self.logs);
+        if !tasks.is_empty() {
+            frames.push(frame(&ServerEvent::Logs { tasks }));
+        }
+        let ids = owned(&self.workflows);
+        if !ids.is_empty() {
+            frames.push(frame(&ServerEvent::Workflows { ids }));
+        }
+        let ids = owned(&self.schedules);
+        if !ids.is_empty() {
+            frames.push(frame(&ServerEvent::Schedules { ids }));
+        }
+        if self.workers {
+            frames.push(frame(&ServerEvent::Workers));
+        }
+        frames
+    }
+}
+
+fn frame(event: &ServerEvent) -> Utf8Bytes {
+    serde_json::to_string(event)
+        .expect("server events serialize")
+        .into()
+}
+
+/// A row of `sked.tasks_summary`.
+#[derive(Debug, sqlx::FromRow)]
+struct SummaryRow {
+    id: Uuid,
+    owner: String,
+    queue: String,
+    priority: i32,
+    kind: String,
+    argv: Vec<String>,
+    state: String,
+    attempt: i32,
+    max_attempts: i32,
+    next_run_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    exit_code: Option<i32>,
+    worker_id: Option<Uuid>,
+    cancel_requested: bool,
+    workflow_id: Option<Uuid>,
+    name: Option<String>,
+    shard_of: Option<Uuid>,
+}
+
+impl SummaryRow {
+    fn into_summary(self) -> TaskSummary {
+        TaskSummary {
+            // The schema's check constraint admits only known states.
+            state: self.state.parse().unwrap_or(TaskState::Failed),
+            id: self.id,
+            owner: self.owner,
+            queue: self.queue,
+            priority: self.priority,
+            kind: self.kind,
+            argv: self.argv,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            next_run_at: self.next_run_at,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            exit_code: self.exit_code,
+            worker_id: self.worker_id,
+            cancel_requested: self.cancel_requested,
+            workflow_id: self.workflow_id,
+            name: self.name,
+            shard_of: self.shard_of,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The websocket of one client
+// ---------------------------------------------------------------------------------------------
+
+/// `GET /api/v1/events`: upgrades to a websocket of live events (protocol in
+/// `sked_types::events`). The token comes from the `Authorization: Bearer` header, else from
+/// the first frame; a refused token closes the socket with code 4401 and a reason.
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, Error> {
+    let Some(hub) = state.events.clone() else {
+        return Err(Error::NotFound(
+            "live events are served only by a running server".to_owned(),
+        ));
+    };
+    let upgrade = upgrade.map_err(|r| Error::InvalidRequest(r.body_text()))?;
+    let token = bearer(&headers);
+    Ok(upgrade.on_upgrade(move |socket| client(socket, hub, token)))
+}
+
+/// The token of an `Authorization: Bearer` header: `None` without the header, an error for a
+/// malformed one.
+fn bearer(headers: &HeaderMap) -> Option<Result<String, &'static str>> {
+    let value = headers.get(header::AUTHORIZATION)?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim().to_owned())
+            .filter(|token| !token.is_empty())
+            .ok_or("malformed Authorization header (expected `Bearer <token>`)"),
+    )
+}
+
+async fn client(mut socket: WebSocket, hub: Hub, token: Option<Result<String, &'static str>>) {
+    let principal = match authenticate(&mut socket, &hub, token).await {
+        Ok(principal) => principal,
+        Err((code, reason)) => {
+            close(&mut socket, code, reason).await;
+            return;
+        }
+    };
+    let subscription = hub.subscribe(principal.clone());
+    pump(socket, &hub.shared, principal, subscription).await;
+}
+
+/// Who the client is: the header's token, else the one of its first frame within the auth
+/// timeout. On failure, the close code and reason.
+async fn authenticate(
+    socket: &mut WebSocket,
+    hub: &Hub,
+    token: Option<Result<String, &'static str>>,
+) -> Result<Principal, (u16, &'static str)> {
+    let token = match token {
+        Some(header) => header.map_err(|reason| (CLOSE_UNAUTHORIZED, reason))?,
+        None => first_frame_token(socket, hub.shared.config.auth_timeout).await?,
+    };
+    match sked_db::token::authenticate(&hub.shared.pool, &token).await {
+        Ok(Some(principal)) => Ok(principal),
+        Ok(None) => Err((CLOSE_UNAUTHORIZED, "unknown or revoked token")),
+        Err(e) => {
+            tracing::warn!(error = %e, "live events: checking a client's token failed");
+            Err((CLOSE_INTERNAL, "the database is unavailable"))
+        }
+    }
+}
+
+async fn first_frame_token(
+    socket: &mut WebSocket,
+    timeout: Duration,
+) -> Result<String, (u16, &'static str)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let received = tokio::time::timeout_at(deadline, socket.recv())
+            .await
+            .map_err(|_| (CLOSE_UNAUTHORIZED, "no auth frame in time"))?;
+        match received {
+            // Pings are answered by the websocket layer; wait for the real first frame.
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Text(text))) => {
+                return match serde_json::from_str::<ClientMessage>(&text) {
+                    Ok(ClientMessage::Auth { token }) => Ok(token),
+                    Err(_) => Err((
+                        CLOSE_UNAUTHORIZED,
+                        "expected {\"type\":\"auth\",\"token\":…} as the first frame",
+                    )),
+                };
+            }
+            Some(Ok(_)) => {
+                return Err((
+                    CLOSE_UNAUTHORIZED,
+                    "expected {\"type\":\"auth\",\"token\":…} as the first frame",
+                ));
+            }
+            Some(Err(_)) | None => return Err((CLOSE_UNAUTHORIZED, "closed before auth")),
+        }
+    }
+}
+
+/// Writes the client's frames until it leaves, stops answering, is stuck, or the hub stops.
+async fn pump(
+    mut socket: WebSocket,
+    shared: &Shared,
+    principal: Principal,
+    mut subscription: Subscription,
+) {
+    let config = &shared.config;
+    // Greet the client once the hub listens (at once, but for a server that has just started
+    // or lost its connection). If that takes too long, greet it anyway: it gets `resync` when
+    // the connection is back.
+    let mut listening = shared.listening.subscribe();
+    let stopped = tokio::select! {
+        _ = shared.stop.cancelled() => true,
+        _ = tokio::time::timeout(config.send_timeout, async {
+            let _ = listening.wait_for(|up| *up).await;
+        }) => false,
+    };
+    if stopped {
+        close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+        return;
+    }
+    let hello = frame(&ServerEvent::Hello {
+        owner: principal.owner.clone(),
+        role: principal.role.as_str().to_owned(),
+    });
+    if !send(&mut socket, Message::Text(hello), config.send_timeout).await {
+        return;
+    }
+    let mut ping =
+        tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
+    let mut last_heard = Instant::now();
+    loop {
+        let message = tokio::select! {
+            _ = shared.stop.cancelled() => {
+                close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+                return;
+            }
+            frame = subscription.frames.recv() => match frame {
+                Some(text) => Some(Message::Text(text)),
+                None => {
+                    close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+                    return;
+                }
+            },
+            _ = subscription.lag.wake.notified() => None,
+            received = socket.recv() => match received {
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                // Pongs, and pings (which the websocket layer answers); other frames are
+                // ignored.
+                Some(Ok(_)) => {
+                    last_heard = Instant::now();
+                    None
+                }
+            },
+            _ = ping.tick() => {
+                if last_heard.elapsed() > 2 * config.ping_interval {
+                    tracing::debug!(owner = %principal.owner, "live events: dropping a client that stopped answering pings");
+                    return;
+                }
+                Some(Message::Ping(Bytes::new()))
+            }
+        };
+        if let Some(message) = message
+            && !send(&mut socket, message, config.send_timeout).await
+        {
+            return;
+        }
+        // Frames were dropped while the queue was full; now that it is empty, tell the
+        // client to refetch.
+        if subscription.frames.is_empty() && subscription.lag.dropped.swap(false, Ordering::SeqCst)
+        {
+            let resync = frame(&ServerEvent::Resync {
+                reason: LAGGED.to_owned(),
+            });
+            if !send(&mut socket, Message::Text(resync), config.send_timeout).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Writes one message; false when the client is gone or its socket accepted nothing for
+/// `timeout` (then it is disconnected).
+async fn send(socket: &mut WebSocket, message: Message, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, socket.send(message)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "live events: a client went away");
+            false
+        }
+        Err(_) => {
+            tracing::info!(
+                timeout_secs = timeout.as_secs_f64(),
+                "live events: disconnecting a client that read nothing"
+            );
+            false
+        }
+    }
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    let frame = CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    };
+    // A client that does not read its close frame is dropped all the same.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        socket.send(Message::Close(Some(frame))),
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    #[test]
+    fn payloads_fill_a_batch() {
+        let mut b = Batch::default();
+        b.add(&format!("t:{},{}", id(1), id(2)), 1000);
+        b.add(&format!("l:{}", id(1)), 1000);
+        b.add(&format!("f:{}", id(3)), 1000);
+        b.add(&format!("s:{}", id(4)), 1000);
+        b.add("w", 1000);
+        b.add("x:whatever", 1000);
+        b.add("", 1000);
+        assert_eq!(b.tasks, BTreeSet::from([id(1), id(2)]));
+        assert_eq!(b.logs, BTreeSet::from([id(1)]));
+        assert_eq!(b.workflows, BTreeSet::from([id(3)]));
+        assert_eq!(b.schedules, BTreeSet::from([id(4)]));
+        assert!(b.workers);
+        assert_eq!(b.resync, None, "unknown payloads are ignored");
+    }
+
+    #[test]
+    fn a_star_or_too_many_tasks_make_a_resync() {
+        let mut b = Batch::default();
+        b.add("s*", 1000);
+        assert_eq!(b.resync, Some(TOO_MANY));
+        let mut b = Batch::default();
+        let ids: Vec<String> = (0..3).map(|n| id(n).to_string()).collect();
+        b.add(&format!("t:{}", ids.join(",")), 2);
+        assert_eq!(b.resync, Some(TOO_MANY), "3 tasks exceed a limit of 2");
+    }
+
+    #[test]
+    fn a_user_sees_only_its_owners_rows() {
+        let resolved = Resolved {
+            logs: vec![(id(1), "alice".into()), (id(2), "bob".into())],
+            schedules: vec![(id(3), "bob".into())],
+            workers: true,
+            ..Resolved::default()
+        };
+        let text = |frames: Vec<Utf8Bytes>| -> Vec<String> {
+            frames.iter().map(|f| f.as_str().to_owned()).collect()
+        };
+        let alice = text(resolved.frames(Some("alice")));
+        assert_eq!(alice.len(), 2, "logs and workers: {alice:?}");
+        assert!(alice[0].contains(&id(1).to_string()) && !alice[0].contains(&id(2).to_string()));
+        let admin = text(resolved.frames(None));
+        assert_eq!(admin.len(), 3, "logs, schedules and workers: {admin:?}");
+    }
+}

@@ -1,0 +1,320 @@
+-- Live events: what changed, announced on the channel `sked_events` for the servers that feed
+-- dashboards (server/src/events.rs; the protocol is in docs/events.md).
+--
+-- Every trigger here is a statement trigger that sends at most one notification per
+-- statement, never one per row (a per-row NOTIFY serialises commits and caps throughput). A
+-- payload names what changed, never row data: a kind letter, then `:` and up to 150 ids
+-- separated by commas, or `*` when more changed than that (the listener then refetches
+-- everything), so it always stays far below PostgreSQL's 8000-byte limit:
+--
+--   t:<task ids>      tasks inserted, or whose state or cancel request changed   (t* also for
+--                     deleted or truncated tasks)
+--   l:<task ids>      tasks with new log chunks
+--   f:<workflow ids>  workflows inserted or whose state changed                 (f* deleted)
+--   s:<schedule ids>  schedules inserted or changed, or fired (a schedule run)  (s* deleted)
+--   w                 a worker registered, began stopping, or deregistered
+--
+-- Statements that change no row send nothing. Notifications are hints: a listener that misses
+-- some (it was disconnected) refetches what it shows.
+
+-- The payload of one event: `kind:` and the ids, or `kind*` when they are more than 150
+-- (callers collect at most 151 of them, so a bulk statement never aggregates all its rows).
+create or replace function sked.event_payload(kind text, ids uuid[]) returns text
+language sql immutable parallel safe as $$
+  select case when cardinality(ids) <= 150 then kind || ':' || array_to_string(ids, ',')
+              else kind || '*' end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Tasks
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function sked.tasks_after_insert_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('t', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_insert_event
+  after insert on sked.tasks
+  referencing new table as new_rows
+  for each statement execute function sked.tasks_after_insert_event();
+
+-- Only a change of state or of the cancel request is news: lease renewals, the DAG counters
+-- and everything else an update may touch send nothing. (A trigger with transition tables
+-- cannot name columns, so it compares the rows before and after.)
+create or replace function sked.tasks_after_update_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(c.id) into ids
+    from (select n.id from new_rows n join old_rows o on o.id = n.id
+           where n.state is distinct from o.state
+              or n.cancel_requested_at is distinct from o.cancel_requested_at
+           limit 151) c;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('t', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_update_event
+  after update on sked.tasks
+  referencing old table as old_rows new table as new_rows
+  for each statement execute function sked.tasks_after_update_event();
+
+-- A deleted task cannot be looked up any more, so its id would tell a listener nothing it can
+-- act on: deletions (retention) and TRUNCATE ask for a refetch.
+create or replace function sked.tasks_after_delete_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from old_rows) then
+    perform pg_notify('sked_events', 't*');
+  end if;
+  return null;
+end
+$$;
+
+create or replace function sked.tasks_after_truncate_event() returns trigger
+language plpgsql as $$
+begin
+  perform pg_notify('sked_events', 't*');
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_delete_event
+  after delete on sked.tasks
+  referencing old table as old_rows
+  for each statement execute function sked.tasks_after_delete_event();
+
+create or replace trigger tasks_after_truncate_event
+  after truncate on sked.tasks
+  for each statement execute function sked.tasks_after_truncate_event();
+
+-- ---------------------------------------------------------------------------------------------
+-- Task logs
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function sked.task_logs_after_insert_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(l.task_id) into ids from (select distinct n.task_id from new_rows n limit 151) l;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('l', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger task_logs_after_insert_event
+  after insert on sked.task_logs
+  referencing new table as new_rows
+  for each statement execute function sked.task_logs_after_insert_event();
+
+-- ---------------------------------------------------------------------------------------------
+-- Workflows
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function sked.workflows_after_insert_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('f', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workflows_after_insert_event
+  after insert on sked.workflows
+  referencing new table as new_rows
+  for each statement execute function sked.workflows_after_insert_event();
+
+create or replace function sked.workflows_after_update_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(c.id) into ids
+    from (select n.id from new_rows n join old_rows o on o.id = n.id
+           where n.state is distinct from o.state
+           limit 151) c;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('f', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workflows_after_update_event
+  after update on sked.workflows
+  referencing old table as old_rows new table as new_rows
+  for each statement execute function sked.workflows_after_update_event();
+
+create or replace function sked.workflows_after_delete_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from old_rows) then
+    perform pg_notify('sked_events', 'f*');
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workflows_after_delete_event
+  after delete on sked.workflows
+  referencing old table as old_rows
+  for each statement execute function sked.workflows_after_delete_event();
+
+-- ---------------------------------------------------------------------------------------------
+-- Schedules and their runs
+-- ---------------------------------------------------------------------------------------------
+
+-- Every change of a schedule shows (its next tick, paused, its latest occurrence), so every
+-- inserted or updated row is named.
+create or replace function sked.schedules_after_write_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('s', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger schedules_after_insert_event
+  after insert on sked.schedules
+  referencing new table as new_rows
+  for each statement execute function sked.schedules_after_write_event();
+
+create or replace trigger schedules_after_update_event
+  after update on sked.schedules
+  referencing new table as new_rows
+  for each statement execute function sked.schedules_after_write_event();
+
+create or replace function sked.schedules_after_delete_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from old_rows) then
+    perform pg_notify('sked_events', 's*');
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger schedules_after_delete_event
+  after delete on sked.schedules
+  referencing old table as old_rows
+  for each statement execute function sked.schedules_after_delete_event();
+
+create or replace function sked.schedule_runs_after_insert_event() returns trigger
+language plpgsql as $$
+declare
+  ids uuid[];
+begin
+  select array_agg(r.schedule_id) into ids
+    from (select distinct n.schedule_id from new_rows n limit 151) r;
+  if ids is not null then
+    perform pg_notify('sked_events', sked.event_payload('s', ids));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger schedule_runs_after_insert_event
+  after insert on sked.schedule_runs
+  referencing new table as new_rows
+  for each statement execute function sked.schedule_runs_after_insert_event();
+
+-- ---------------------------------------------------------------------------------------------
+-- Workers
+-- ---------------------------------------------------------------------------------------------
+
+-- Registering and deregistering; heartbeats (which update heartbeat_at) send nothing, and
+-- neither does the rescue's clean-up of long-dead workers when it deletes none.
+create or replace function sked.workers_after_insert_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from new_rows) then
+    perform pg_notify('sked_events', 'w');
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workers_after_insert_event
+  after insert on sked.workers
+  referencing new table as new_rows
+  for each statement execute function sked.workers_after_insert_event();
+
+create or replace function sked.workers_after_delete_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from old_rows) then
+    perform pg_notify('sked_events', 'w');
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workers_after_delete_event
+  after delete on sked.workers
+  referencing old table as old_rows
+  for each statement execute function sked.workers_after_delete_event();
+
+-- A worker that begins stopping (or registers again) changes stopping_at.
+create or replace function sked.workers_after_stopping_event() returns trigger
+language plpgsql as $$
+begin
+  perform pg_notify('sked_events', 'w');
+  return null;
+end
+$$;
+
+create or replace trigger workers_after_stopping_event
+  after update of stopping_at on sked.workers
+  for each statement execute function sked.workers_after_stopping_event();
+
+-- ---------------------------------------------------------------------------------------------
+-- Reading what changed
+-- ---------------------------------------------------------------------------------------------
+
+-- What a task list shows of these tasks (the `TaskSummary` of the live events), with their
+-- owners; ids of tasks that no longer exist are left out. `argv` is the command and its
+-- arguments, or the artifact's URL followed by the arguments.
+create or replace function sked.tasks_summary(p_ids uuid[])
+returns table (
+  id uuid, owner text, queue text, priority integer, kind text, argv text[], state text,
+  attempt integer, max_attempts integer, next_run_at timestamptz, created_at timestamptz,
+  started_at timestamptz, finished_at timestamptz, exit_code integer, worker_id uuid,
+  cancel_requested boolean, workflow_id uuid, name text, shard_of uuid)
+language sql stable
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+as $$
+  select t.id, t.owner, t.queue, t.priority, t.kind,
+         coalesce(t.command, case when t.artifact_url is not null then array[t.artifact_url] end,
+                  '{}') || t.args,
+         t.state, t.attempt, t.max_attempts, t.next_run_at, t.created_at, t.started_at,
+         t.finished_at, t.exit_code, t.worker_id, t.cancel_requested_at is not null,
+         t.workflow_id, t.name, t.shard_of
+    from sked.tasks t
+   where t.id = any(p_ids)
+$$;
