@@ -213,8 +213,12 @@ fn push_driver(
 ) {
     match driver {
         Driver::Small => {
+            // The set is found first (OFFSET 0 keeps the planner from flattening it) and
+            // then sorted: its estimate is often one row (statistics taken while nothing
+            // ran), and a backward walk of the primary key looking for that one row would
+            // read the whole table.
             q.push(format_args!(
-                "select {columns} from sked.tasks t where true"
+                "select {columns} from (select t.* from sked.tasks t where true"
             ));
             if let Some(worker) = f.worker {
                 q.push(" and t.state = 'running' and t.lease_expires_at is not null and t.worker_id = ")
@@ -238,7 +242,7 @@ fn push_driver(
             if let Some(after) = f.after {
                 q.push(" and t.id < ").push_bind(after);
             }
-            q.push(format_args!(" order by t.id desc limit {n}"));
+            q.push(format_args!(" offset 0) t order by t.id desc limit {n}"));
         }
         Driver::States => {
             let mut states = f.states.clone();
@@ -301,7 +305,14 @@ fn push_merged(
         if i > 0 {
             q.push(" union all ");
         }
-        q.push("(select t.* from sked.tasks t where ");
+        // Running tasks are a small set found on tasks_lease and sorted, fenced like the
+        // small sets of `Driver::Small`; the other walks follow their index in id order.
+        let running = matches!(walk, Walk::State(TaskState::Running));
+        if running {
+            q.push("(select t.* from (select t.* from sked.tasks t where ");
+        } else {
+            q.push("(select t.* from sked.tasks t where ");
+        }
         match walk {
             Walk::State(state) => push_state(q, "t", *state),
             Walk::Finished => {
@@ -314,6 +325,9 @@ fn push_merged(
         }
         if let Some(after) = f.after {
             q.push(" and t.id < ").push_bind(after);
+        }
+        if running {
+            q.push(" offset 0) t");
         }
         q.push(format_args!(" order by t.id desc limit {n})"));
     }

@@ -333,24 +333,53 @@ async fn the_scan_limit_bounds_every_driver_and_the_cursor_resumes_where_it_stop
         let queue = if i == 1 || i == 5 { "hit" } else { "miss" };
         failed.push(task(pool, "alice", queue, "failed", "now()").await);
     }
-    for _ in 0..4 {
-        task(pool, "alice", "miss", "succeeded", "now()").await;
+    let mut others = Vec::new();
+    for (queue, state) in [
+        ("miss", "succeeded"),
+        ("hit", "running"),
+        ("miss", "running"),
+        ("hit", "waiting"),
+        ("miss", "succeeded"),
+    ] {
+        others.push((queue, task(pool, "alice", queue, state, "now()").await));
     }
-    let order = newest_first(&failed);
-    let hits: Vec<Uuid> = {
-        let hit = [failed[1], failed[5]];
-        order
-            .iter()
-            .copied()
+    let bob = task(pool, "bob", "hit", "failed", "now()").await;
+    let in_hit = |ids: &[Uuid], extra: &[Uuid]| -> Vec<Uuid> {
+        let hit: Vec<Uuid> = [failed[1], failed[5]]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        newest_first(ids)
+            .into_iter()
             .filter(|id| hit.contains(id))
             .collect()
     };
-    for owner in [None, Some("alice".to_owned())] {
-        // Failed tasks of queue `hit`, three rows read per request: the state index drives
-        // (with the owner residual when given), the queue is residual.
+    let all_alice: Vec<Uuid> = failed
+        .iter()
+        .copied()
+        .chain(others.iter().map(|(_, id)| *id))
+        .collect();
+    let hit_others: Vec<Uuid> = others
+        .iter()
+        .filter(|(q, _)| *q == "hit")
+        .map(|(_, id)| *id)
+        .collect();
+    // Three rows read per request, one task per page. The failed tasks of queue `hit`: the
+    // state index drives (the owner residual when given). Alice's tasks of queue `hit`: her
+    // finished, pending and running tasks drive, merged.
+    let cases = [
+        (
+            None,
+            vec![TaskState::Failed],
+            in_hit(&[failed.as_slice(), &[bob]].concat(), &[bob]),
+        ),
+        (Some("alice"), vec![TaskState::Failed], in_hit(&failed, &[])),
+        (Some("alice"), vec![], in_hit(&all_alice, &hit_others)),
+    ];
+    for (owner, states, expected) in cases {
         let mut filter = ListFilter {
-            owner: owner.clone(),
-            states: vec![TaskState::Failed],
+            owner: owner.map(str::to_owned),
+            states: states.clone(),
             queue: Some("hit".into()),
             limit: 1,
             scan_limit: 3,
@@ -368,10 +397,13 @@ async fn the_scan_limit_bounds_every_driver_and_the_cursor_resumes_where_it_stop
                 None => break,
             }
         }
-        assert_eq!(found, hits, "every match once, in order ({owner:?})");
+        assert_eq!(
+            found, expected,
+            "every match once, in order ({owner:?}, {states:?})"
+        );
         assert!(
             requests >= 3,
-            "seven failed tasks take at least three requests of three rows ({owner:?})"
+            "seven tasks or more take at least three requests of three rows ({owner:?})"
         );
     }
 }
