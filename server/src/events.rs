@@ -21,7 +21,8 @@
 //! empty again. A client whose socket accepts nothing for [`EventsConfig::send_timeout`] is
 //! disconnected. Every client also gets `Resync` after the LISTEN connection was
 //! re-established (notifications sent meanwhile are lost), when a statement changed too many
-//! rows to name them, and when a batch could not be read from the database.
+//! rows to name them (at most once a second), and when a batch could not be read from the
+//! database.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -207,6 +208,7 @@ impl Hub {
         let mut listener: Option<PgListener> = None;
         let mut backoff = MIN_BACKOFF;
         let mut connected_before = false;
+        let mut last_bulk_resync: Option<Instant> = None;
         let mut batch = Batch::default();
         // When the pending batch is sent: a window after its first notification.
         let mut due: Option<Instant> = None;
@@ -265,6 +267,17 @@ impl Hub {
                     }
                 },
                 _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    // Bulk statements in a row (a drain claiming hundreds of tasks at a time)
+                    // make one `resync` a second, not one a window.
+                    if batch.resync == Some(TOO_MANY) {
+                        if let Some(last) = last_bulk_resync
+                            && last.elapsed() < BULK_RESYNC_GAP
+                        {
+                            due = Some(last + BULK_RESYNC_GAP);
+                            continue;
+                        }
+                        last_bulk_resync = Some(Instant::now());
+                    }
                     due = None;
                     self.run_once(std::mem::take(&mut batch)).await;
                 }
@@ -371,6 +384,9 @@ impl Hub {
         Ok(resolved)
     }
 }
+
+/// At most one `resync` for too many changes per this interval.
+const BULK_RESYNC_GAP: Duration = Duration::from_secs(1);
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);

@@ -522,6 +522,24 @@ async fn a_statement_changing_more_tasks_than_a_notification_names_makes_a_resyn
         unreachable!()
     };
     assert!(reason.contains("too many"), "{reason}");
+    let first = Instant::now();
+
+    // Another bulk statement right away: its resync comes a second after the first, not a
+    // batch window after the statement.
+    sqlx::query("insert into sked.tasks (kind) select 'noop' from generate_series(1, 200)")
+        .execute(pool)
+        .await
+        .unwrap();
+    admin
+        .until(SECS_5, "a second resync", |e| {
+            matches!(e, ServerEvent::Resync { .. })
+        })
+        .await;
+    let gap = first.elapsed();
+    assert!(
+        gap >= Duration::from_millis(900),
+        "bulk resyncs come at most once a second, the second came after {gap:?}"
+    );
 
     // A statement naming few tasks is told task by task again.
     let id = insert(pool, "(kind) values ('noop')").await;

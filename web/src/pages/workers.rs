@@ -1,8 +1,324 @@
-//! The workers page.
+//! The workers page (`/workers`): the worker registry from `GET /api/v1/workers`, with the
+//! tasks each worker runs now (`GET /api/v1/tasks?worker=ID&view=summary`).
+//!
+//! Live: worker changes and `resync` fetch everything again; task changes move tasks in and
+//! out of the running lists at once and fetch everything again at most once a second. A
+//! heartbeat is no event, so while nothing else happens the page fetches again once per
+//! heartbeat period (a third of the shortest lease), which keeps heartbeat ages and liveness
+//! true; ages grow every second in between.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use leptos::prelude::*;
+use sked_types::events::TaskSummary;
+use sked_types::{TaskState, TaskSummaryPage, Worker};
+use uuid::Uuid;
+
+use crate::api::{self, ApiResult};
+use crate::live;
+use crate::ui::{self, ErrorBox, Fetched};
+
+/// Running tasks listed under a worker; the rest are behind a link to the task list.
+const RUNNING_SHOWN: usize = 10;
+
+/// The registry and, for each worker that runs something, its running tasks (newest first).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Registry {
+    workers: Vec<Worker>,
+    running: HashMap<Uuid, Vec<TaskSummary>>,
+}
+
+async fn load_registry() -> ApiResult<Registry> {
+    let workers: Vec<Worker> = api::get("/workers").await?;
+    let busy: Vec<Uuid> = workers
+        .iter()
+        .filter(|w| w.running > 0)
+        .map(|w| w.id)
+        .collect();
+    let pages = futures::future::join_all(busy.iter().map(|id| async move {
+        let path = format!("/tasks?worker={id}&view=summary&limit={RUNNING_SHOWN}");
+        api::get::<TaskSummaryPage>(&path).await
+    }))
+    .await;
+    let mut running = HashMap::new();
+    for (id, page) in busy.into_iter().zip(pages) {
+        running.insert(id, page?.tasks);
+    }
+    Ok(Registry { workers, running })
+}
+
+/// Moves changed tasks in and out of the running lists.
+fn patch(registry: &mut Registry, changed: &[TaskSummary]) {
+    for task in changed {
+        for (worker, tasks) in registry.running.iter_mut() {
+            let runs_here = task.state == TaskState::Running && task.worker_id == Some(*worker);
+            match tasks.iter().position(|t| t.id == task.id) {
+                Some(i) if runs_here => tasks[i] = task.clone(),
+                Some(i) => {
+                    tasks.remove(i);
+                }
+                None => {}
+            }
+        }
+        if task.state == TaskState::Running
+            && let Some(worker) = task.worker_id
+            && registry.workers.iter().any(|w| w.id == worker)
+        {
+            let tasks = registry.running.entry(worker).or_default();
+            if !tasks.iter().any(|t| t.id == task.id) && tasks.len() < RUNNING_SHOWN {
+                tasks.insert(0, task.clone());
+            }
+        }
+    }
+}
 
 #[component]
 pub fn Workers() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let live = live::live();
+    let fetched: Fetched<Registry> = Fetched::new();
+    let load = move || fetched.load(load_registry());
+    load();
+    let refetch = ui::throttled(1000.0, load);
+    Effect::watch(
+        move || {
+            live.workers.track();
+            live.resync.track();
+        },
+        {
+            let refetch = refetch.clone();
+            move |_, _, _| refetch()
+        },
+        false,
+    );
+    Effect::watch(
+        move || live.tasks.get(),
+        {
+            let refetch = refetch.clone();
+            move |changed: &Arc<Vec<TaskSummary>>, _, _| {
+                fetched.data.update(|r| {
+                    if let Some(r) = r {
+                        patch(r, changed.as_slice());
+                    }
+                });
+                refetch();
+            }
+        },
+        false,
+    );
+
+    // Heartbeats send no event: fetch again once per heartbeat period of the quickest worker.
+    let tick = ui::ticker(1000);
+    let asked_at = StoredValue::new(0.0f64);
+    Effect::new(move |_| {
+        tick.track();
+        let period_ms = fetched.data.with_untracked(|r| {
+            r.as_ref().and_then(|r| {
+                r.workers
+                    .iter()
+                    .filter(|w| w.alive)
+                    .map(|w| w.lease_secs * 1000.0 / 3.0)
+                    .reduce(f64::min)
+            })
+        });
+        let Some(period_ms) = period_ms else {
+            return;
+        };
+        let received = fetched.received_ms.get_untracked();
+        if js_sys::Date::now() - received >= period_ms.clamp(1000.0, 60_000.0)
+            && asked_at.get_value() != received
+        {
+            asked_at.set_value(received);
+            refetch();
+        }
+    });
+
+    let error = move || {
+        fetched
+            .error
+            .get()
+            .map(|e| view! { <ErrorBox message=e.message/> })
+    };
+    let rows = move || {
+        fetched.data.with(|r| {
+            let Some(r) = r else {
+                return Vec::new();
+            };
+            r.workers
+                .iter()
+                .map(|w| {
+                    let running = r.running.get(&w.id).cloned().unwrap_or_default();
+                    worker_rows(w.clone(), running, tick)
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    view! {
+        <h1>"Workers"</h1>
+        {error}
+        <Show
+            when=move || fetched.data.with(Option::is_some)
+            fallback=move || {
+                (!fetched.answered()).then(|| view! { <p class="empty">"Loading…"</p> })
+            }
+        >
+            <Show
+                when=move || fetched.data.with(|r| r.as_ref().is_some_and(|r| !r.workers.is_empty()))
+                fallback=|| view! {
+                    <p class="empty">"No worker is registered. Start one with " <code>"sked-worker"</code> "."</p>
+                }
+            >
+                <p class="hint">{move || summary_line(fetched)}</p>
+                <div class="table-wrap">
+                    <table class="workers">
+                        <thead>
+                            <tr>
+                                <th>"Worker"</th>
+                                <th>"State"</th>
+                                <th>"Host"</th>
+                                <th class="num hide-narrow">"PID"</th>
+                                <th class="hide-narrow">"Version"</th>
+                                <th>"Queues"</th>
+                                <th class="hide-narrow">"Labels"</th>
+                                <th>"Slots"</th>
+                                <th>"Heartbeat"</th>
+                                <th class="hide-narrow">"Started"</th>
+                            </tr>
+                        </thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+            </Show>
+        </Show>
+    }
+}
+
+fn summary_line(fetched: Fetched<Registry>) -> String {
+    fetched.data.with(|r| {
+        let Some(r) = r else {
+            return String::new();
+        };
+        let alive = r.workers.iter().filter(|w| w.alive).count();
+        let slots: i64 = r
+            .workers
+            .iter()
+            .filter(|w| w.alive)
+            .map(|w| i64::from(w.concurrency))
+            .sum();
+        let busy: i64 = r.workers.iter().map(|w| w.running).sum();
+        format!(
+            "{alive} of {} registered alive; {} of {} slots in use.",
+            r.workers.len(),
+            ui::count(busy),
+            ui::count(slots)
+        )
+    })
+}
+
+/// `alive`, `stopping` (alive, finishing its tasks before it exits) or `dead` (no heartbeat
+/// within its lease).
+fn worker_state(w: &Worker) -> &'static str {
+    match (w.alive, w.stopping_at.is_some()) {
+        (false, _) => "dead",
+        (true, true) => "stopping",
+        (true, false) => "alive",
+    }
+}
+
+fn list_or_dash(items: &[String]) -> String {
+    if items.is_empty() {
+        "—".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// A worker's row, and below it the tasks it runs.
+fn worker_rows(w: Worker, running: Vec<TaskSummary>, tick: ReadSignal<u64>) -> impl IntoView {
+    let state = worker_state(&w);
+    let used = w.running;
+    let capacity = i64::from(w.concurrency.max(0));
+    let percent = if capacity > 0 {
+        (used as f64 / capacity as f64 * 100.0).clamp(0.0, 100.0)
+    } else {
+        0.0
+    };
+    let heartbeat_at = w.heartbeat_at;
+    let heartbeat = move || {
+        tick.track();
+        let secs = (ui::now() - heartbeat_at).num_milliseconds() as f64 / 1000.0;
+        if secs < 1.0 {
+            "just now".to_owned()
+        } else {
+            format!("{} ago", ui::duration(secs))
+        }
+    };
+    let stopping_title = w
+        .stopping_at
+        .map(|at| format!("stopping since {}", ui::local_time(at)));
+    let lease_title = format!(
+        "lease {}: a worker without a heartbeat for that long is dead",
+        ui::duration(w.lease_secs)
+    );
+    let more = (used as usize > running.len()).then(|| {
+        let rest = used - running.len() as i64;
+        view! { <li class="more">{format!("and {} more", ui::count(rest))}</li> }
+    });
+    let tasks = (!running.is_empty()).then(|| {
+        let items = running
+            .into_iter()
+            .map(|t| running_task(t, tick))
+            .collect_view();
+        view! {
+            <tr class="sub" data-running-of=w.id.to_string()>
+                <td colspan="10">
+                    <ul class="running-tasks">{items}{more}</ul>
+                </td>
+            </tr>
+        }
+    });
+    view! {
+        <tr data-worker-id=w.id.to_string() data-worker-state=state>
+            <td title=w.id.to_string()>
+                <span class="mono">{w.name.clone()}</span>
+            </td>
+            <td>
+                <span class=format!("badge worker-{state}") title=stopping_title>{state}</span>
+            </td>
+            <td>{w.host.clone()}</td>
+            <td class="num hide-narrow">{w.pid.map(|p| p.to_string()).unwrap_or_default()}</td>
+            <td class="hide-narrow">{w.version.clone()}</td>
+            <td class="wrap">{list_or_dash(&w.queues)}</td>
+            <td class="wrap hide-narrow">{list_or_dash(&w.labels)}</td>
+            <td>
+                <span class="slots" title=format!("{used} of {capacity} slots in use")>
+                    <span class="slots-bar"><span style=format!("width: {percent:.0}%")></span></span>
+                    {format!("{used}/{capacity}")}
+                </span>
+            </td>
+            <td title=lease_title>{heartbeat}</td>
+            <td class="hide-narrow"><ui::Time at=w.started_at/></td>
+        </tr>
+        {tasks}
+    }
+}
+
+/// One running task under its worker: a link to it, what it runs, and for how long.
+fn running_task(t: TaskSummary, tick: ReadSignal<u64>) -> impl IntoView {
+    let what = t.name.clone().unwrap_or_else(|| t.argv.join(" "));
+    let started = t.started_at;
+    let age = move || {
+        tick.track();
+        started
+            .map(|s| ui::duration(((ui::now() - s).num_milliseconds() as f64 / 1000.0).max(0.0)))
+            .unwrap_or_default()
+    };
+    view! {
+        <li data-task-id=t.id.to_string() data-state=t.state.as_str()>
+            <a class="mono" href=format!("/tasks/{}", t.id)>{ui::short_id(&t.id)}</a>
+            <span class="queue">{t.queue.clone()}</span>
+            <span class="cmd" title=what.clone()>{what.clone()}</span>
+            <span class="age" title="running for">{age}</span>
+        </li>
+    }
 }
