@@ -276,3 +276,17 @@ fn shell_quote(arg: &str) -> String {
         format!("'{}'", arg.replace('\'', r"'\''"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_have_a_separator_every_three_digits() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(-12_345), "-12,345");
+    }
+}

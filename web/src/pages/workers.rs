@@ -322,3 +322,106 @@ fn running_task(t: TaskSummary, tick: ReadSignal<u64>) -> impl IntoView {
         </li>
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+
+    fn worker(id: Uuid) -> Worker {
+        let t: DateTime<Utc> = "2026-11-30T00:00:00Z".parse().unwrap();
+        Worker {
+            id,
+            name: "w".into(),
+            host: "h".into(),
+            pid: None,
+            version: "0".into(),
+            queues: vec![],
+            labels: vec![],
+            concurrency: 4,
+            lease_secs: 30.0,
+            started_at: t,
+            heartbeat_at: t,
+            stopping_at: None,
+            alive: true,
+            running: 0,
+        }
+    }
+
+    fn task(n: u128, state: TaskState, worker_id: Option<Uuid>) -> TaskSummary {
+        let t: DateTime<Utc> = "2026-11-30T00:00:00Z".parse().unwrap();
+        TaskSummary {
+            id: Uuid::from_u128(n),
+            owner: "alice".into(),
+            queue: "default".into(),
+            priority: 0,
+            kind: "command".into(),
+            argv: vec!["true".into()],
+            state,
+            attempt: 1,
+            max_attempts: 3,
+            next_run_at: t,
+            created_at: t,
+            started_at: Some(t),
+            finished_at: None,
+            exit_code: None,
+            worker_id,
+            cancel_requested: false,
+            workflow_id: None,
+            name: None,
+            shard_of: None,
+        }
+    }
+
+    #[test]
+    fn changed_tasks_move_in_and_out_of_their_workers_lists() {
+        let (a, b) = (Uuid::from_u128(100), Uuid::from_u128(200));
+        let mut r = Registry {
+            workers: vec![worker(a), worker(b)],
+            running: HashMap::from([(a, vec![task(1, TaskState::Running, Some(a))])]),
+        };
+        patch(
+            &mut r,
+            &[
+                task(1, TaskState::Succeeded, Some(a)),
+                task(2, TaskState::Running, Some(b)),
+                task(3, TaskState::Running, Some(Uuid::from_u128(999))),
+                task(4, TaskState::Waiting, None),
+            ],
+        );
+        assert!(
+            r.running[&a].is_empty(),
+            "a finished task leaves its worker's list"
+        );
+        let on_b: Vec<Uuid> = r.running[&b].iter().map(|t| t.id).collect();
+        assert_eq!(
+            on_b,
+            [Uuid::from_u128(2)],
+            "a started task joins its worker's list"
+        );
+        assert_eq!(
+            r.running.len(),
+            2,
+            "tasks of unknown workers are not listed"
+        );
+
+        // A task handed to another worker (a rescue) moves.
+        patch(&mut r, &[task(2, TaskState::Running, Some(a))]);
+        assert!(r.running[&b].is_empty());
+        assert_eq!(r.running[&a].len(), 1);
+    }
+
+    #[test]
+    fn a_workers_list_holds_at_most_the_shown_number() {
+        let a = Uuid::from_u128(100);
+        let mut r = Registry {
+            workers: vec![worker(a)],
+            running: HashMap::new(),
+        };
+        let started: Vec<TaskSummary> = (1..=RUNNING_SHOWN as u128 + 5)
+            .map(|n| task(n, TaskState::Running, Some(a)))
+            .collect();
+        patch(&mut r, &started);
+        assert_eq!(r.running[&a].len(), RUNNING_SHOWN);
+    }
+}
