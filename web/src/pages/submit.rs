@@ -1,8 +1,769 @@
-//! The submit page.
+//! The submit page (`/submit`): one task now, after a delay or at a time, or a cron schedule.
+//!
+//! The command is one line split into arguments like a shell splits it (see
+//! [`split_command`]); nothing else of a shell applies. The form checks the environment
+//! lines and the input JSON before sending, and shows the API's message when it refuses.
+//! With "cron", the page creates a schedule (`POST /api/v1/schedules`) whose template is the
+//! task, and previews the expression's next fire times while it is typed.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::hooks::use_navigate;
+use sked_types::{CreateSchedule, CronPreview, QueueCounts, Schedule, SubmitTask, Submitted};
+
+use crate::{api, ui};
+
+/// Wait after the last keystroke in the cron expression before asking for a preview.
+const PREVIEW_DEBOUNCE_MS: u64 = 300;
+/// Fire times the preview shows.
+const PREVIEW_COUNT: u32 = 5;
+
+/// Splits a command line into arguments the way a POSIX shell splits words: whitespace
+/// separates arguments; `'…'` quotes everything literally; `"…"` quotes with `\` escaping
+/// `"`, `\`, `$` and `` ` ``; outside quotes `\` escapes any character. Nothing is
+/// expanded: `$VAR`, `*`, `|`, `>` and `&&` are ordinary characters.
+pub fn split_command(line: &str) -> Result<Vec<String>, String> {
+    let mut args = Vec::new();
+    let mut current = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    args.push(std::mem::take(&mut current));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => current.push(c),
+                        None => return Err("a single quote (') is not closed".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => current.push(c),
+                            Some(c) => {
+                                current.push('\\');
+                                current.push(c);
+                            }
+                            None => return Err("a double quote (\") is not closed".into()),
+                        },
+                        Some(c) => current.push(c),
+                        None => return Err("a double quote (\") is not closed".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => current.push(c),
+                    None => return Err("the line ends with a backslash (\\)".into()),
+                }
+            }
+            c => {
+                in_word = true;
+                current.push(c);
+            }
+        }
+    }
+    if in_word {
+        args.push(current);
+    }
+    Ok(args)
+}
+
+/// `KEY=VALUE` lines; blank lines and lines starting with `#` are skipped.
+pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once('=') else {
+            return Err(format!(
+                "Environment line {}: expected KEY=VALUE, got {trimmed:?}",
+                n + 1
+            ));
+        };
+        let key_ok = key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !key_ok {
+            return Err(format!(
+                "Environment line {}: {key:?} is not a variable name (letters, digits and _, \
+                 not starting with a digit)",
+                n + 1
+            ));
+        }
+        if env.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(format!("Environment line {}: {key} is set twice", n + 1));
+        }
+    }
+    Ok(env)
+}
+
+/// The input JSON, or `None` for a blank field.
+pub fn parse_input(text: &str) -> Result<Option<serde_json::Value>, String> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(text).map(Some).map_err(|e| {
+        format!(
+            "The input is not valid JSON (line {}, column {}): {}",
+            e.line(),
+            e.column(),
+            json_reason(&e)
+        )
+    })
+}
+
+/// serde_json's message without its own " at line L column C" suffix.
+fn json_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+/// A whole number from a field, or `None` when it is blank.
+fn parse_int(label: &str, text: &str) -> Result<Option<i32>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|_| format!("{label} must be a whole number, got {text:?}"))
+}
+
+/// A number of seconds (possibly fractional) from a field, or `None` when it is blank.
+fn parse_secs(label: &str, text: &str) -> Result<Option<f64>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+        _ => Err(format!(
+            "{label} must be a number of seconds (0 or more), got {text:?}"
+        )),
+    }
+}
+
+/// A `datetime-local` value (`2026-12-01T14:30`), read in the browser's time zone.
+fn local_input_time(text: &str) -> Option<DateTime<Utc>> {
+    let ms = js_sys::Date::new(&wasm_bindgen::JsValue::from_str(text)).get_time();
+    if ms.is_nan() {
+        return None;
+    }
+    DateTime::from_timestamp_millis(ms as i64)
+}
+
+/// The browser's IANA time zone, e.g. `Europe/Paris`.
+fn browser_time_zone() -> String {
+    let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())
+        .resolved_options();
+    js_sys::Reflect::get(&options, &"timeZone".into())
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_else(|| "UTC".to_owned())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    Now,
+    Delay,
+    At,
+    Cron,
+}
+
+impl When {
+    const ALL: [(When, &'static str, &'static str); 4] = [
+        (When::Now, "now", "Now"),
+        (When::Delay, "delay", "After a delay"),
+        (When::At, "at", "At a time"),
+        (When::Cron, "cron", "On a cron schedule"),
+    ];
+}
+
+/// The form's fields, as typed.
+#[derive(Clone, Copy)]
+struct Form {
+    command: RwSignal<String>,
+    env: RwSignal<String>,
+    input: RwSignal<String>,
+    queue: RwSignal<String>,
+    priority: RwSignal<String>,
+    max_attempts: RwSignal<String>,
+    timeout_secs: RwSignal<String>,
+    labels: RwSignal<String>,
+    when: RwSignal<When>,
+    delay: RwSignal<String>,
+    delay_unit: RwSignal<String>,
+    run_at: RwSignal<String>,
+    cron: RwSignal<String>,
+    time_zone: RwSignal<String>,
+    name: RwSignal<String>,
+}
+
+impl Form {
+    fn new() -> Self {
+        let text = || RwSignal::new(String::new());
+        Form {
+            command: text(),
+            env: text(),
+            input: text(),
+            queue: text(),
+            priority: text(),
+            max_attempts: text(),
+            timeout_secs: text(),
+            labels: text(),
+            when: RwSignal::new(When::Now),
+            delay: text(),
+            delay_unit: RwSignal::new("minutes".to_owned()),
+            run_at: text(),
+            cron: text(),
+            time_zone: RwSignal::new(browser_time_zone()),
+            name: text(),
+        }
+    }
+
+    /// The task the form describes, without its start time.
+    fn task(&self) -> Result<SubmitTask, String> {
+        let argv = split_command(&self.command.get_untracked())
+            .map_err(|e| format!("The command cannot be split: {e}"))?;
+        if argv.is_empty() {
+            return Err("Give a command to run.".into());
+        }
+        let queue = self.queue.get_untracked().trim().to_owned();
+        let labels = self
+            .labels
+            .get_untracked()
+            .split(',')
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect();
+        Ok(SubmitTask {
+            command: Some(argv),
+            env: parse_env(&self.env.get_untracked())?,
+            input: parse_input(&self.input.get_untracked())?,
+            queue: (!queue.is_empty()).then_some(queue),
+            priority: parse_int("Priority", &self.priority.get_untracked())?,
+            max_attempts: parse_int("Max attempts", &self.max_attempts.get_untracked())?,
+            timeout_secs: parse_secs("Timeout", &self.timeout_secs.get_untracked())?,
+            labels,
+            ..SubmitTask::default()
+        })
+    }
+}
+
+/// What a submission created.
+enum Created {
+    Task(uuid::Uuid),
+    Schedule(uuid::Uuid),
+}
+
+async fn send(form: Form) -> Result<Created, String> {
+    let mut task = form.task()?;
+    match form.when.get_untracked() {
+        When::Now => {}
+        When::Delay => {
+            let amount =
+                parse_secs("The delay", &form.delay.get_untracked())?.ok_or("Give the delay.")?;
+            let unit = if form.delay_unit.get_untracked() == "minutes" {
+                60.0
+            } else {
+                1.0
+            };
+            task.delay_secs = Some(amount * unit);
+        }
+        When::At => {
+            let text = form.run_at.get_untracked();
+            task.run_at = Some(local_input_time(&text).ok_or("Give the date and time to start.")?);
+        }
+        When::Cron => {
+            let name = form.name.get_untracked().trim().to_owned();
+            if name.is_empty() {
+                return Err("Give the schedule a name.".into());
+            }
+            let cron = form.cron.get_untracked().trim().to_owned();
+            if cron.is_empty() {
+                return Err("Give a cron expression.".into());
+            }
+            let time_zone = form.time_zone.get_untracked().trim().to_owned();
+            let request = CreateSchedule {
+                name,
+                cron,
+                time_zone: (!time_zone.is_empty()).then_some(time_zone),
+                task: Some(task),
+                ..CreateSchedule::default()
+            };
+            let schedule: Schedule = api::post("/schedules", &request)
+                .await
+                .map_err(|e| e.message)?;
+            return Ok(Created::Schedule(schedule.id));
+        }
+    }
+    let submitted: Submitted = api::post("/tasks", &task).await.map_err(|e| e.message)?;
+    submitted
+        .ids
+        .first()
+        .copied()
+        .map(Created::Task)
+        .ok_or_else(|| "The server answered without the new task's id.".into())
+}
 
 #[component]
 pub fn Submit() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let form = Form::new();
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let navigate = use_navigate();
+
+    let on_submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        if busy.get_untracked() {
+            return;
+        }
+        busy.set(true);
+        error.set(None);
+        let navigate = navigate.clone();
+        spawn_local(async move {
+            let result = send(form).await;
+            busy.try_set(false);
+            match result {
+                Ok(Created::Task(id)) => navigate(&format!("/tasks/{id}"), Default::default()),
+                Ok(Created::Schedule(id)) => {
+                    navigate(&format!("/schedules/{id}"), Default::default())
+                }
+                Err(message) => {
+                    error.try_set(Some(message));
+                }
+            }
+        });
+    };
+
+    let argv = Memo::new(move |_| form.command.with(|c| split_command(c)));
+    let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err()));
+    let env_problem = Memo::new(move |_| form.env.with(|e| parse_env(e).err()));
+    let when_is = move |w: When| move || form.when.get() == w;
+
+    // Queue names for suggestions.
+    let queues = RwSignal::new(Vec::<String>::new());
+    spawn_local(async move {
+        if let Ok(counts) = api::get::<Vec<QueueCounts>>("/queues").await {
+            queues.try_set(counts.into_iter().map(|c| c.queue).collect());
+        }
+    });
+
+    // The cron preview follows the expression and the zone as they are typed.
+    let preview = RwSignal::new(None::<Result<CronPreview, String>>);
+    let preview_generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let cron = form.cron.get().trim().to_owned();
+        let zone = form.time_zone.get().trim().to_owned();
+        let active = form.when.get() == When::Cron;
+        preview_generation.update_value(|g| *g += 1);
+        let mine = preview_generation.get_value();
+        if !active || cron.is_empty() {
+            preview.set(None);
+            return;
+        }
+        spawn_local(async move {
+            gloo_timers::future::sleep(Duration::from_millis(PREVIEW_DEBOUNCE_MS)).await;
+            if preview_generation.try_get_value() != Some(mine) {
+                return;
+            }
+            let mut path = format!("/cron/preview?cron={}&n={PREVIEW_COUNT}", api::enc(&cron));
+            if !zone.is_empty() {
+                path.push_str(&format!("&time_zone={}", api::enc(&zone)));
+            }
+            let result = api::get::<CronPreview>(&path).await;
+            if preview_generation.try_get_value() == Some(mine) {
+                preview.set(Some(result.map_err(|e| e.message)));
+            }
+        });
+    });
+    let run_at_feedback = move || {
+        let text = form.run_at.get();
+        if text.is_empty() {
+            return String::new();
+        }
+        match local_input_time(&text) {
+            Some(at) if at <= ui::now() => format!(
+                "{} UTC — in the past: it starts at once",
+                at.format("%Y-%m-%d %H:%M")
+            ),
+            Some(at) => format!("{} UTC, {}", at.format("%Y-%m-%d %H:%M"), ui::relative(at)),
+            None => "not a valid date and time".into(),
+        }
+    };
+
+    view! {
+        <h1>"Submit"</h1>
+        <form class="form submit" on:submit=on_submit novalidate=true>
+            <label for="submit-command">"Command"</label>
+            <div>
+                <input
+                    id="submit-command"
+                    name="command"
+                    class="mono wide"
+                    placeholder="e.g. python3 -c 'print(42)'"
+                    autocomplete="off"
+                    spellcheck="false"
+                    prop:value=move || form.command.get()
+                    on:input=move |ev| form.command.set(event_target_value(&ev))
+                />
+                <p class="hint">
+                    "One line, split into arguments like a shell does: spaces separate them, '…' and \"…\" quote, \\ escapes. "
+                    "Nothing is expanded ($VAR, *, |, > are plain text): for a shell, run sh -c '…'."
+                </p>
+                {move || match argv.get() {
+                    Ok(args) if !args.is_empty() => Some(view! {
+                        <p class="hint mono" data-argv="">
+                            {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
+                        </p>
+                    }.into_any()),
+                    Ok(_) => None,
+                    Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
+                }}
+            </div>
+
+            <label for="submit-env">"Environment"</label>
+            <div>
+                <textarea
+                    id="submit-env"
+                    name="env"
+                    rows="3"
+                    spellcheck="false"
+                    placeholder="KEY=VALUE, one per line"
+                    prop:value=move || form.env.get()
+                    on:input=move |ev| form.env.set(event_target_value(&ev))
+                ></textarea>
+                {move || env_problem.get().map(|e| view! { <p class="hint bad">{e}</p> })}
+            </div>
+
+            <label for="submit-input">"Input (JSON)"</label>
+            <div>
+                <textarea
+                    id="submit-input"
+                    name="input"
+                    rows="4"
+                    spellcheck="false"
+                    placeholder="{\"any\": \"JSON\"} — given to the process on stdin"
+                    prop:value=move || form.input.get()
+                    on:input=move |ev| form.input.set(event_target_value(&ev))
+                ></textarea>
+                {move || input_problem.get().map(|e| view! { <p class="hint bad">{e}</p> })}
+            </div>
+
+            <label for="submit-queue">"Queue"</label>
+            <div>
+                <input
+                    id="submit-queue"
+                    name="queue"
+                    placeholder="default"
+                    list="submit-queues"
+                    prop:value=move || form.queue.get()
+                    on:input=move |ev| form.queue.set(event_target_value(&ev))
+                />
+                <datalist id="submit-queues">
+                    {move || queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()}
+                </datalist>
+            </div>
+
+            <label for="submit-priority">"Priority"</label>
+            <div>
+                <input
+                    id="submit-priority"
+                    name="priority"
+                    type="number"
+                    step="1"
+                    placeholder="0"
+                    prop:value=move || form.priority.get()
+                    on:input=move |ev| form.priority.set(event_target_value(&ev))
+                />
+                <span class="hint">" Higher runs first."</span>
+            </div>
+
+            <label for="submit-max-attempts">"Max attempts"</label>
+            <div>
+                <input
+                    id="submit-max-attempts"
+                    name="max_attempts"
+                    type="number"
+                    min="1"
+                    step="1"
+                    placeholder="3"
+                    prop:value=move || form.max_attempts.get()
+                    on:input=move |ev| form.max_attempts.set(event_target_value(&ev))
+                />
+            </div>
+
+            <label for="submit-timeout">"Timeout"</label>
+            <div>
+                <input
+                    id="submit-timeout"
+                    name="timeout_secs"
+                    type="number"
+                    min="0"
+                    step="any"
+                    placeholder="none"
+                    prop:value=move || form.timeout_secs.get()
+                    on:input=move |ev| form.timeout_secs.set(event_target_value(&ev))
+                />
+                <span class="hint">" seconds per attempt"</span>
+            </div>
+
+            <label for="submit-labels">"Labels"</label>
+            <div>
+                <input
+                    id="submit-labels"
+                    name="labels"
+                    placeholder="gpu, linux"
+                    prop:value=move || form.labels.get()
+                    on:input=move |ev| form.labels.set(event_target_value(&ev))
+                />
+                <span class="hint">" comma-separated; only workers with all of them run it"</span>
+            </div>
+
+            <span class="label">"When"</span>
+            <div class="choices" role="radiogroup" aria-label="When">
+                {When::ALL
+                    .into_iter()
+                    .map(|(w, value, label)| view! {
+                        <label class="choice">
+                            <input
+                                type="radio"
+                                name="when"
+                                value=value
+                                prop:checked=move || form.when.get() == w
+                                on:change=move |_| form.when.set(w)
+                            />
+                            {label}
+                        </label>
+                    })
+                    .collect_view()}
+            </div>
+
+            <Show when=when_is(When::Delay)>
+                <label for="submit-delay">"Delay"</label>
+                <div>
+                    <input
+                        id="submit-delay"
+                        name="delay_secs"
+                        type="number"
+                        min="0"
+                        step="any"
+                        prop:value=move || form.delay.get()
+                        on:input=move |ev| form.delay.set(event_target_value(&ev))
+                    />
+                    " "
+                    <select
+                        name="delay_unit"
+                        aria-label="Unit of the delay"
+                        on:change=move |ev| form.delay_unit.set(event_target_value(&ev))
+                    >
+                        <option value="seconds" selected=move || form.delay_unit.get() == "seconds">"seconds"</option>
+                        <option value="minutes" selected=move || form.delay_unit.get() == "minutes">"minutes"</option>
+                    </select>
+                </div>
+            </Show>
+
+            <Show when=when_is(When::At)>
+                <label for="submit-run-at">"Start at"</label>
+                <div>
+                    <input
+                        id="submit-run-at"
+                        name="run_at"
+                        type="datetime-local"
+                        prop:value=move || form.run_at.get()
+                        on:input=move |ev| form.run_at.set(event_target_value(&ev))
+                    />
+                    <p class="hint">"Your local time. " {run_at_feedback}</p>
+                </div>
+            </Show>
+
+            <Show when=when_is(When::Cron)>
+                <label for="submit-name">"Schedule name"</label>
+                <div>
+                    <input
+                        id="submit-name"
+                        name="name"
+                        placeholder="nightly-report"
+                        prop:value=move || form.name.get()
+                        on:input=move |ev| form.name.set(event_target_value(&ev))
+                    />
+                </div>
+                <label for="submit-cron">"Cron"</label>
+                <div>
+                    <input
+                        id="submit-cron"
+                        name="cron"
+                        class="mono"
+                        placeholder="*/5 * * * *"
+                        autocomplete="off"
+                        spellcheck="false"
+                        prop:value=move || form.cron.get()
+                        on:input=move |ev| form.cron.set(event_target_value(&ev))
+                    />
+                    <p class="hint">
+                        "5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, @daily…"
+                    </p>
+                </div>
+                <label for="submit-time-zone">"Time zone"</label>
+                <div>
+                    <input
+                        id="submit-time-zone"
+                        name="time_zone"
+                        placeholder="UTC"
+                        prop:value=move || form.time_zone.get()
+                        on:input=move |ev| form.time_zone.set(event_target_value(&ev))
+                    />
+                </div>
+                <span class="label">"Next fire times"</span>
+                <div class="cron-preview" data-cron-preview="">
+                    {move || match preview.get() {
+                        None => view! { <p class="hint">"Type an expression to see when it fires."</p> }.into_any(),
+                        Some(Err(e)) => view! { <p class="hint bad">{e}</p> }.into_any(),
+                        Some(Ok(p)) if p.next_fire_times.is_empty() => {
+                            view! { <p class="hint">"It never fires again."</p> }.into_any()
+                        }
+                        Some(Ok(p)) => view! {
+                            <ol class="times">
+                                {p.next_fire_times
+                                    .into_iter()
+                                    .map(|at| view! {
+                                        <li><ui::Time at=at/> <span class="hint">" " {ui::relative(at)}</span></li>
+                                    })
+                                    .collect_view()}
+                            </ol>
+                        }
+                        .into_any(),
+                    }}
+                </div>
+            </Show>
+
+            <span></span>
+            <div>
+                <Show when=move || error.with(Option::is_some)>
+                    <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
+                </Show>
+                <div class="actions">
+                    <button type="submit" class="primary" data-action="submit" disabled=move || busy.get()>
+                        {move || if form.when.get() == When::Cron { "Create schedule" } else { "Submit task" }}
+                    </button>
+                </div>
+            </div>
+        </form>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(line: &str) -> Vec<String> {
+        split_command(line).unwrap()
+    }
+
+    #[test]
+    fn splits_like_a_shell() {
+        assert_eq!(split("echo hello  world"), ["echo", "hello", "world"]);
+        assert_eq!(split("  "), Vec::<String>::new());
+        assert_eq!(
+            split(r#"sh -c 'echo "$HOME" | wc'"#),
+            ["sh", "-c", r#"echo "$HOME" | wc"#]
+        );
+        assert_eq!(
+            split(r#"printf "a \"b\" \\ \$x \n""#),
+            ["printf", r#"a "b" \ $x \n"#]
+        );
+        assert_eq!(split(r"a\ b c\'d"), ["a b", "c'd"]);
+        assert_eq!(
+            split("'' \"\" x"),
+            ["", "", "x"],
+            "empty quotes are empty arguments"
+        );
+        assert_eq!(split("pre'fix'\"ed\" next"), ["prefixed", "next"]);
+    }
+
+    #[test]
+    fn unclosed_quotes_are_errors() {
+        assert!(
+            split_command("echo 'oops")
+                .unwrap_err()
+                .contains("single quote")
+        );
+        assert!(
+            split_command("echo \"oops")
+                .unwrap_err()
+                .contains("double quote")
+        );
+        assert!(
+            split_command("echo oops\\")
+                .unwrap_err()
+                .contains("backslash")
+        );
+    }
+
+    #[test]
+    fn a_joined_command_line_splits_back_to_its_arguments() {
+        let cases: &[&[&str]] = &[
+            &["echo", "hello world"],
+            &["sh", "-c", "echo 'it''s' \"$HOME\" | wc -l"],
+            &["", "tab\there", "new\nline", "back\\slash", "--flag=a,b"],
+        ];
+        for argv in cases {
+            let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+            let line = ui::command_line(&argv);
+            assert_eq!(split_command(&line).unwrap(), argv, "round trip of {line}");
+        }
+    }
+
+    #[test]
+    fn environment_lines() {
+        let env = parse_env("A=1\n\n# comment\n B=x=y\nEMPTY=\n").unwrap();
+        assert_eq!(env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(env.get("B").map(String::as_str), Some("x=y"));
+        assert_eq!(env.get("EMPTY").map(String::as_str), Some(""));
+        assert_eq!(env.len(), 3);
+        assert!(parse_env("A=1\nnope").unwrap_err().contains("line 2"));
+        assert!(
+            parse_env("1A=x")
+                .unwrap_err()
+                .contains("not a variable name")
+        );
+        assert!(parse_env("A=1\nA=2").unwrap_err().contains("set twice"));
+    }
+
+    #[test]
+    fn input_json() {
+        assert_eq!(parse_input("  ").unwrap(), None);
+        assert_eq!(
+            parse_input(r#"{"n": 1}"#).unwrap(),
+            Some(serde_json::json!({"n": 1}))
+        );
+        let e = parse_input("{\"n\": }").unwrap_err();
+        assert!(e.contains("line 1, column 7"), "{e}");
+        assert!(!e.contains(" at line "), "the position is said once: {e}");
+    }
 }

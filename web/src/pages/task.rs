@@ -1,8 +1,661 @@
-//! The task page.
+//! One task (`/tasks/:id`): its definition, attempts, output, actions and a live log tail.
+//!
+//! The detail is refetched when a live event names the task (and on `resync`). The log is
+//! read with `GET /api/v1/tasks/{id}/logs?after=N` from the last chunk shown: a `logs` event
+//! naming the task (or `resync`) fetches only the chunks after it, one request at a time.
+//! The log view stays at the bottom while new output arrives unless the reader scrolled up.
 
+use leptos::html::Pre;
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::hooks::{use_navigate, use_params_map};
+use sked_types::{Attempt, LogChunk, StateChange, Submitted, Task, TaskDetail, TaskState};
+use uuid::Uuid;
+
+use crate::{api, live, ui};
+
+/// Log chunks per request.
+const LOG_PAGE: usize = 1000;
+/// Chunks kept in the page; older ones are dropped from the view.
+const LOG_KEEP: usize = 20_000;
+/// A reader closer than this to the bottom of the log (pixels) keeps following it.
+const STICK_PX: i32 = 24;
+
+/// A chunk of the log as shown.
+#[derive(Debug, Clone)]
+struct LogLine {
+    id: i64,
+    stderr: bool,
+    /// The attempt whose output starts with this chunk, when it is not the first attempt.
+    attempt_mark: Option<i32>,
+    data: String,
+}
+
+/// The log tail of one task.
+#[derive(Clone, Copy)]
+struct LogTail {
+    lines: RwSignal<Vec<LogLine>>,
+    /// Whether chunks were dropped from the front of the view.
+    dropped: RwSignal<bool>,
+    error: RwSignal<Option<String>>,
+    /// The task the lines belong to.
+    task: StoredValue<Option<Uuid>>,
+    /// The id of the last chunk read.
+    last: StoredValue<i64>,
+    last_attempt: StoredValue<Option<i32>>,
+    busy: StoredValue<bool>,
+    again: StoredValue<bool>,
+    /// Follow new output (the reader is at the bottom).
+    stick: StoredValue<bool>,
+    pre: NodeRef<Pre>,
+}
+
+impl LogTail {
+    fn new() -> Self {
+        LogTail {
+            lines: RwSignal::new(Vec::new()),
+            dropped: RwSignal::new(false),
+            error: RwSignal::new(None),
+            task: StoredValue::new(None),
+            last: StoredValue::new(0),
+            last_attempt: StoredValue::new(None),
+            busy: StoredValue::new(false),
+            again: StoredValue::new(false),
+            stick: StoredValue::new(true),
+            pre: NodeRef::new(),
+        }
+    }
+
+    fn reset(&self, task: Option<Uuid>) {
+        self.task.set_value(task);
+        self.last.set_value(0);
+        self.last_attempt.set_value(None);
+        self.busy.set_value(false);
+        self.again.set_value(false);
+        self.stick.set_value(true);
+        self.lines.set(Vec::new());
+        self.dropped.set(false);
+        self.error.set(None);
+    }
+
+    fn append(&self, chunks: Vec<LogChunk>) {
+        let Some(last) = chunks.last().map(|c| c.id) else {
+            return;
+        };
+        self.last.set_value(last);
+        let mut previous = self.last_attempt.get_value();
+        let new: Vec<LogLine> = chunks
+            .into_iter()
+            .map(|c| {
+                let mark = match previous {
+                    Some(p) => (p != c.attempt).then_some(c.attempt),
+                    None => (c.attempt > 1).then_some(c.attempt),
+                };
+                previous = Some(c.attempt);
+                LogLine {
+                    id: c.id,
+                    stderr: c.stream == "stderr",
+                    attempt_mark: mark,
+                    data: c.data,
+                }
+            })
+            .collect();
+        self.last_attempt.set_value(previous);
+        let follow = self.stick.get_value();
+        self.lines.update(|lines| {
+            lines.extend(new);
+            if lines.len() > LOG_KEEP {
+                let excess = lines.len() - LOG_KEEP;
+                lines.drain(..excess);
+                self.dropped.set(true);
+            }
+        });
+        if follow {
+            let pre = self.pre;
+            request_animation_frame(move || {
+                if let Some(el) = pre.get_untracked() {
+                    el.set_scroll_top(el.scroll_height());
+                }
+            });
+        }
+    }
+
+    /// Reads the chunks after the last one shown; a call while a read runs makes that read
+    /// go once more instead.
+    fn pull(self) {
+        let Some(Some(task)) = self.task.try_get_value() else {
+            return;
+        };
+        if self.busy.get_value() {
+            self.again.set_value(true);
+            return;
+        }
+        self.busy.set_value(true);
+        spawn_local(async move {
+            loop {
+                let Some(after) = self.last.try_get_value() else {
+                    return;
+                };
+                let result = api::get::<Vec<LogChunk>>(&format!(
+                    "/tasks/{task}/logs?after={after}&limit={LOG_PAGE}"
+                ))
+                .await;
+                // Another task is shown now (its reset cleared `busy`), or the page is gone.
+                if self.task.try_get_value() != Some(Some(task)) {
+                    return;
+                }
+                let full = match result {
+                    Ok(chunks) => {
+                        let full = chunks.len() == LOG_PAGE;
+                        self.error.set(None);
+                        self.append(chunks);
+                        full
+                    }
+                    Err(e) => {
+                        self.error.set(Some(e.message));
+                        false
+                    }
+                };
+                if full {
+                    continue;
+                }
+                if self.again.get_value() {
+                    self.again.set_value(false);
+                    continue;
+                }
+                self.busy.set_value(false);
+                return;
+            }
+        });
+    }
+
+    fn on_scroll(&self) {
+        if let Some(el) = self.pre.get_untracked() {
+            let gap = el.scroll_height() - el.scroll_top() - el.client_height();
+            self.stick.set_value(gap <= STICK_PX);
+        }
+    }
+}
 
 #[component]
 pub fn TaskPage() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let live = live::live();
+    let params = use_params_map();
+    let raw_id = Memo::new(move |_| params.with(|p| p.get("id").unwrap_or_default()));
+    let id = Memo::new(move |_| raw_id.with(|s| Uuid::parse_str(s).ok()));
+    let detail = RwSignal::new(None::<TaskDetail>);
+    let error = RwSignal::new(None::<String>);
+    // The last action's error; kept while the detail is refetched.
+    let action_error = RwSignal::new(None::<String>);
+    let generation = StoredValue::new(0u64);
+    let log = LogTail::new();
+    let tick = ui::ticker(1000);
+
+    let load = move || {
+        let Some(task) = id.get_untracked() else {
+            return;
+        };
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        spawn_local(async move {
+            let result = api::get::<TaskDetail>(&format!("/tasks/{task}")).await;
+            if generation.try_get_value() != Some(mine) {
+                return;
+            }
+            match result {
+                Ok(d) => {
+                    // The log is read once the task is known to exist and be visible.
+                    let first = detail.with_untracked(Option::is_none);
+                    detail.set(Some(d));
+                    error.set(None);
+                    if first {
+                        log.pull();
+                    }
+                }
+                Err(e) => error.set(Some(e.message)),
+            }
+        });
+    };
+
+    // A new id (also when "Run again" leads to the new task): start over.
+    Effect::new(move |_| {
+        let task = id.get();
+        detail.set(None);
+        error.set(None);
+        action_error.set(None);
+        log.reset(task);
+        if task.is_some() {
+            load();
+        }
+    });
+    Effect::new(move |previous: Option<()>| {
+        live.resync.track();
+        if previous.is_some() {
+            load();
+            log.pull();
+        }
+    });
+    Effect::new(move |previous: Option<()>| {
+        let batch = live.tasks.get();
+        if previous.is_some()
+            && let Some(task) = id.get_untracked()
+            && batch.iter().any(|t| t.id == task)
+        {
+            load();
+        }
+    });
+    Effect::new(move |previous: Option<()>| {
+        let batch = live.logs.get();
+        if previous.is_some()
+            && let Some(task) = id.get_untracked()
+            && batch.contains(&task)
+        {
+            log.pull();
+        }
+    });
+
+    let title = move || match id.get() {
+        Some(task) => format!("Task {}", ui::short_id(&task)),
+        None => "Task".to_owned(),
+    };
+    let state = move || detail.with(|d| d.as_ref().map(|d| d.task.state));
+    view! {
+        <div class="task-head">
+            <h1>{title}</h1>
+            {move || state().map(|s| view! { <ui::StateBadge state=s/> })}
+        </div>
+        <Show when=move || id.with(Option::is_none)>
+            <ui::ErrorBox message=Signal::derive(move || {
+                format!("“{}” is not a task id.", raw_id.get())
+            })/>
+        </Show>
+        <Show when=move || error.with(Option::is_some)>
+            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
+        </Show>
+        <Show when=move || {
+            id.with(Option::is_some) && detail.with(Option::is_none) && error.with(Option::is_none)
+        }>
+            <p class="empty loading">"Loading…"</p>
+        </Show>
+        {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
+        <Show when=move || detail.with(Option::is_some)>
+            <section class="panel">
+                <h2>"Log"</h2>
+                <Show when=move || log.dropped.get()>
+                    <p class="hint">"Earlier output is not shown (the view keeps the last chunks)."</p>
+                </Show>
+                <Show when=move || log.error.with(Option::is_some)>
+                    <ui::ErrorBox message=Signal::derive(move || log.error.get().unwrap_or_default())/>
+                </Show>
+                <pre
+                    class="log"
+                    data-log=move || id.get().map(|i| i.to_string()).unwrap_or_default()
+                    node_ref=log.pre
+                    on:scroll=move |_| log.on_scroll()
+                >
+                    <For each=move || log.lines.get() key=|line| line.id let:line>
+                        {line.attempt_mark.map(|n| view! { <span class="mark">{format!("── attempt {n} ──\n")}</span> })}
+                        <span class:stderr=line.stderr>{line.data}</span>
+                    </For>
+                </pre>
+                <Show when=move || log.lines.with(Vec::is_empty) && log.error.with(Option::is_none)>
+                    <p class="hint">
+                        {move || {
+                            let running = detail
+                                .with(|d| d.as_ref().is_some_and(|d| !d.task.state.is_final()));
+                            if running { "No output yet." } else { "No output." }
+                        }}
+                    </p>
+                </Show>
+            </section>
+        </Show>
+        {move || detail.get().map(|d| view! { <Definition detail=d tick=tick/> })}
+    }
+}
+
+/// Above the log: the command, actions, what and where the task runs, and its output.
+#[component]
+fn Detail(
+    detail: TaskDetail,
+    tick: ReadSignal<u64>,
+    reload: impl Fn() + Copy + Send + Sync + 'static,
+    action_error: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let task = detail.task;
+    let t = task.clone();
+    let argv: Vec<String> = sked_types::events::TaskSummary::from(&task).argv;
+    let command = if task.kind == "command" {
+        ui::command_line(&argv)
+    } else {
+        format!("({}) {}", task.kind, ui::command_line(&argv))
+    };
+    let running_for = {
+        let (start, end) = (task.started_at, task.finished_at);
+        move || {
+            start.map(|s| {
+                let end = end.unwrap_or_else(|| {
+                    tick.track();
+                    ui::now()
+                });
+                ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
+            })
+        }
+    };
+    let output = task.output.as_ref().map(pretty);
+    // The command line above says it all unless the arguments were given apart.
+    let split_args = !task.args.is_empty();
+    view! {
+        <p class="mono command-line">{command}</p>
+        <Actions task=t reload=reload error=action_error/>
+        <section class="panel">
+            <dl class="kv">
+                {task.cancel_requested_at.filter(|_| !task.state.is_final()).map(|at| view! {
+                    <dt>"Cancel requested"</dt>
+                    <dd><ui::Time at=at/> " — the worker is stopping the process"</dd>
+                })}
+                <dt>"Id"</dt>
+                <dd class="mono">{task.id.to_string()}</dd>
+                {task.name.clone().map(|n| view! { <dt>"Name"</dt> <dd>{n}</dd> })}
+                {task.workflow_id.map(|w| view! {
+                    <dt>"Workflow"</dt>
+                    <dd><a class="mono" href=format!("/workflows/{w}")>{w.to_string()}</a></dd>
+                })}
+                {task.shard_of.map(|p| view! {
+                    <dt>"Shard of"</dt>
+                    <dd>
+                        <a class="mono" href=format!("/tasks/{p}")>{p.to_string()}</a>
+                        {task.shard_index.zip(task.shard_total).map(|(i, n)| format!(" (shard {i} of {n})"))}
+                    </dd>
+                })}
+                {(task.shard_of.is_none() && task.shard_total.is_some()).then(|| view! {
+                    <dt>"Shards"</dt>
+                    <dd>
+                        <a href=format!("/tasks?shard_of={}", task.id)>
+                            {format!("{} shards", task.shard_total.unwrap_or_default())}
+                        </a>
+                        {task.broadcast.then_some(" (broadcast: one per worker)")}
+                    </dd>
+                })}
+                <dt>"Owner"</dt>
+                <dd>{task.owner.clone()}</dd>
+                <dt>"Kind"</dt>
+                <dd>{task.kind.clone()}</dd>
+                {task.command.clone().filter(|_| split_args).map(|c| view! {
+                    <dt>"Command"</dt>
+                    <dd class="mono">{ui::command_line(&c)}</dd>
+                })}
+                {(!task.args.is_empty()).then(|| view! {
+                    <dt>"Arguments"</dt>
+                    <dd class="mono">{ui::command_line(&task.args)}</dd>
+                })}
+                {task.artifact_url.clone().map(|u| view! {
+                    <dt>"Artifact"</dt>
+                    <dd class="mono">
+                        {u}
+                        {task.artifact_sha256.clone().map(|s| view! { <br/> <span class="hint">"sha256 " {s}</span> })}
+                    </dd>
+                })}
+                <dt>"Queue"</dt>
+                <dd><a href=format!("/tasks?queue={}", api::enc(&task.queue))>{task.queue.clone()}</a></dd>
+                <dt>"Priority"</dt>
+                <dd>{task.priority}</dd>
+                {(!task.labels.is_empty()).then(|| view! {
+                    <dt>"Labels"</dt>
+                    <dd>{task.labels.join(", ")}</dd>
+                })}
+                <dt>"Attempts"</dt>
+                <dd>
+                    {format!("{} of {}", task.attempt, task.max_attempts)}
+                    <span class="hint">
+                        {format!(
+                            " · backoff {} up to {}",
+                            ui::duration(task.backoff_base_secs),
+                            ui::duration(task.backoff_max_secs)
+                        )}
+                    </span>
+                </dd>
+                <dt>"Timeout"</dt>
+                <dd>{task.timeout_secs.map(ui::duration).unwrap_or_else(|| "none".into())}</dd>
+                {task.output_path.clone().map(|p| view! { <dt>"Output path"</dt> <dd class="mono">{p}</dd> })}
+                {task.idempotency_key.clone().map(|k| view! { <dt>"Idempotency key"</dt> <dd class="mono">{k}</dd> })}
+                <dt>"Created"</dt>
+                <dd><ui::Time at=task.created_at/></dd>
+                {matches!(task.state, TaskState::Waiting | TaskState::Retry).then(|| {
+                    let at = task.next_run_at;
+                    view! {
+                        <dt>"Runs"</dt>
+                        <dd>
+                            <ui::Time at=at/>
+                            <span class="hint">
+                                " ("
+                                {move || {
+                                    tick.track();
+                                    if at <= ui::now() { "due".to_owned() } else { ui::relative(at) }
+                                }}
+                                ")"
+                            </span>
+                        </dd>
+                    }
+                })}
+                {task.started_at.map(|at| view! { <dt>"Started"</dt> <dd><ui::Time at=at/></dd> })}
+                {task.finished_at.map(|at| view! { <dt>"Finished"</dt> <dd><ui::Time at=at/></dd> })}
+                {task.started_at.is_some().then(|| view! { <dt>"Duration"</dt> <dd>{running_for}</dd> })}
+                {task.worker_id.map(|w| view! {
+                    <dt>"Worker"</dt>
+                    <dd><a class="mono" href="/workers" title=w.to_string()>{ui::short_id(&w)}</a></dd>
+                })}
+                {task.exit_code.map(|c| view! { <dt>"Exit code"</dt> <dd>{c}</dd> })}
+                {task.error.clone().map(|e| view! { <dt>"Error"</dt> <dd class="bad">{e}</dd> })}
+            </dl>
+        </section>
+        {output.map(|json| view! {
+            <section class="panel">
+                <h2>"Output"</h2>
+                <pre class="json">{json}</pre>
+            </section>
+        })}
+    }
+}
+
+/// What the task was given, and its attempts: below the log.
+#[component]
+fn Definition(detail: TaskDetail, tick: ReadSignal<u64>) -> impl IntoView {
+    let TaskDetail { task, attempts } = detail;
+    let input = task.input.as_ref().map(pretty);
+    let env = task.env;
+    view! {
+        <Attempts attempts=attempts tick=tick/>
+        {input.map(|json| view! {
+            <section class="panel">
+                <h2>"Input"</h2>
+                <pre class="json">{json}</pre>
+            </section>
+        })}
+        {(!env.is_empty()).then(|| view! {
+            <section class="panel">
+                <h2>"Environment"</h2>
+                <dl class="kv mono">
+                    {env.into_iter().map(|(k, v)| view! { <dt>{k}</dt> <dd>{v}</dd> }).collect_view()}
+                </dl>
+            </section>
+        })}
+    }
+}
+
+/// Cancel, Retry and Run again, as the task's state allows.
+#[component]
+fn Actions(
+    task: Task,
+    reload: impl Fn() + Copy + Send + Sync + 'static,
+    error: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let navigate = use_navigate();
+    let busy = RwSignal::new(false);
+    let id = task.id;
+    let state = task.state;
+    let can_cancel = !state.is_final();
+    let cancel_pending = task.cancel_requested_at.is_some() && state == TaskState::Running;
+    let can_retry = matches!(state, TaskState::Failed | TaskState::Cancelled);
+    // A workflow's task runs with its workflow and a shard with its parent: the API refuses
+    // to resubmit them alone.
+    let can_rerun = task.workflow_id.is_none() && task.shard_of.is_none();
+
+    let change = move |action: &'static str| {
+        busy.set(true);
+        error.set(None);
+        spawn_local(async move {
+            let result = api::post_empty::<StateChange>(&format!("/tasks/{id}/{action}")).await;
+            busy.try_set(false);
+            match result {
+                Ok(_) => {
+                    error.try_set(None);
+                    reload();
+                }
+                Err(e) => {
+                    error.try_set(Some(e.message));
+                }
+            }
+        });
+    };
+    let rerun = move |_| {
+        busy.set(true);
+        error.set(None);
+        let navigate = navigate.clone();
+        spawn_local(async move {
+            let result = api::post_empty::<Submitted>(&format!("/tasks/{id}/resubmit")).await;
+            busy.try_set(false);
+            match result {
+                Ok(Submitted { ids }) => {
+                    if let Some(new) = ids.first() {
+                        navigate(&format!("/tasks/{new}"), Default::default());
+                    }
+                }
+                Err(e) => {
+                    error.try_set(Some(e.message));
+                }
+            }
+        });
+    };
+    view! {
+        <div class="actions">
+            {can_cancel.then(|| view! {
+                <button
+                    class="danger"
+                    data-action="cancel"
+                    disabled=move || busy.get() || cancel_pending
+                    title=if cancel_pending { "Cancel requested: the worker is stopping the process" } else { "Cancel this task" }
+                    on:click=move |_| change("cancel")
+                >
+                    {if cancel_pending { "Cancelling…" } else { "Cancel" }}
+                </button>
+            })}
+            {can_retry.then(|| view! {
+                <button
+                    data-action="retry"
+                    disabled=move || busy.get()
+                    title="Run this task again, as a further attempt"
+                    on:click=move |_| change("retry")
+                >
+                    "Retry"
+                </button>
+            })}
+            {can_rerun.then(|| view! {
+                <button
+                    data-action="rerun"
+                    disabled=move || busy.get()
+                    title="Submit a new task with this task's definition"
+                    on:click=rerun
+                >
+                    "Run again"
+                </button>
+            })}
+        </div>
+        <Show when=move || error.with(Option::is_some)>
+            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
+        </Show>
+    }
+}
+
+/// The attempts, oldest first.
+#[component]
+fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
+    if attempts.is_empty() {
+        return view! {
+            <section class="panel">
+                <h2>"Attempts"</h2>
+                <p class="empty">"Not started yet."</p>
+            </section>
+        }
+        .into_any();
+    }
+    let rows = attempts
+        .into_iter()
+        .map(|a| {
+            let (start, end) = (a.started_at, a.finished_at);
+            let duration = move || {
+                start.map(|s| {
+                    let end = end.unwrap_or_else(|| {
+                    tick.track();
+                    ui::now()
+                });
+                    ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
+                })
+            };
+            view! {
+                <tr data-attempt=a.attempt>
+                    <td class="num">{a.attempt}</td>
+                    <td>
+                        <span class=format!("badge {}", outcome_class(&a.outcome))>
+                            {a.outcome.replace('_', " ")}
+                        </span>
+                    </td>
+                    <td class="mono hide-narrow">
+                        {a.worker_id.map(|w| view! { <span title=w.to_string()>{ui::short_id(&w)}</span> })}
+                    </td>
+                    <td>{a.started_at.map(|at| view! { <ui::Time at=at/> })}</td>
+                    <td class="hide-narrow">{a.finished_at.map(|at| view! { <ui::Time at=at/> })}</td>
+                    <td class="num">{duration}</td>
+                    <td class="num">{a.exit_code}</td>
+                    <td class="wrap">{a.error}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="panel">
+            <h2>"Attempts"</h2>
+            <div class="table-wrap">
+                <table class="attempts">
+                    <thead>
+                        <tr>
+                            <th class="num">"#"</th>
+                            <th>"Outcome"</th>
+                            <th class="hide-narrow">"Worker"</th>
+                            <th>"Started"</th>
+                            <th class="hide-narrow">"Finished"</th>
+                            <th class="num">"Duration"</th>
+                            <th class="num">"Exit"</th>
+                            <th>"Error"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        </section>
+    }
+    .into_any()
+}
+
+/// The colour of an attempt's outcome, from the task states' palette.
+fn outcome_class(outcome: &str) -> &'static str {
+    match outcome {
+        "succeeded" => "state-succeeded",
+        "running" => "state-running",
+        "failed" | "timed_out" | "worker_lost" => "state-failed",
+        _ => "state-cancelled",
+    }
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }

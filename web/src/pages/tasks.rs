@@ -1,8 +1,636 @@
-//! The tasks page.
+//! The task list (`/tasks`): filters kept in the address, keyset pages, rows updated live.
+//!
+//! The filters (`state`, `queue`, `owner`, `q`, `shard_of`) and the page (`after`) are the
+//! query string of the page's address, so a link reproduces the view; the API gets the same
+//! parameters. Live events patch the rows shown in place. On the first page, a task that
+//! now matches the filters and belongs on the page, or a row that no longer matches them,
+//! refetches the page (debounced); `resync` refetches it on any page.
+
+use std::time::Duration;
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::NavigateOptions;
+use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::params::ParamsMap;
+use sked_types::events::TaskSummary;
+use sked_types::{QueueCounts, TaskState, TaskSummaryPage};
+use uuid::Uuid;
+
+use crate::{api, live, ui};
+
+/// The filter value of "every unfinished state".
+const UNFINISHED: &str = "blocked,waiting,running,retry";
+/// Wait after a live event before refetching, so a burst of events costs one request.
+const REFETCH_DEBOUNCE_MS: u64 = 300;
+/// Wait after the last keystroke in the search box before searching.
+const TYPING_DEBOUNCE_MS: u64 = 400;
+
+/// The view's filters and page, as in the address.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Filters {
+    /// Comma-separated states.
+    state: String,
+    queue: String,
+    owner: String,
+    q: String,
+    shard_of: String,
+    after: String,
+}
+
+impl Filters {
+    fn from_query(query: &ParamsMap) -> Self {
+        let get = |key| query.get(key).unwrap_or_default();
+        Filters {
+            state: get("state"),
+            queue: get("queue"),
+            owner: get("owner"),
+            q: get("q"),
+            shard_of: get("shard_of"),
+            after: get("after"),
+        }
+    }
+
+    fn pairs(&self) -> [(&'static str, &str); 6] {
+        [
+            ("state", &self.state),
+            ("queue", &self.queue),
+            ("owner", &self.owner),
+            ("q", &self.q),
+            ("shard_of", &self.shard_of),
+            ("after", &self.after),
+        ]
+    }
+
+    /// `?state=…&queue=…` with the non-empty values, or an empty string.
+    fn query_string(&self) -> String {
+        let parts: Vec<String> = self
+            .pairs()
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}={}", api::enc(v)))
+            .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", parts.join("&"))
+        }
+    }
+
+    /// The address of this view in the dashboard.
+    fn href(&self) -> String {
+        format!("/tasks{}", self.query_string())
+    }
+
+    /// The API request for this view.
+    fn api_path(&self) -> String {
+        let query = self.query_string();
+        let sep = if query.is_empty() { "?" } else { "&" };
+        format!("/tasks{query}{sep}view=summary")
+    }
+
+    fn first_page(&self) -> bool {
+        self.after.is_empty()
+    }
+
+    fn states(&self) -> Vec<TaskState> {
+        self.state
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect()
+    }
+
+    /// Whether a task passes the filters, as the API decides it.
+    fn matches(&self, t: &TaskSummary) -> bool {
+        let states = self.states();
+        let text = self.q.to_lowercase();
+        (states.is_empty() || states.contains(&t.state))
+            && (self.queue.is_empty() || t.queue == self.queue)
+            && (self.owner.is_empty() || t.owner == self.owner)
+            && (self.shard_of.is_empty()
+                || t.shard_of.map(|p| p.to_string()) == Some(self.shard_of.clone()))
+            && (text.is_empty()
+                || t.argv.join(" ").to_lowercase().contains(&text)
+                || t.name
+                    .as_deref()
+                    .is_some_and(|n| n.to_lowercase().contains(&text)))
+    }
+
+    fn is_filtered(&self) -> bool {
+        self.pairs()[..5].iter().any(|(_, v)| !v.is_empty())
+    }
+}
+
+/// One row: the task's summary in a signal of its own, so a live event updates the row
+/// without rebuilding the table.
+#[derive(Clone)]
+struct Row {
+    id: Uuid,
+    task: ArcRwSignal<TaskSummary>,
+}
+
+impl Row {
+    fn new(task: TaskSummary) -> Self {
+        Row {
+            id: task.id,
+            task: ArcRwSignal::new(task),
+        }
+    }
+}
 
 #[component]
 pub fn TaskList() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let session = api::session();
+    let live = live::live();
+    let query = use_query_map();
+    let filters = Memo::new(move |_| query.with(Filters::from_query));
+    let rows = RwSignal::new(Vec::<Row>::new());
+    let next_cursor = RwSignal::new(None::<Uuid>);
+    let scan_limited = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let loaded = RwSignal::new(false);
+    let loading = RwSignal::new(false);
+    let generation = StoredValue::new(0u64);
+    // Re-renders ages and running durations every second.
+    let tick = ui::ticker(1000);
+
+    // Loads the page the filters name; an answer to an older request is dropped.
+    let fetch = move || {
+        let f = filters.get_untracked();
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        loading.set(true);
+        spawn_local(async move {
+            let result = api::get::<TaskSummaryPage>(&f.api_path()).await;
+            if generation.try_get_value() != Some(mine) {
+                return;
+            }
+            loading.set(false);
+            match result {
+                Ok(page) => {
+                    rows.set(page.tasks.into_iter().map(Row::new).collect());
+                    next_cursor.set(page.next_cursor);
+                    scan_limited.set(page.scan_limit_reached);
+                    error.set(None);
+                    loaded.set(true);
+                }
+                Err(e) => error.set(Some(e.message)),
+            }
+        });
+    };
+    let debounce = StoredValue::new(0u64);
+    let fetch_soon = move || {
+        debounce.update_value(|n| *n += 1);
+        let mine = debounce.get_value();
+        spawn_local(async move {
+            gloo_timers::future::sleep(Duration::from_millis(REFETCH_DEBOUNCE_MS)).await;
+            if debounce.try_get_value() == Some(mine) {
+                fetch();
+            }
+        });
+    };
+
+    Effect::new(move |_| {
+        filters.track();
+        fetch();
+    });
+    Effect::new(move |previous: Option<()>| {
+        live.resync.track();
+        if previous.is_some() {
+            fetch();
+        }
+    });
+    Effect::new(move |previous: Option<()>| {
+        let batch = live.tasks.get();
+        if previous.is_none() {
+            return;
+        }
+        let f = filters.get_untracked();
+        let complete = next_cursor.get_untracked().is_none();
+        let mut refetch = false;
+        rows.with_untracked(|rows| {
+            for task in batch.iter() {
+                match rows.iter().find(|r| r.id == task.id) {
+                    Some(row) => {
+                        row.task.set(task.clone());
+                        refetch |= f.first_page() && !f.matches(task);
+                    }
+                    None => {
+                        // Newest first: a task belongs on the first page when the page holds
+                        // every match, or when it is newer than the page's last row.
+                        let on_page = complete || rows.last().is_none_or(|last| task.id > last.id);
+                        refetch |= f.first_page() && on_page && f.matches(task);
+                    }
+                }
+            }
+        });
+        if refetch {
+            fetch_soon();
+        }
+    });
+
+    // Queue names for the queue filter's suggestions.
+    let queues = RwSignal::new(Vec::<String>::new());
+    spawn_local(async move {
+        if let Ok(counts) = api::get::<Vec<QueueCounts>>("/queues").await {
+            queues.try_set(counts.into_iter().map(|c| c.queue).collect());
+        }
+    });
+
+    let navigate = use_navigate();
+    let go = move |f: Filters, replace: bool| {
+        navigate(
+            &f.href(),
+            NavigateOptions {
+                replace,
+                scroll: false,
+                ..NavigateOptions::default()
+            },
+        );
+    };
+    // Changes one filter and goes back to the first page.
+    let set_filter = {
+        let go = go.clone();
+        move |key: &'static str, value: String, replace: bool| {
+            let mut f = filters.get_untracked();
+            match key {
+                "state" => f.state = value,
+                "queue" => f.queue = value.trim().to_owned(),
+                "owner" => f.owner = value.trim().to_owned(),
+                "q" => f.q = value,
+                "shard_of" => f.shard_of = value,
+                _ => return,
+            }
+            f.after.clear();
+            if f != filters.get_untracked() {
+                go(f, replace);
+            }
+        }
+    };
+    let typing = StoredValue::new(0u64);
+    let search_input = {
+        let set_filter = set_filter.clone();
+        move |text: String| {
+            typing.update_value(|n| *n += 1);
+            let mine = typing.get_value();
+            let set_filter = set_filter.clone();
+            spawn_local(async move {
+                gloo_timers::future::sleep(Duration::from_millis(TYPING_DEBOUNCE_MS)).await;
+                if typing.try_get_value() == Some(mine) {
+                    set_filter("q", text, true);
+                }
+            });
+        }
+    };
+
+    let is_admin = move || {
+        session
+            .me
+            .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
+    };
+    let state_options = move || {
+        let current = filters.with(|f| f.state.clone());
+        let mut options: Vec<(String, String)> = vec![
+            (String::new(), "All states".into()),
+            (UNFINISHED.into(), "Unfinished".into()),
+        ];
+        options.extend(
+            TaskState::ALL
+                .iter()
+                .map(|s| (s.as_str().to_owned(), s.as_str().replace('_', " "))),
+        );
+        if !options.iter().any(|(v, _)| *v == current) {
+            options.push((current.clone(), current.replace(',', ", ")));
+        }
+        options
+            .into_iter()
+            .map(|(value, label)| {
+                let selected = value == current;
+                view! { <option value=value selected=selected>{label}</option> }
+            })
+            .collect_view()
+    };
+
+    let on_state = {
+        let set_filter = set_filter.clone();
+        move |ev| set_filter("state", event_target_value(&ev), false)
+    };
+    let on_queue = {
+        let set_filter = set_filter.clone();
+        move |ev| set_filter("queue", event_target_value(&ev), false)
+    };
+    let on_owner = {
+        let set_filter = set_filter.clone();
+        move |ev| set_filter("owner", event_target_value(&ev), false)
+    };
+    let on_search_change = {
+        let set_filter = set_filter.clone();
+        move |ev| {
+            typing.update_value(|n| *n += 1);
+            set_filter("q", event_target_value(&ev), false)
+        }
+    };
+    let clear_shard = {
+        let set_filter = set_filter.clone();
+        move |_| set_filter("shard_of", String::new(), false)
+    };
+
+    let newest_href = move || {
+        let mut f = filters.get();
+        f.after.clear();
+        f.href()
+    };
+    let older_href = move || {
+        next_cursor.get().map(|cursor| {
+            let mut f = filters.get();
+            f.after = cursor.to_string();
+            f.href()
+        })
+    };
+
+    view! {
+        <h1>"Tasks"</h1>
+        <form class="filters" role="search" on:submit=|ev| ev.prevent_default()>
+            <select name="state" aria-label="State" on:change=on_state>{state_options}</select>
+            <input
+                name="queue"
+                placeholder="Queue"
+                aria-label="Queue"
+                list="task-list-queues"
+                size="12"
+                prop:value=move || filters.with(|f| f.queue.clone())
+                on:change=on_queue
+            />
+            <datalist id="task-list-queues">
+                {move || {
+                    queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()
+                }}
+            </datalist>
+            <Show when=is_admin>
+                <input
+                    name="owner"
+                    placeholder="Owner"
+                    aria-label="Owner"
+                    size="12"
+                    prop:value=move || filters.with(|f| f.owner.clone())
+                    on:change=on_owner.clone()
+                />
+            </Show>
+            <input
+                type="search"
+                name="q"
+                placeholder="Search commands"
+                aria-label="Search commands"
+                prop:value=move || filters.with(|f| f.q.clone())
+                on:input=move |ev| search_input(event_target_value(&ev))
+                on:change=on_search_change
+            />
+            <Show when=move || filters.with(|f| !f.shard_of.is_empty())>
+                <span class="notice">
+                    "Shards of "
+                    <a href=move || format!("/tasks/{}", filters.with(|f| f.shard_of.clone()))>
+                        {move || filters.with(|f| f.shard_of.clone())}
+                    </a>
+                    " "
+                    <button type="button" class="link" on:click=clear_shard.clone()>"show all"</button>
+                </span>
+            </Show>
+            <Show when=move || loading.get() && loaded.get()>
+                <span class="hint">"Updating…"</span>
+            </Show>
+        </form>
+        <Show when=move || error.with(Option::is_some)>
+            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
+        </Show>
+        <Show when=move || !loaded.get() && error.with(Option::is_none)>
+            <p class="empty loading">"Loading…"</p>
+        </Show>
+        <Show when=move || loaded.get() && rows.with(Vec::is_empty)>
+            <p class="empty">
+                {move || {
+                    if scan_limited.get() {
+                        "No match among the tasks searched so far: “Older →” searches further."
+                    } else if filters.with(Filters::is_filtered) {
+                        "No tasks match these filters."
+                    } else if !filters.with(Filters::first_page) {
+                        "No older tasks."
+                    } else {
+                        "No tasks yet. Submit one on the Submit page, or with sked submit."
+                    }
+                }}
+            </p>
+        </Show>
+        <Show when=move || rows.with(|r| !r.is_empty())>
+            <div class="table-wrap">
+                <table class="task-list">
+                    <thead>
+                        <tr>
+                            <th>"Task"</th>
+                            <th>"State"</th>
+                            <th class="hide-narrow">"Queue"</th>
+                            <th>"Command"</th>
+                            <th class="num hide-narrow">"Attempt"</th>
+                            <Show when=is_admin>
+                                <th class="hide-narrow">"Owner"</th>
+                            </Show>
+                            <th>"Created"</th>
+                            <th class="num hide-narrow">"Duration"</th>
+                            <th class="num hide-narrow">"Exit"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For each=move || rows.get() key=|row| row.id let:row>
+                            <TaskRow task=row.task tick=tick admin=Signal::derive(is_admin)/>
+                        </For>
+                    </tbody>
+                </table>
+            </div>
+        </Show>
+        <Show when=move || scan_limited.get() && rows.with(|r| !r.is_empty())>
+            <p class="hint">
+                "The server stopped at its scan limit before filling this page: “Older →” continues the search."
+            </p>
+        </Show>
+        <nav class="pager">
+            <Show when=move || !filters.with(Filters::first_page)>
+                <a class="button" href=newest_href>"Newest"</a>
+            </Show>
+            {move || older_href().map(|href| view! { <a class="button" href=href>"Older →"</a> })}
+        </nav>
+    }
+}
+
+/// One task's row; it follows the task's signal.
+#[component]
+fn TaskRow(
+    task: ArcRwSignal<TaskSummary>,
+    tick: ReadSignal<u64>,
+    admin: Signal<bool>,
+) -> impl IntoView {
+    let t = task.clone();
+    let id = t.with_untracked(|t| t.id);
+    let state = {
+        let t = t.clone();
+        Signal::derive(move || t.with(|t| t.state))
+    };
+    let command = {
+        let t = t.clone();
+        move || {
+            t.with(|t| {
+                if t.kind == "command" {
+                    ui::command_line(&t.argv)
+                } else {
+                    // A built-in (`noop`, `sleep`): its arguments alone would read as a command.
+                    format!("({}) {}", t.kind, ui::command_line(&t.argv))
+                }
+            })
+        }
+    };
+    let name = {
+        let t = t.clone();
+        move || t.with(|t| t.name.clone())
+    };
+    let queue = {
+        let t = t.clone();
+        move || t.with(|t| t.queue.clone())
+    };
+    let attempt = {
+        let t = t.clone();
+        move || t.with(|t| format!("{}/{}", t.attempt, t.max_attempts))
+    };
+    let owner = {
+        let t = t.clone();
+        move || t.with(|t| t.owner.clone())
+    };
+    let created = t.with_untracked(|t| t.created_at);
+    let duration = {
+        let t = t.clone();
+        move || {
+            t.with(|t| {
+                t.started_at.map(|start| {
+                    let end = t.finished_at.unwrap_or_else(|| {
+                        tick.track();
+                        ui::now()
+                    });
+                    ui::duration((end - start).num_milliseconds().max(0) as f64 / 1000.0)
+                })
+            })
+        }
+    };
+    let exit = {
+        let t = t.clone();
+        move || t.with(|t| t.exit_code.map(|c| c.to_string()))
+    };
+    let cancel_requested = {
+        let t = t.clone();
+        move || t.with(|t| t.cancel_requested && !t.state.is_final())
+    };
+    let command_title = command.clone();
+    view! {
+        <tr data-task-id=id.to_string() data-state=move || state.get().as_str()>
+            <td class="mono">
+                <a href=format!("/tasks/{id}") title=id.to_string()>{ui::short_id(&id)}</a>
+            </td>
+            <td>
+                <ui::StateBadge state=state/>
+                <Show when=cancel_requested.clone()>
+                    <span class="hint" title="cancel requested">" ⏹"</span>
+                </Show>
+            </td>
+            <td class="hide-narrow">{queue}</td>
+            <td>
+                <div class="cmd" title=command_title>
+                    {move || name().map(|n| view! { <b>{n}</b> " " })}
+                    {command}
+                </div>
+            </td>
+            <td class="num hide-narrow">{attempt}</td>
+            <Show when=move || admin.get()>
+                <td class="hide-narrow">{owner.clone()}</td>
+            </Show>
+            <td>
+                <time datetime=created.to_rfc3339() title=ui::local_time(created)>
+                    {move || {
+                        tick.track();
+                        ui::relative(created)
+                    }}
+                </time>
+            </td>
+            <td class="num hide-narrow">{duration}</td>
+            <td class="num hide-narrow">{exit}</td>
+        </tr>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(state: TaskState, queue: &str, argv: &[&str]) -> TaskSummary {
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        TaskSummary {
+            id: Uuid::nil(),
+            owner: "alice".into(),
+            queue: queue.into(),
+            priority: 0,
+            kind: "command".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            state,
+            attempt: 0,
+            max_attempts: 3,
+            next_run_at: at,
+            created_at: at,
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            worker_id: None,
+            cancel_requested: false,
+            workflow_id: None,
+            name: None,
+            shard_of: None,
+        }
+    }
+
+    #[test]
+    fn live_tasks_are_matched_against_the_filters_as_the_api_does() {
+        let f = Filters {
+            state: "failed,cancelled".into(),
+            queue: "reports".into(),
+            q: "NIGHTLY run".into(),
+            ..Filters::default()
+        };
+        let t = task(
+            TaskState::Failed,
+            "reports",
+            &["sh", "-c", "nightly", "run.sh"],
+        );
+        assert!(f.matches(&t), "states, queue and text all match");
+        assert!(
+            !f.matches(&task(TaskState::Succeeded, "reports", &["nightly", "run"])),
+            "a state outside the list"
+        );
+        assert!(
+            !f.matches(&task(TaskState::Failed, "default", &["nightly", "run"])),
+            "another queue"
+        );
+        assert!(
+            !f.matches(&task(TaskState::Failed, "reports", &["nightly"])),
+            "the text is searched in the joined command line"
+        );
+        let named = TaskSummary {
+            name: Some("Nightly Run".into()),
+            ..task(TaskState::Cancelled, "reports", &["true"])
+        };
+        assert!(f.matches(&named), "the text is also searched in the name");
+        assert!(
+            Filters::default().matches(&t),
+            "no filter matches every task"
+        );
+        assert!(!Filters::default().is_filtered());
+        let page_two = Filters {
+            after: Uuid::nil().to_string(),
+            ..Filters::default()
+        };
+        assert!(!page_two.is_filtered() && !page_two.first_page());
+    }
 }
