@@ -69,9 +69,16 @@ impl Browser {
         if dark {
             args.push("--blink-settings=preferredColorScheme=0".to_owned());
         }
+        let mut options = json!({ "binary": chromium, "args": args });
+        if width < 500 {
+            // A desktop window cannot be narrower than 500 px: emulate a phone's viewport.
+            options["mobileEmulation"] = json!({
+                "deviceMetrics": { "width": width, "height": height, "pixelRatio": 2.0 }
+            });
+        }
         let caps = json!({
             "browserName": "chrome",
-            "goog:chromeOptions": { "binary": chromium, "args": args },
+            "goog:chromeOptions": options,
             "goog:loggingPrefs": { "browser": "ALL" },
         });
         let caps = match caps {
