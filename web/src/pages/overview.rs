@@ -96,7 +96,7 @@ pub fn Overview() -> impl IntoView {
         <Show
             when=move || fetched.data.with(Option::is_some)
             fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty">"Loading…"</p> })
+                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
             }
         >
             <p class="hint" data-overview-at=move || fetched.data.with(|o| o.as_ref().map(|o| o.at.to_rfc3339()))>

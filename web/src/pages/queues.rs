@@ -40,7 +40,7 @@ pub fn Queues() -> impl IntoView {
         <Show
             when=move || fetched.data.with(Option::is_some)
             fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty">"Loading…"</p> })
+                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
             }
         >
             <Show

@@ -48,15 +48,21 @@ async fn load_registry() -> ApiResult<Registry> {
     Ok(Registry { workers, running })
 }
 
-/// Moves changed tasks in and out of the running lists.
-fn patch(registry: &mut Registry, changed: &[TaskSummary]) {
+/// Moves changed tasks in and out of the running lists; true when a list changed.
+fn patch(registry: &mut Registry, changed: &[TaskSummary]) -> bool {
+    let mut any = false;
     for task in changed {
         for (worker, tasks) in registry.running.iter_mut() {
             let runs_here = task.state == TaskState::Running && task.worker_id == Some(*worker);
             match tasks.iter().position(|t| t.id == task.id) {
-                Some(i) if runs_here => tasks[i] = task.clone(),
+                Some(i) if runs_here && tasks[i] != *task => {
+                    tasks[i] = task.clone();
+                    any = true;
+                }
+                Some(_) if runs_here => {}
                 Some(i) => {
                     tasks.remove(i);
+                    any = true;
                 }
                 None => {}
             }
@@ -68,9 +74,11 @@ fn patch(registry: &mut Registry, changed: &[TaskSummary]) {
             let tasks = registry.running.entry(worker).or_default();
             if !tasks.iter().any(|t| t.id == task.id) && tasks.len() < RUNNING_SHOWN {
                 tasks.insert(0, task.clone());
+                any = true;
             }
         }
     }
+    any
 }
 
 #[component]
@@ -96,11 +104,9 @@ pub fn Workers() -> impl IntoView {
         {
             let refetch = refetch.clone();
             move |changed: &Arc<Vec<TaskSummary>>, _, _| {
-                fetched.data.update(|r| {
-                    if let Some(r) = r {
-                        patch(r, changed.as_slice());
-                    }
-                });
+                fetched
+                    .data
+                    .maybe_update(|r| r.as_mut().is_some_and(|r| patch(r, changed.as_slice())));
                 refetch();
             }
         },
@@ -159,7 +165,7 @@ pub fn Workers() -> impl IntoView {
         <Show
             when=move || fetched.data.with(Option::is_some)
             fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty">"Loading…"</p> })
+                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
             }
         >
             <Show
@@ -380,7 +386,7 @@ mod tests {
             workers: vec![worker(a), worker(b)],
             running: HashMap::from([(a, vec![task(1, TaskState::Running, Some(a))])]),
         };
-        patch(
+        let changed = patch(
             &mut r,
             &[
                 task(1, TaskState::Succeeded, Some(a)),
@@ -406,9 +412,13 @@ mod tests {
         );
 
         // A task handed to another worker (a rescue) moves.
-        patch(&mut r, &[task(2, TaskState::Running, Some(a))]);
+        assert!(patch(&mut r, &[task(2, TaskState::Running, Some(a))]));
         assert!(r.running[&b].is_empty());
         assert_eq!(r.running[&a].len(), 1);
+        assert!(
+            !patch(&mut r, &[task(2, TaskState::Running, Some(a))]),
+            "the same summary again changes nothing"
+        );
     }
 
     #[test]
