@@ -181,13 +181,13 @@ pub fn Workers() -> impl IntoView {
                             <tr>
                                 <th>"Worker"</th>
                                 <th>"State"</th>
+                                <th>"Slots"</th>
+                                <th>"Heartbeat"</th>
+                                <th>"Queues"</th>
                                 <th>"Host"</th>
                                 <th class="num hide-narrow">"PID"</th>
                                 <th class="hide-narrow">"Version"</th>
-                                <th>"Queues"</th>
                                 <th class="hide-narrow">"Labels"</th>
-                                <th>"Slots"</th>
-                                <th>"Heartbeat"</th>
                                 <th class="hide-narrow">"Started"</th>
                             </tr>
                         </thead>
@@ -291,11 +291,6 @@ fn worker_rows(w: Worker, running: Vec<TaskSummary>, tick: ReadSignal<u64>) -> i
             <td>
                 <span class=format!("badge worker-{state}") title=stopping_title>{state}</span>
             </td>
-            <td>{w.host.clone()}</td>
-            <td class="num hide-narrow">{w.pid.map(|p| p.to_string()).unwrap_or_default()}</td>
-            <td class="hide-narrow">{w.version.clone()}</td>
-            <td class="wrap">{list_or_dash(&w.queues)}</td>
-            <td class="wrap hide-narrow">{list_or_dash(&w.labels)}</td>
             <td>
                 <span class="slots" title=format!("{used} of {capacity} slots in use")>
                     <span class="slots-bar"><span style=format!("width: {percent:.0}%")></span></span>
@@ -303,6 +298,11 @@ fn worker_rows(w: Worker, running: Vec<TaskSummary>, tick: ReadSignal<u64>) -> i
                 </span>
             </td>
             <td title=lease_title>{heartbeat}</td>
+            <td class="wrap">{list_or_dash(&w.queues)}</td>
+            <td>{w.host.clone()}</td>
+            <td class="num hide-narrow">{w.pid.map(|p| p.to_string()).unwrap_or_default()}</td>
+            <td class="hide-narrow">{w.version.clone()}</td>
+            <td class="wrap hide-narrow">{list_or_dash(&w.labels)}</td>
             <td class="hide-narrow"><ui::Time at=w.started_at/></td>
         </tr>
         {tasks}
