@@ -61,6 +61,9 @@ pub fn build(root: &Path, target_dir: &Path, dev: bool) -> Result<(), String> {
         // Without the default module path the generated `init()` cannot find the .wasm.
         .omit_default_module_path(false)
         .typescript(false)
+        // Function names are for debuggers; the shipped module leaves them out.
+        .remove_name_section(true)
+        .remove_producers_section(true)
         .generate(&staging)
         .map_err(|e| format!("wasm-bindgen on {}: {e}", wasm.display()))?;
     for name in STATIC_FILES {
