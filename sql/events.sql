@@ -14,15 +14,54 @@
 --   s:<schedule ids>  schedules inserted or changed, or fired (a schedule run)  (s* deleted)
 --   w                 a worker registered, began stopping, or deregistered
 --
--- Statements that change no row send nothing. Notifications are hints: a listener that misses
--- some (it was disconnected) refetches what it shows.
+-- Statements that change no row send nothing, and nothing is sent at all while no server has
+-- clients for its live events (no unexpired row in sked.event_listeners): then a statement
+-- pays for its transition tables and one index probe, not for building and queueing a
+-- notification. Notifications are hints: a listener that misses some (it was disconnected)
+-- refetches what it shows.
 
--- The payload of one event: `kind:` and the ids, or `kind*` when they are more than 150
--- (callers collect at most 151 of them, so a bulk statement never aggregates all its rows).
-create or replace function sked.event_payload(kind text, ids uuid[]) returns text
-language sql immutable parallel safe as $$
-  select case when cardinality(ids) <= 150 then kind || ':' || array_to_string(ids, ',')
-              else kind || '*' end
+drop function if exists sked.event_payload(text, uuid[]);
+
+-- ---------------------------------------------------------------------------------------------
+-- Who listens
+-- ---------------------------------------------------------------------------------------------
+
+-- Marks the server `p_id` as having clients until `p_ttl` from now (it calls this again
+-- before then while they stay).
+create or replace function sked.events_listen(p_id uuid, p_ttl interval) returns void
+language sql as $$
+  insert into sked.event_listeners (id, expires_at) values (p_id, now() + p_ttl)
+  on conflict (id) do update set expires_at = excluded.expires_at
+$$;
+
+-- The server `p_id` has no clients any more.
+create or replace function sked.events_unlisten(p_id uuid) returns void
+language sql as $$
+  delete from sked.event_listeners where id = p_id
+$$;
+
+-- A server whose row was just written must not greet its first clients while a transaction
+-- whose trigger looked for rows before that one was there may still commit: its changes
+-- would reach nobody. sked.events_running() names the transactions of this database that
+-- may have (those holding a transaction id or a snapshot, as `pid:xid:xmin`), and
+-- sked.events_ended(those) is true once none of them is still the same transaction. (A
+-- statement that begins after the row was written sees it.)
+create or replace function sked.events_running() returns text[]
+language sql volatile as $$
+  select coalesce(array_agg(a.pid || ':' || coalesce(a.backend_xid::text, '') || ':'
+                            || coalesce(a.backend_xmin::text, '')), '{}')
+    from pg_stat_activity a
+   where a.datname = current_database() and a.pid <> pg_backend_pid()
+     and (a.backend_xid is not null or a.backend_xmin is not null)
+$$;
+
+create or replace function sked.events_ended(p_running text[]) returns boolean
+language sql volatile as $$
+  select not exists (
+    select 1 from pg_stat_activity a
+     where a.datname = current_database()
+       and a.pid || ':' || coalesce(a.backend_xid::text, '') || ':'
+           || coalesce(a.backend_xmin::text, '') = any(p_running))
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -32,11 +71,16 @@ $$;
 create or replace function sked.tasks_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('t', ids));
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.id::text, ','), count(*) into ids, n
+    from (select r.id from new_rows r limit 151) c;
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 't:' || ids else 't*' end);
   end if;
   return null;
 end
@@ -53,15 +97,19 @@ create or replace trigger tasks_after_insert_event
 create or replace function sked.tasks_after_update_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(c.id) into ids
-    from (select n.id from new_rows n join old_rows o on o.id = n.id
-           where n.state is distinct from o.state
-              or n.cancel_requested_at is distinct from o.cancel_requested_at
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.id::text, ','), count(*) into ids, n
+    from (select r.id from new_rows r join old_rows o on o.id = r.id
+           where r.state is distinct from o.state
+              or r.cancel_requested_at is distinct from o.cancel_requested_at
            limit 151) c;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('t', ids));
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 't:' || ids else 't*' end);
   end if;
   return null;
 end
@@ -77,17 +125,10 @@ create or replace trigger tasks_after_update_event
 create or replace function sked.tasks_after_delete_event() returns trigger
 language plpgsql as $$
 begin
-  if exists (select 1 from old_rows) then
+  if exists (select 1 from sked.event_listeners where expires_at > now())
+     and exists (select 1 from old_rows) then
     perform pg_notify('sked_events', 't*');
   end if;
-  return null;
-end
-$$;
-
-create or replace function sked.tasks_after_truncate_event() returns trigger
-language plpgsql as $$
-begin
-  perform pg_notify('sked_events', 't*');
   return null;
 end
 $$;
@@ -96,6 +137,16 @@ create or replace trigger tasks_after_delete_event
   after delete on sked.tasks
   referencing old table as old_rows
   for each statement execute function sked.tasks_after_delete_event();
+
+create or replace function sked.tasks_after_truncate_event() returns trigger
+language plpgsql as $$
+begin
+  if exists (select 1 from sked.event_listeners where expires_at > now()) then
+    perform pg_notify('sked_events', 't*');
+  end if;
+  return null;
+end
+$$;
 
 create or replace trigger tasks_after_truncate_event
   after truncate on sked.tasks
@@ -108,11 +159,16 @@ create or replace trigger tasks_after_truncate_event
 create or replace function sked.task_logs_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(l.task_id) into ids from (select distinct n.task_id from new_rows n limit 151) l;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('l', ids));
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.task_id::text, ','), count(*) into ids, n
+    from (select distinct r.task_id from new_rows r limit 151) c;
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 'l:' || ids else 'l*' end);
   end if;
   return null;
 end
@@ -130,11 +186,16 @@ create or replace trigger task_logs_after_insert_event
 create or replace function sked.workflows_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('f', ids));
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.id::text, ','), count(*) into ids, n
+    from (select r.id from new_rows r limit 151) c;
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 'f:' || ids else 'f*' end);
   end if;
   return null;
 end
@@ -148,14 +209,18 @@ create or replace trigger workflows_after_insert_event
 create or replace function sked.workflows_after_update_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(c.id) into ids
-    from (select n.id from new_rows n join old_rows o on o.id = n.id
-           where n.state is distinct from o.state
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.id::text, ','), count(*) into ids, n
+    from (select r.id from new_rows r join old_rows o on o.id = r.id
+           where r.state is distinct from o.state
            limit 151) c;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('f', ids));
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 'f:' || ids else 'f*' end);
   end if;
   return null;
 end
@@ -169,7 +234,8 @@ create or replace trigger workflows_after_update_event
 create or replace function sked.workflows_after_delete_event() returns trigger
 language plpgsql as $$
 begin
-  if exists (select 1 from old_rows) then
+  if exists (select 1 from sked.event_listeners where expires_at > now())
+     and exists (select 1 from old_rows) then
     perform pg_notify('sked_events', 'f*');
   end if;
   return null;
@@ -190,11 +256,16 @@ create or replace trigger workflows_after_delete_event
 create or replace function sked.schedules_after_write_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(n.id) into ids from (select n.id from new_rows n limit 151) n;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('s', ids));
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.id::text, ','), count(*) into ids, n
+    from (select r.id from new_rows r limit 151) c;
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 's:' || ids else 's*' end);
   end if;
   return null;
 end
@@ -213,7 +284,8 @@ create or replace trigger schedules_after_update_event
 create or replace function sked.schedules_after_delete_event() returns trigger
 language plpgsql as $$
 begin
-  if exists (select 1 from old_rows) then
+  if exists (select 1 from sked.event_listeners where expires_at > now())
+     and exists (select 1 from old_rows) then
     perform pg_notify('sked_events', 's*');
   end if;
   return null;
@@ -228,12 +300,16 @@ create or replace trigger schedules_after_delete_event
 create or replace function sked.schedule_runs_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids uuid[];
+  ids text;
+  n bigint;
 begin
-  select array_agg(r.schedule_id) into ids
-    from (select distinct n.schedule_id from new_rows n limit 151) r;
-  if ids is not null then
-    perform pg_notify('sked_events', sked.event_payload('s', ids));
+  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
+    return null;
+  end if;
+  select string_agg(c.schedule_id::text, ','), count(*) into ids, n
+    from (select distinct r.schedule_id from new_rows r limit 151) c;
+  if n > 0 then
+    perform pg_notify('sked_events', case when n <= 150 then 's:' || ids else 's*' end);
   end if;
   return null;
 end
@@ -253,7 +329,8 @@ create or replace trigger schedule_runs_after_insert_event
 create or replace function sked.workers_after_insert_event() returns trigger
 language plpgsql as $$
 begin
-  if exists (select 1 from new_rows) then
+  if exists (select 1 from sked.event_listeners where expires_at > now())
+     and exists (select 1 from new_rows) then
     perform pg_notify('sked_events', 'w');
   end if;
   return null;
@@ -268,7 +345,8 @@ create or replace trigger workers_after_insert_event
 create or replace function sked.workers_after_delete_event() returns trigger
 language plpgsql as $$
 begin
-  if exists (select 1 from old_rows) then
+  if exists (select 1 from sked.event_listeners where expires_at > now())
+     and exists (select 1 from old_rows) then
     perform pg_notify('sked_events', 'w');
   end if;
   return null;
@@ -284,7 +362,9 @@ create or replace trigger workers_after_delete_event
 create or replace function sked.workers_after_stopping_event() returns trigger
 language plpgsql as $$
 begin
-  perform pg_notify('sked_events', 'w');
+  if exists (select 1 from sked.event_listeners where expires_at > now()) then
+    perform pg_notify('sked_events', 'w');
+  end if;
   return null;
 end
 $$;

@@ -15,6 +15,11 @@
 //! - **A client pump** (one task per websocket) authenticates the client, sends `hello`, then
 //!   writes the frames queued for it, pings it, and closes the socket when the hub stops.
 //!
+//! Before a client is greeted, the hub makes sure the triggers notify at all: they send
+//! nothing while no server has clients, and a server with clients keeps a row in
+//! `sked.event_listeners` (see `gate`). So the hot path pays for notifications only while
+//! someone watches.
+//!
 //! A slow client never slows the hub or the other clients: each client has a bounded queue
 //! ([`EventsConfig::client_buffer`] frames). When it is full the hub drops that client's
 //! frames and flags it, and its pump sends one [`ServerEvent::Resync`] as soon as the queue is
@@ -24,23 +29,19 @@
 //! rows to name them (at most once a second), and when a batch could not be read from the
 //! database.
 
+mod client;
+mod gate;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::http::{HeaderMap, header};
-use axum::response::Response;
+use axum::extract::ws::Utf8Bytes;
 use chrono::{DateTime, Utc};
 use sked_db::token::Principal;
 use sked_types::TaskState;
-use sked_types::events::{
-    AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, CLOSE_UNAUTHORIZED, ClientMessage, ServerEvent, TaskSummary,
-};
+use sked_types::events::{AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc::error::TrySendError;
@@ -49,22 +50,19 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::error::Error;
+pub(crate) use client::events;
+use gate::Gate;
 
 /// The channel the triggers of `sql/events.sql` notify.
 const CHANNEL: &str = "sked_events";
-
-/// Close code when the server shuts down (the standard "going away").
-const CLOSE_GOING_AWAY: u16 = 1001;
-/// Close code when the database could not check the token (the standard "internal error").
-const CLOSE_INTERNAL: u16 = 1011;
 
 /// Reasons of [`ServerEvent::Resync`].
 const TOO_MANY: &str = "too many changes at once";
 const RECONNECTED: &str = "the server's database connection was re-established";
 const UNREADABLE: &str = "the server could not read the changes";
 const LAGGED: &str = "this client read too slowly; events were dropped";
+const LATE_OPEN: &str =
+    "changes made while live events were being switched on may have been missed";
 
 /// How the live events run. The defaults are the server's; tests shrink them.
 #[derive(Debug, Clone)]
@@ -83,6 +81,12 @@ pub struct EventsConfig {
     pub ping_interval: Duration,
     /// A client whose socket accepts nothing for this long is disconnected.
     pub send_timeout: Duration,
+    /// This server's row in `sked.event_listeners` expires this long after its last
+    /// refresh (it is refreshed every third of it while clients are connected).
+    pub listener_ttl: Duration,
+    /// The row is deleted this long after the last client left, so that a page reload does
+    /// not switch the triggers off and on.
+    pub linger: Duration,
 }
 
 impl Default for EventsConfig {
@@ -94,6 +98,8 @@ impl Default for EventsConfig {
             auth_timeout: Duration::from_secs(AUTH_TIMEOUT_SECS),
             ping_interval: Duration::from_secs(20),
             send_timeout: Duration::from_secs(30),
+            listener_ttl: Duration::from_secs(60),
+            linger: Duration::from_secs(10),
         }
     }
 }
@@ -113,9 +119,11 @@ struct Shared {
     stop: CancellationToken,
     clients: Mutex<HashMap<u64, Client>>,
     next_id: AtomicU64,
-    /// True while the LISTEN connection is up. A new client is greeted once it is, so that
-    /// `hello` means "from now on you hear of every change".
-    listening: watch::Sender<bool>,
+    /// Woken when a client comes or goes.
+    clients_changed: Notify,
+    /// True while the hub listens and the triggers notify: a new client is greeted once it
+    /// is, so that `hello` means "from now on you hear of every change".
+    ready: watch::Sender<bool>,
 }
 
 /// What the hub holds of one connected client.
@@ -145,6 +153,7 @@ struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.shared.clients().remove(&self.id);
+        self.shared.clients_changed.notify_one();
     }
 }
 
@@ -165,7 +174,8 @@ impl Hub {
                 stop,
                 clients: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
-                listening: watch::Sender::new(false),
+                clients_changed: Notify::new(),
+                ready: watch::Sender::new(false),
             }),
         }
     }
@@ -192,6 +202,7 @@ impl Hub {
                 lag: lag.clone(),
             },
         );
+        self.shared.clients_changed.notify_one();
         Subscription {
             id,
             shared: self.shared.clone(),
@@ -200,19 +211,27 @@ impl Hub {
         }
     }
 
-    /// The hub service: listens on `sked_events` until the hub stops, and sends each batch of
-    /// notifications to the clients connected when the batch window closes.
+    /// The hub service, until the hub stops: listens on `sked_events`, keeps the gate open
+    /// while clients are connected, and sends each batch of notifications to the clients
+    /// connected when its window closes. One `select!`, read top to bottom.
     pub async fn run(self) {
         let shared = &self.shared;
-        let window = shared.config.batch_window;
+        let config = &shared.config;
         let mut listener: Option<PgListener> = None;
         let mut backoff = MIN_BACKOFF;
         let mut connected_before = false;
+        let mut gate = Gate::new(config.listener_ttl, config.linger);
+        // Whether the gate lets clients be greeted, and when to step it next.
+        let mut gate_greets = false;
+        let mut gate_due: Option<Instant> = None;
         let mut last_bulk_resync: Option<Instant> = None;
         let mut batch = Batch::default();
         // When the pending batch is sent: a window after its first notification.
         let mut due: Option<Instant> = None;
         loop {
+            shared
+                .ready
+                .send_if_modified(|ready| replace_if(ready, listener.is_some() && gate_greets));
             if listener.is_none() {
                 let connected = tokio::select! {
                     _ = shared.stop.cancelled() => break,
@@ -229,7 +248,6 @@ impl Hub {
                             due.get_or_insert_with(Instant::now);
                         }
                         connected_before = true;
-                        shared.listening.send_replace(true);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "live events: LISTEN connection failed; retrying");
@@ -238,18 +256,31 @@ impl Hub {
                             _ = tokio::time::sleep(backoff) => {}
                         }
                         backoff = (backoff * 2).min(MAX_BACKOFF);
-                        continue;
                     }
                 }
+                continue;
             }
             let Some(l) = listener.as_mut() else { continue };
             tokio::select! {
                 _ = shared.stop.cancelled() => break,
+                // A client came or went: the gate may open or start to linger.
+                _ = shared.clients_changed.notified() => {
+                    gate_due = Some(Instant::now());
+                }
+                _ = sleep_until(gate_due), if gate_due.is_some() => {
+                    let step = gate.step(&shared.pool, self.clients()).await;
+                    gate_greets = step.greet;
+                    gate_due = step.next.map(|d| Instant::now() + d);
+                    if step.resync {
+                        batch.resync(LATE_OPEN);
+                        due.get_or_insert_with(Instant::now);
+                    }
+                }
                 received = l.try_recv() => match received {
                     Ok(Some(n)) => {
                         if self.clients() > 0 {
-                            batch.add(n.payload(), shared.config.max_tasks_per_batch);
-                            due.get_or_insert_with(|| Instant::now() + window);
+                            batch.add(n.payload(), config.max_tasks_per_batch);
+                            due.get_or_insert_with(|| Instant::now() + config.batch_window);
                         }
                     }
                     // The connection dropped and was re-established at once.
@@ -263,10 +294,9 @@ impl Hub {
                     Err(e) => {
                         tracing::warn!(error = %e, "live events: LISTEN connection lost");
                         listener = None;
-                        shared.listening.send_replace(false);
                     }
                 },
-                _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                _ = sleep_until(due), if due.is_some() => {
                     // Bulk statements in a row (a drain claiming hundreds of tasks at a time)
                     // make one `resync` a second, not one a window.
                     if batch.resync == Some(TOO_MANY) {
@@ -283,9 +313,11 @@ impl Hub {
                 }
             }
         }
-        // Dropping the queues ends every pump, which closes its socket.
-        shared.listening.send_replace(false);
+        // Dropping the queues ends every pump, which closes its socket; the triggers stop
+        // notifying for this server.
+        shared.ready.send_replace(false);
         shared.clients().clear();
+        gate.close(&shared.pool).await;
     }
 
     /// Sends one batch to the clients connected now: resolves it from the database (unless
@@ -390,6 +422,16 @@ const BULK_RESYNC_GAP: Duration = Duration::from_secs(1);
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Sleeps until `at` (a `select!` branch guarded by `at.is_some()`).
+async fn sleep_until(at: Option<Instant>) {
+    tokio::time::sleep_until(at.unwrap_or_else(Instant::now)).await;
+}
+
+/// Sets `value` to `new`; true when it changed.
+fn replace_if(value: &mut bool, new: bool) -> bool {
+    std::mem::replace(value, new) != new
+}
 
 async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
@@ -580,223 +622,6 @@ impl SummaryRow {
             shard_of: self.shard_of,
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The websocket of one client
-// ---------------------------------------------------------------------------------------------
-
-/// `GET /api/v1/events`: upgrades to a websocket of live events (protocol in
-/// `sked_types::events`). The token comes from the `Authorization: Bearer` header, else from
-/// the first frame; a refused token closes the socket with code 4401 and a reason.
-pub(crate) async fn events(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Result<Response, Error> {
-    let Some(hub) = state.events.clone() else {
-        return Err(Error::NotFound(
-            "live events are served only by a running server".to_owned(),
-        ));
-    };
-    let upgrade = upgrade.map_err(|r| Error::InvalidRequest(r.body_text()))?;
-    let token = bearer(&headers);
-    Ok(upgrade.on_upgrade(move |socket| client(socket, hub, token)))
-}
-
-/// The token of an `Authorization: Bearer` header: `None` without the header, an error for a
-/// malformed one.
-fn bearer(headers: &HeaderMap) -> Option<Result<String, &'static str>> {
-    let value = headers.get(header::AUTHORIZATION)?;
-    Some(
-        value
-            .to_str()
-            .ok()
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim().to_owned())
-            .filter(|token| !token.is_empty())
-            .ok_or("malformed Authorization header (expected `Bearer <token>`)"),
-    )
-}
-
-async fn client(mut socket: WebSocket, hub: Hub, token: Option<Result<String, &'static str>>) {
-    let principal = match authenticate(&mut socket, &hub, token).await {
-        Ok(principal) => principal,
-        Err((code, reason)) => {
-            close(&mut socket, code, reason).await;
-            return;
-        }
-    };
-    let subscription = hub.subscribe(principal.clone());
-    pump(socket, &hub.shared, principal, subscription).await;
-}
-
-/// Who the client is: the header's token, else the one of its first frame within the auth
-/// timeout. On failure, the close code and reason.
-async fn authenticate(
-    socket: &mut WebSocket,
-    hub: &Hub,
-    token: Option<Result<String, &'static str>>,
-) -> Result<Principal, (u16, &'static str)> {
-    let token = match token {
-        Some(header) => header.map_err(|reason| (CLOSE_UNAUTHORIZED, reason))?,
-        None => first_frame_token(socket, hub.shared.config.auth_timeout).await?,
-    };
-    match sked_db::token::authenticate(&hub.shared.pool, &token).await {
-        Ok(Some(principal)) => Ok(principal),
-        Ok(None) => Err((CLOSE_UNAUTHORIZED, "unknown or revoked token")),
-        Err(e) => {
-            tracing::warn!(error = %e, "live events: checking a client's token failed");
-            Err((CLOSE_INTERNAL, "the database is unavailable"))
-        }
-    }
-}
-
-async fn first_frame_token(
-    socket: &mut WebSocket,
-    timeout: Duration,
-) -> Result<String, (u16, &'static str)> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let received = tokio::time::timeout_at(deadline, socket.recv())
-            .await
-            .map_err(|_| (CLOSE_UNAUTHORIZED, "no auth frame in time"))?;
-        match received {
-            // Pings are answered by the websocket layer; wait for the real first frame.
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            Some(Ok(Message::Text(text))) => {
-                return match serde_json::from_str::<ClientMessage>(&text) {
-                    Ok(ClientMessage::Auth { token }) => Ok(token),
-                    Err(_) => Err((
-                        CLOSE_UNAUTHORIZED,
-                        "expected {\"type\":\"auth\",\"token\":…} as the first frame",
-                    )),
-                };
-            }
-            Some(Ok(_)) => {
-                return Err((
-                    CLOSE_UNAUTHORIZED,
-                    "expected {\"type\":\"auth\",\"token\":…} as the first frame",
-                ));
-            }
-            Some(Err(_)) | None => return Err((CLOSE_UNAUTHORIZED, "closed before auth")),
-        }
-    }
-}
-
-/// Writes the client's frames until it leaves, stops answering, is stuck, or the hub stops.
-async fn pump(
-    mut socket: WebSocket,
-    shared: &Shared,
-    principal: Principal,
-    mut subscription: Subscription,
-) {
-    let config = &shared.config;
-    // Greet the client once the hub listens (at once, but for a server that has just started
-    // or lost its connection). If that takes too long, greet it anyway: it gets `resync` when
-    // the connection is back.
-    let mut listening = shared.listening.subscribe();
-    let stopped = tokio::select! {
-        _ = shared.stop.cancelled() => true,
-        _ = tokio::time::timeout(config.send_timeout, async {
-            let _ = listening.wait_for(|up| *up).await;
-        }) => false,
-    };
-    if stopped {
-        close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
-        return;
-    }
-    let hello = frame(&ServerEvent::Hello {
-        owner: principal.owner.clone(),
-        role: principal.role.as_str().to_owned(),
-    });
-    if !send(&mut socket, Message::Text(hello), config.send_timeout).await {
-        return;
-    }
-    let mut ping =
-        tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
-    let mut last_heard = Instant::now();
-    loop {
-        let message = tokio::select! {
-            _ = shared.stop.cancelled() => {
-                close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
-                return;
-            }
-            frame = subscription.frames.recv() => match frame {
-                Some(text) => Some(Message::Text(text)),
-                None => {
-                    close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
-                    return;
-                }
-            },
-            _ = subscription.lag.wake.notified() => None,
-            received = socket.recv() => match received {
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
-                // Pongs, and pings (which the websocket layer answers); other frames are
-                // ignored.
-                Some(Ok(_)) => {
-                    last_heard = Instant::now();
-                    None
-                }
-            },
-            _ = ping.tick() => {
-                if last_heard.elapsed() > 2 * config.ping_interval {
-                    tracing::debug!(owner = %principal.owner, "live events: dropping a client that stopped answering pings");
-                    return;
-                }
-                Some(Message::Ping(Bytes::new()))
-            }
-        };
-        if let Some(message) = message
-            && !send(&mut socket, message, config.send_timeout).await
-        {
-            return;
-        }
-        // Frames were dropped while the queue was full; now that it is empty, tell the
-        // client to refetch.
-        if subscription.frames.is_empty() && subscription.lag.dropped.swap(false, Ordering::SeqCst)
-        {
-            let resync = frame(&ServerEvent::Resync {
-                reason: LAGGED.to_owned(),
-            });
-            if !send(&mut socket, Message::Text(resync), config.send_timeout).await {
-                return;
-            }
-        }
-    }
-}
-
-/// Writes one message; false when the client is gone or its socket accepted nothing for
-/// `timeout` (then it is disconnected).
-async fn send(socket: &mut WebSocket, message: Message, timeout: Duration) -> bool {
-    match tokio::time::timeout(timeout, socket.send(message)).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "live events: a client went away");
-            false
-        }
-        Err(_) => {
-            tracing::info!(
-                timeout_secs = timeout.as_secs_f64(),
-                "live events: disconnecting a client that read nothing"
-            );
-            false
-        }
-    }
-}
-
-async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {
-    let frame = CloseFrame {
-        code,
-        reason: Utf8Bytes::from_static(reason),
-    };
-    // A client that does not read its close frame is dropped all the same.
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        socket.send(Message::Close(Some(frame))),
-    )
-    .await;
 }
 
 #[cfg(test)]

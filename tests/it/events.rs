@@ -711,3 +711,144 @@ async fn the_hub_queries_nothing_while_no_client_is_connected() {
     );
     server.shutdown().await;
 }
+
+/// The `sked_events` notifications that arrive on `listener` within `within`.
+async fn notifications(listener: &mut sqlx::postgres::PgListener, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, listener.recv()).await {
+        got.push(n.payload().to_owned());
+    }
+    got
+}
+
+async fn listener_rows(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from sked.event_listeners where expires_at > now()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_triggers_notify_only_while_a_server_has_clients() {
+    let server = Server::start_with(
+        EventsConfig {
+            linger: Duration::from_millis(300),
+            ..EventsConfig::default()
+        },
+        None,
+    )
+    .await;
+    let pool = &server.db.pool;
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool)
+        .await
+        .unwrap();
+    listener.listen("sked_events").await.unwrap();
+
+    insert(pool, "(kind) values ('noop')").await;
+    let sent = notifications(&mut listener, Duration::from_millis(300)).await;
+    assert!(
+        sent.is_empty(),
+        "without clients the triggers send nothing: {sent:?}"
+    );
+    assert_eq!(listener_rows(pool).await, 0);
+
+    let mut admin = server.connect_hello(&server.admin).await;
+    assert_eq!(
+        listener_rows(pool).await,
+        1,
+        "a server with clients has its row"
+    );
+    let id = insert(pool, "(kind) values ('noop')").await;
+    let sent = notifications(&mut listener, Duration::from_millis(300)).await;
+    assert_eq!(
+        sent,
+        [format!("t:{id}")],
+        "with a client the insert is announced"
+    );
+    admin
+        .until(SECS_5, "the task", |e| task_state(e, id).is_some())
+        .await;
+
+    // The last client leaves: after the linger the row is deleted and the triggers fall
+    // silent again.
+    drop(admin);
+    let deadline = Instant::now() + SECS_5;
+    while listener_rows(pool).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the row goes a linger after the last client left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    insert(pool, "(kind) values ('noop')").await;
+    let sent = notifications(&mut listener, Duration::from_millis(300)).await;
+    assert!(
+        sent.is_empty(),
+        "after the linger the triggers send nothing: {sent:?}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_first_client_is_greeted_after_transactions_that_could_not_announce_their_changes() {
+    let server = Server::start().await;
+    let pool = &server.db.pool;
+
+    // A transaction inserts a task while no server has clients: its trigger sends nothing.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("insert into sked.tasks (kind) values ('noop')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // A client comes. If it were greeted now, it could fetch before that transaction
+    // commits and never hear of its task: it is greeted once the transaction has ended.
+    let mut admin = server.connect(&server.admin).await;
+    assert_eq!(
+        admin.next(Duration::from_millis(800)).await,
+        None,
+        "no hello while an older transaction may still commit"
+    );
+    tx.commit().await.unwrap();
+    let committed = Instant::now();
+    assert!(matches!(
+        admin.next(SECS_5).await,
+        Some(ServerEvent::Hello { .. })
+    ));
+    assert!(
+        committed.elapsed() < Duration::from_secs(1),
+        "the hello follows the commit, took {:?}",
+        committed.elapsed()
+    );
+
+    // A transaction that stays open longer than the hub waits: the client is greeted, then
+    // told to resync when the transaction has ended.
+    let server = {
+        drop(admin);
+        server.shutdown().await;
+        Server::start().await
+    };
+    let pool = &server.db.pool;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("insert into sked.tasks (kind) values ('noop')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let mut admin = server.connect(&server.admin).await;
+    assert!(
+        matches!(admin.next(SECS_5).await, Some(ServerEvent::Hello { .. })),
+        "a client is greeted after at most a few seconds"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tx.commit().await.unwrap();
+    let (event, _) = admin
+        .until(SECS_5, "a resync after the old transaction", |e| {
+            matches!(e, ServerEvent::Resync { .. })
+        })
+        .await;
+    let ServerEvent::Resync { reason } = event else {
+        unreachable!()
+    };
+    assert!(reason.contains("switched on"), "{reason}");
+    server.shutdown().await;
+}
