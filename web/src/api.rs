@@ -176,6 +176,18 @@ pub async fn post_empty<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
     post(path, &serde_json::json!({})).await
 }
 
+/// `DELETE /api/v1{path}`.
+pub async fn delete<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
+    let token = token();
+    let request = with_auth(
+        gloo_net::http::Request::delete(&format!("/api/v1{path}")),
+        token.as_deref(),
+    )
+    .build()
+    .map_err(ApiError::network)?;
+    send(request).await
+}
+
 /// `encodeURIComponent`.
 pub fn enc(s: &str) -> String {
     String::from(js_sys::encode_uri_component(s))
