@@ -1,13 +1,580 @@
-//! Schedules: the list, and one workflow's detail.
+//! Schedules: the list (`/schedules`) and one schedule (`/schedules/:id`).
+//!
+//! The list shows every schedule the token may see (the API does not page them), with its
+//! next tick and what happened at its latest one (`last_tick`). A schedule's page shows its
+//! expression and policies, its next fire times (in its own time zone and the browser's),
+//! its latest runs with their outcome and occurrence, and the actions pause, resume, run now
+//! and delete. Both refetch on `live.schedules` (a schedule was created, changed, fired or
+//! deleted) and on `resync`; relative times follow a 1 s ticker.
 
+use chrono::{DateTime, Utc};
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::hooks::{use_navigate, use_params_map};
+use sked_types::{RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun};
+use uuid::Uuid;
+use wasm_bindgen::{JsCast, JsValue};
+
+use crate::{api, live, ui};
+
+/// Least time between two refetches caused by live events (a schedule firing every second
+/// sends an event every second).
+const REFETCH_GAP_MS: f64 = 300.0;
+
+/// A relative time that follows the ticker, with the local time as its title.
+fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
+    view! {
+        <time datetime=at.to_rfc3339() title=ui::local_time(at)>
+            {move || {
+                tick.track();
+                ui::relative(at)
+            }}
+        </time>
+    }
+}
+
+/// `active` or `paused` as a badge.
+fn status_badge(paused: bool) -> impl IntoView {
+    let (class, text) = if paused {
+        ("badge schedule-paused", "paused")
+    } else {
+        ("badge schedule-active", "active")
+    };
+    view! { <span class=class data-paused=paused.to_string()>{text}</span> }
+}
+
+/// A run's outcome (`fired`, `queued`, `skipped`, `missed`, `manual`) as a badge.
+fn outcome_badge(outcome: &str) -> impl IntoView + use<> {
+    view! {
+        <span class=format!("badge outcome-{outcome}") data-outcome=outcome.to_owned()>
+            {outcome.to_owned()}
+        </span>
+    }
+}
+
+/// A link to a run's occurrence (a task or a workflow), if it has one.
+fn occurrence(task: Option<Uuid>, workflow: Option<Uuid>) -> Option<impl IntoView> {
+    match (task, workflow) {
+        (Some(id), _) => Some(view! {
+            <a class="mono" href=format!("/tasks/{id}") title=id.to_string()>{ui::short_id(&id)}</a>
+        }),
+        (None, Some(id)) => Some(view! {
+            <a class="mono" href=format!("/workflows/{id}") title=id.to_string()>{ui::short_id(&id)}</a>
+        }),
+        (None, None) => None,
+    }
+}
+
+/// What a schedule runs: a task's command line, or a workflow's name and size.
+fn template(s: &Schedule) -> String {
+    if let Some(w) = &s.workflow {
+        let name = w.get("name").and_then(|n| n.as_str()).unwrap_or("");
+        let tasks = w
+            .get("tasks")
+            .and_then(|t| t.as_array())
+            .map_or(0, Vec::len);
+        let noun = if tasks == 1 { "task" } else { "tasks" };
+        return if name.is_empty() {
+            format!("a workflow of {tasks} {noun}")
+        } else {
+            format!("workflow {name} ({tasks} {noun})")
+        };
+    }
+    let Some(t) = &s.task else {
+        return String::new();
+    };
+    let strings = |key: &str| -> Vec<String> {
+        t.get(key)
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut argv = strings("command");
+    if argv.is_empty()
+        && let Some(url) = t.get("artifact_url").and_then(|u| u.as_str())
+    {
+        argv.push(url.to_owned());
+    }
+    argv.extend(strings("args"));
+    if argv.is_empty() {
+        t.get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("task")
+            .to_owned()
+    } else {
+        ui::command_line(&argv)
+    }
+}
+
+/// A run's detail, with the ticks it stands for when it counts missed ones.
+fn run_detail(r: &ScheduleRun) -> String {
+    let detail = r.detail.clone().unwrap_or_default();
+    match r.missed_ticks {
+        0 => detail,
+        n if detail.is_empty() => format!("{n} more ticks missed"),
+        n => format!("{detail} ({n} more ticks missed)"),
+    }
+}
+
+/// The browser's time zone (`Europe/Berlin`), if it tells.
+fn browser_zone() -> Option<String> {
+    let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())
+        .resolved_options();
+    js_sys::Reflect::get(&options, &JsValue::from_str("timeZone"))
+        .ok()?
+        .as_string()
+}
+
+/// `2026-12-01 09:00:00` in the time zone `zone`; `None` when the browser does not know the
+/// zone.
+fn zone_time(at: DateTime<Utc>, zone: &str) -> Option<String> {
+    let date = js_sys::Date::new(&JsValue::from_f64(at.timestamp_millis() as f64));
+    let options = js_sys::Object::new();
+    js_sys::Reflect::set(&options, &"timeZone".into(), &zone.into()).ok()?;
+    js_sys::Reflect::set(&options, &"hourCycle".into(), &"h23".into()).ok()?;
+    // `toLocaleString` throws on an unknown zone; `Reflect.apply` turns that into an error.
+    let format = js_sys::Reflect::get(&date, &"toLocaleString".into()).ok()?;
+    let args = js_sys::Array::of2(&"sv-SE".into(), &options);
+    js_sys::Reflect::apply(format.dyn_ref::<js_sys::Function>()?, &date, &args)
+        .ok()?
+        .as_string()
+}
 
 #[component]
 pub fn ScheduleList() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let session = api::session();
+    let live = live::live();
+    let fetched = ui::Fetched::<SchedulePage>::new();
+    let tick = ui::ticker(1000);
+    let fetch = move || fetched.load(api::get::<SchedulePage>("/schedules"));
+    let fetch_soon = ui::throttled(REFETCH_GAP_MS, fetch);
+
+    fetch();
+    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
+    Effect::watch(
+        move || live.schedules.get(),
+        move |_, _, _| fetch_soon(),
+        false,
+    );
+
+    let is_admin = move || {
+        session
+            .me
+            .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
+    };
+    let rows = move || {
+        fetched
+            .data
+            .with(|p| p.as_ref().map(|p| p.schedules.clone()).unwrap_or_default())
+    };
+
+    view! {
+        <h1>"Schedules"</h1>
+        <Show when=move || fetched.error.with(Option::is_some)>
+            <ui::ErrorBox message=Signal::derive(move || {
+                fetched.error.with(|e| e.as_ref().map(|e| e.message.clone()).unwrap_or_default())
+            })/>
+        </Show>
+        <Show when=move || !fetched.answered()>
+            <p class="empty">"Loading…"</p>
+        </Show>
+        <Show when=move || fetched.data.with(|p| p.as_ref().is_some_and(|p| p.schedules.is_empty()))>
+            <p class="empty">
+                "No schedules yet. Create one with " <code>"sked schedule create"</code>
+                " or " <code>"POST /api/v1/schedules"</code> "."
+            </p>
+        </Show>
+        <Show when=move || fetched.data.with(|p| p.as_ref().is_some_and(|p| !p.schedules.is_empty()))>
+            <div class="table-wrap">
+                <table class="schedule-list">
+                    <thead>
+                        <tr>
+                            <th>"Schedule"</th>
+                            <th class="hide-narrow">"Expression"</th>
+                            <th class="hide-narrow">"Time zone"</th>
+                            <th>"Next tick"</th>
+                            <th>"Status"</th>
+                            <th>"Last tick"</th>
+                            <th class="hide-narrow">"Runs"</th>
+                            <Show when=is_admin>
+                                <th class="hide-narrow">"Owner"</th>
+                            </Show>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For each=rows key=|s| (s.id, s.updated_at, s.last_tick.as_ref().map(|t| t.recorded_at)) let:s>
+                            <ScheduleRow schedule=s tick=tick admin=Signal::derive(is_admin)/>
+                        </For>
+                    </tbody>
+                </table>
+            </div>
+        </Show>
+    }
+}
+
+#[component]
+fn ScheduleRow(schedule: Schedule, tick: ReadSignal<u64>, admin: Signal<bool>) -> impl IntoView {
+    let s = schedule;
+    let id = s.id;
+    let paused = s.paused_at.is_some();
+    let next = (!paused).then(|| age(s.next_run_at, tick));
+    let last = s.last_tick.clone().map(|r| {
+        view! {
+            {outcome_badge(&r.outcome)}
+            " "
+            {age(r.fire_at, tick)}
+            " "
+            {occurrence(r.task_id, r.workflow_id)}
+        }
+    });
+    let what = template(&s);
+    let owner = s.owner.clone();
+    view! {
+        <tr data-schedule-id=id.to_string() data-paused=paused.to_string()>
+            <td>
+                <a href=format!("/schedules/{id}")>{s.name.clone()}</a>
+            </td>
+            <td class="hide-narrow">
+                <code>{s.cron.clone()}</code>
+            </td>
+            <td class="hide-narrow">{s.time_zone.clone()}</td>
+            <td>{next.map(IntoAny::into_any).unwrap_or_else(|| "—".into_any())}</td>
+            <td>{status_badge(paused)}</td>
+            <td>{last.map(IntoAny::into_any).unwrap_or_else(|| view! { <span class="hint">"none yet"</span> }.into_any())}</td>
+            <td class="hide-narrow">
+                <div class="cmd" title=what.clone()>{what.clone()}</div>
+            </td>
+            <Show when=move || admin.get()>
+                <td class="hide-narrow">{owner.clone()}</td>
+            </Show>
+        </tr>
+    }
 }
 
 #[component]
 pub fn SchedulePage() -> impl IntoView {
-    view! { <p class="empty">"This page is being built."</p> }
+    let live = live::live();
+    let params = use_params_map();
+    let navigate = use_navigate();
+    let id = Memo::new(move |_| params.with(|p| p.get("id").and_then(|s| s.parse::<Uuid>().ok())));
+    let fetched = ui::Fetched::<ScheduleDetail>::new();
+    let tick = ui::ticker(1000);
+    let busy = RwSignal::new(false);
+    let action_error = RwSignal::new(None::<String>);
+    // The occurrence "run now" created.
+    let ran = RwSignal::new(None::<RunNow>);
+    let deleted = RwSignal::new(false);
+    // Whether the template is unfolded; kept across refetches, which redraw the detail.
+    let template_open = RwSignal::new(false);
+
+    let fetch = move || {
+        if let Some(sid) = id.get_untracked() {
+            let path = format!("/schedules/{sid}");
+            fetched.load(async move { api::get::<ScheduleDetail>(&path).await });
+        }
+    };
+    let fetch_soon = ui::throttled(REFETCH_GAP_MS, fetch);
+    Effect::new(move |_| {
+        id.track();
+        ran.set(None);
+        action_error.set(None);
+        fetch();
+    });
+    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
+    Effect::watch(
+        move || live.schedules.get(),
+        move |ids, _, _| {
+            if id.get_untracked().is_some_and(|sid| ids.contains(&sid)) {
+                fetch_soon();
+            }
+        },
+        false,
+    );
+
+    // Runs an action, shows its error if any, and refetches.
+    let act = move |path: &'static str| {
+        let Some(sid) = id.get_untracked() else {
+            return;
+        };
+        busy.set(true);
+        action_error.set(None);
+        spawn_local(async move {
+            let result = match path {
+                "run" => api::post_empty::<RunNow>(&format!("/schedules/{sid}/run"))
+                    .await
+                    .map(|r| {
+                        ran.try_set(Some(r));
+                    }),
+                _ => api::post_empty::<Schedule>(&format!("/schedules/{sid}/{path}"))
+                    .await
+                    .map(|_| ()),
+            };
+            if let Err(e) = result {
+                action_error.try_set(Some(e.message));
+            }
+            busy.try_set(false);
+            fetch();
+        });
+    };
+    let delete = move |_| {
+        let Some(sid) = id.get_untracked() else {
+            return;
+        };
+        let name = fetched
+            .data
+            .with_untracked(|d| d.as_ref().map(|d| d.schedule.name.clone()))
+            .unwrap_or_default();
+        let confirmed = web_sys::window()
+            .and_then(|w| {
+                w.confirm_with_message(&format!(
+                    "Delete the schedule {name} and its runs? Tasks it submitted stay."
+                ))
+                .ok()
+            })
+            .unwrap_or(false);
+        if !confirmed {
+            return;
+        }
+        busy.set(true);
+        action_error.set(None);
+        let navigate = navigate.clone();
+        spawn_local(async move {
+            match api::delete::<Schedule>(&format!("/schedules/{sid}")).await {
+                Ok(_) => {
+                    deleted.try_set(true);
+                    navigate("/schedules", Default::default());
+                }
+                Err(e) => {
+                    action_error.try_set(Some(e.message));
+                }
+            }
+            busy.try_set(false);
+        });
+    };
+
+    let paused = move || {
+        fetched
+            .data
+            .with(|d| d.as_ref().is_some_and(|d| d.schedule.paused_at.is_some()))
+    };
+    let error_message = Signal::derive(move || {
+        fetched
+            .error
+            .with(|e| e.as_ref().map(|e| e.message.clone()).unwrap_or_default())
+    });
+
+    view! {
+        <p class="hint"><a href="/schedules">"← Schedules"</a></p>
+        <Show when=move || id.with(Option::is_none)>
+            <ui::ErrorBox message="This is not a schedule id."/>
+        </Show>
+        <Show when=move || fetched.error.with(Option::is_some) && !deleted.get()>
+            <ui::ErrorBox message=error_message/>
+        </Show>
+        <Show when=move || id.with(Option::is_some) && !fetched.answered()>
+            <p class="empty">"Loading…"</p>
+        </Show>
+        <Show when=move || fetched.data.with(Option::is_some)>
+            <h1>
+                {move || fetched.data.with(|d| d.as_ref().map(|d| d.schedule.name.clone()))} " "
+                {move || status_badge(paused())}
+            </h1>
+            <div class="actions">
+                <Show
+                    when=paused
+                    fallback=move || view! {
+                        <button type="button" data-action="pause" disabled=move || busy.get() on:click=move |_| act("pause")>
+                            "Pause"
+                        </button>
+                    }
+                >
+                    <button type="button" data-action="resume" disabled=move || busy.get() on:click=move |_| act("resume")>
+                        "Resume"
+                    </button>
+                </Show>
+                <button
+                    type="button"
+                    data-action="run-now"
+                    disabled=move || busy.get()
+                    title="Submit one occurrence now, outside the schedule"
+                    on:click=move |_| act("run")
+                >
+                    "Run now"
+                </button>
+                <button type="button" class="danger" data-action="delete" disabled=move || busy.get() on:click=delete.clone()>
+                    "Delete"
+                </button>
+            </div>
+            <Show when=move || action_error.with(Option::is_some)>
+                <ui::ErrorBox message=Signal::derive(move || action_error.get().unwrap_or_default())/>
+            </Show>
+            {move || ran.get().map(|r| view! {
+                <p class="notice" role="status">
+                    "Submitted " {if r.task_id.is_some() { "task " } else { "workflow " }}
+                    {occurrence(r.task_id, r.workflow_id)} "."
+                </p>
+            })}
+        </Show>
+        {move || {
+            fetched
+                .data
+                .get()
+                .map(|d| view! { <Detail detail=d tick=tick template_open=template_open/> })
+        }}
+    }
+}
+
+/// The schedule's settings, next fire times and latest runs.
+#[component]
+fn Detail(
+    detail: ScheduleDetail,
+    tick: ReadSignal<u64>,
+    template_open: RwSignal<bool>,
+) -> impl IntoView {
+    let s = detail.schedule;
+    let zone = s.time_zone.clone();
+    let local_zone = browser_zone();
+    let show_local = local_zone.as_deref() != Some(zone.as_str());
+    let template_json = s
+        .task
+        .as_ref()
+        .or(s.workflow.as_ref())
+        .and_then(|t| serde_json::to_string_pretty(t).ok())
+        .unwrap_or_default();
+    let misfire = format!(
+        "{} (grace {}, catch-up limit {})",
+        s.misfire_policy,
+        ui::duration(s.misfire_grace_secs),
+        s.catch_up_limit
+    );
+    let last_fired = s.last_fire_at.map(|at| {
+        view! {
+            <ui::Time at=at/> " (" {age(at, tick)} ") "
+            {occurrence(s.last_task_id, s.last_workflow_id)}
+        }
+    });
+    let next_times = detail
+        .next_fire_times
+        .iter()
+        .map(|&at| {
+            let in_zone = zone_time(at, &zone).map(|t| format!("{t} {zone}"));
+            view! {
+                <li>
+                    {in_zone.unwrap_or_else(|| ui::local_time(at))}
+                    {show_local.then(|| view! { <span class="hint">" · local " {ui::local_time(at)}</span> })}
+                    <span class="hint">" · " {age(at, tick)}</span>
+                </li>
+            }
+        })
+        .collect_view();
+    let no_next = detail.next_fire_times.is_empty();
+    let paused = s.paused_at.is_some();
+    let runs = detail.runs;
+    let no_runs = runs.is_empty();
+
+    view! {
+            <div class="panel">
+                <dl class="kv">
+                    <dt>"Expression"</dt>
+                    <dd><code>{s.cron.clone()}</code></dd>
+                    <dt>"Time zone"</dt>
+                    <dd>{zone.clone()}</dd>
+                    <dt>"Runs"</dt>
+                    <dd class="mono">{template(&s)}</dd>
+                    <dt>"Misfire policy"</dt>
+                    <dd>{misfire}</dd>
+                    <dt>"Overlap policy"</dt>
+                    <dd>{s.overlap_policy.replace('_', " ")}</dd>
+                    {(s.jitter_secs > 0.0).then(|| view! {
+                        <dt>"Jitter"</dt>
+                        <dd>"up to " {ui::duration(s.jitter_secs)}</dd>
+                    })}
+                    <dt>"History"</dt>
+                    <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
+                    {s.paused_at.map(|at| view! {
+                        <dt>"Paused"</dt>
+                        <dd><ui::Time at=at/> " (" {age(at, tick)} ")"</dd>
+                    })}
+                    {s.queued_fire_at.map(|at| view! {
+                        <dt>"Queued tick"</dt>
+                        <dd><ui::Time at=at/> " waits for the previous occurrence to finish"</dd>
+                    })}
+                    <dt>"Last fired"</dt>
+                    <dd>{last_fired.map(IntoAny::into_any).unwrap_or_else(|| "never".into_any())}</dd>
+                    <dt>"Owner"</dt>
+                    <dd>{s.owner.clone()}</dd>
+                    <dt>"Created"</dt>
+                    <dd><ui::Time at=s.created_at/></dd>
+                    <dt>"Id"</dt>
+                    <dd class="mono">{s.id.to_string()}</dd>
+                </dl>
+            </div>
+            <details class="panel" open=template_open.get_untracked()>
+                <summary on:click=move |_| template_open.update(|open| *open = !*open)>
+                    {if s.workflow.is_some() { "Workflow template" } else { "Task template" }}
+                </summary>
+                <pre class="json">{template_json}</pre>
+            </details>
+            <h2>"Next ticks"</h2>
+            {if no_next {
+                view! {
+                    <p class="empty">
+                        {if paused { "None while paused: a resumed schedule starts at its next tick." } else { "No further ticks." }}
+                    </p>
+                }
+                .into_any()
+            } else {
+                view! {
+                    <div class="panel">
+                        <ol class="times">{next_times}</ol>
+                    </div>
+                }
+                .into_any()
+            }}
+            <h2>"Recent runs"</h2>
+            {if no_runs {
+                view! { <p class="empty">"No runs yet."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-wrap">
+                        <table class="schedule-runs">
+                            <thead>
+                                <tr>
+                                    <th>"Tick"</th>
+                                    <th>"Outcome"</th>
+                                    <th>"Occurrence"</th>
+                                    <th>"Detail"</th>
+                                    <th class="hide-narrow">"Recorded"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {runs
+                                    .into_iter()
+                                    .map(|r| {
+                                        let detail = run_detail(&r);
+                                        view! {
+                                            <tr data-outcome=r.outcome.clone()>
+                                                <td>
+                                                    <ui::Time at=r.fire_at/>
+                                                    <span class="hint">" · " {age(r.fire_at, tick)}</span>
+                                                </td>
+                                                <td>{outcome_badge(&r.outcome)}</td>
+                                                <td>{occurrence(r.task_id, r.workflow_id)}</td>
+                                                <td class="wrap">{detail}</td>
+                                                <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
+                                            </tr>
+                                        }
+                                    })
+                                    .collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }
+                .into_any()
+            }}
+        }
 }
