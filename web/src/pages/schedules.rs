@@ -477,104 +477,104 @@ fn Detail(
     let no_runs = runs.is_empty();
 
     view! {
-            <div class="panel">
-                <dl class="kv">
-                    <dt>"Expression"</dt>
-                    <dd><code>{s.cron.clone()}</code></dd>
-                    <dt>"Time zone"</dt>
-                    <dd>{zone.clone()}</dd>
-                    <dt>"Runs"</dt>
-                    <dd class="mono">{template(&s)}</dd>
-                    <dt>"Misfire policy"</dt>
-                    <dd>{misfire}</dd>
-                    <dt>"Overlap policy"</dt>
-                    <dd>{s.overlap_policy.replace('_', " ")}</dd>
-                    {(s.jitter_secs > 0.0).then(|| view! {
-                        <dt>"Jitter"</dt>
-                        <dd>"up to " {ui::duration(s.jitter_secs)}</dd>
-                    })}
-                    <dt>"History"</dt>
-                    <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
-                    {s.paused_at.map(|at| view! {
-                        <dt>"Paused"</dt>
-                        <dd><ui::Time at=at/> " (" {age(at, tick)} ")"</dd>
-                    })}
-                    {s.queued_fire_at.map(|at| view! {
-                        <dt>"Queued tick"</dt>
-                        <dd><ui::Time at=at/> " waits for the previous occurrence to finish"</dd>
-                    })}
-                    <dt>"Last fired"</dt>
-                    <dd>{last_fired.map(IntoAny::into_any).unwrap_or_else(|| "never".into_any())}</dd>
-                    <dt>"Owner"</dt>
-                    <dd>{s.owner.clone()}</dd>
-                    <dt>"Created"</dt>
-                    <dd><ui::Time at=s.created_at/></dd>
-                    <dt>"Id"</dt>
-                    <dd class="mono">{s.id.to_string()}</dd>
-                </dl>
-            </div>
-            <details class="panel" open=template_open.get_untracked()>
-                <summary on:click=move |_| template_open.update(|open| *open = !*open)>
-                    {if s.workflow.is_some() { "Workflow template" } else { "Task template" }}
-                </summary>
-                <pre class="json">{template_json}</pre>
-            </details>
-            <h2>"Next ticks"</h2>
-            {if no_next {
-                view! {
-                    <p class="empty">
-                        {if paused { "None while paused: a resumed schedule starts at its next tick." } else { "No further ticks." }}
-                    </p>
-                }
-                .into_any()
-            } else {
-                view! {
-                    <div class="panel">
-                        <ol class="times">{next_times}</ol>
-                    </div>
-                }
-                .into_any()
-            }}
-            <h2>"Recent runs"</h2>
-            {if no_runs {
-                view! { <p class="empty">"No runs yet."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-wrap">
-                        <table class="schedule-runs">
-                            <thead>
-                                <tr>
-                                    <th>"Tick"</th>
-                                    <th>"Outcome"</th>
-                                    <th>"Occurrence"</th>
-                                    <th>"Detail"</th>
-                                    <th class="hide-narrow">"Recorded"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
-                                {runs
-                                    .into_iter()
-                                    .map(|r| {
-                                        let detail = run_detail(&r);
-                                        view! {
-                                            <tr data-outcome=r.outcome.clone()>
-                                                <td>
-                                                    <ui::Time at=r.fire_at/>
-                                                    <span class="hint">" · " {age(r.fire_at, tick)}</span>
-                                                </td>
-                                                <td>{outcome_badge(&r.outcome)}</td>
-                                                <td>{occurrence(r.task_id, r.workflow_id)}</td>
-                                                <td class="wrap">{detail}</td>
-                                                <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
-                                            </tr>
-                                        }
-                                    })
-                                    .collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                }
-                .into_any()
-            }}
-        }
+        <div class="panel">
+            <dl class="kv">
+                <dt>"Expression"</dt>
+                <dd><code>{s.cron.clone()}</code></dd>
+                <dt>"Time zone"</dt>
+                <dd>{zone.clone()}</dd>
+                <dt>"Runs"</dt>
+                <dd class="mono">{template(&s)}</dd>
+                <dt>"Misfire policy"</dt>
+                <dd>{misfire}</dd>
+                <dt>"Overlap policy"</dt>
+                <dd>{s.overlap_policy.replace('_', " ")}</dd>
+                {(s.jitter_secs > 0.0).then(|| view! {
+                    <dt>"Jitter"</dt>
+                    <dd>"up to " {ui::duration(s.jitter_secs)}</dd>
+                })}
+                <dt>"History"</dt>
+                <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
+                {s.paused_at.map(|at| view! {
+                    <dt>"Paused"</dt>
+                    <dd><ui::Time at=at/> " (" {age(at, tick)} ")"</dd>
+                })}
+                {s.queued_fire_at.map(|at| view! {
+                    <dt>"Queued tick"</dt>
+                    <dd><ui::Time at=at/> " waits for the previous occurrence to finish"</dd>
+                })}
+                <dt>"Last fired"</dt>
+                <dd>{last_fired.map(IntoAny::into_any).unwrap_or_else(|| "never".into_any())}</dd>
+                <dt>"Owner"</dt>
+                <dd>{s.owner.clone()}</dd>
+                <dt>"Created"</dt>
+                <dd><ui::Time at=s.created_at/></dd>
+                <dt>"Id"</dt>
+                <dd class="mono">{s.id.to_string()}</dd>
+            </dl>
+        </div>
+        <details class="panel" open=template_open.get_untracked()>
+            <summary on:click=move |_| template_open.update(|open| *open = !*open)>
+                {if s.workflow.is_some() { "Workflow template" } else { "Task template" }}
+            </summary>
+            <pre class="json">{template_json}</pre>
+        </details>
+        <h2>"Next ticks"</h2>
+        {if no_next {
+            view! {
+                <p class="empty">
+                    {if paused { "None while paused: a resumed schedule starts at its next tick." } else { "No further ticks." }}
+                </p>
+            }
+            .into_any()
+        } else {
+            view! {
+                <div class="panel">
+                    <ol class="times">{next_times}</ol>
+                </div>
+            }
+            .into_any()
+        }}
+        <h2>"Recent runs"</h2>
+        {if no_runs {
+            view! { <p class="empty">"No runs yet."</p> }.into_any()
+        } else {
+            view! {
+                <div class="table-wrap">
+                    <table class="schedule-runs">
+                        <thead>
+                            <tr>
+                                <th>"Tick"</th>
+                                <th>"Outcome"</th>
+                                <th>"Occurrence"</th>
+                                <th>"Detail"</th>
+                                <th class="hide-narrow">"Recorded"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {runs
+                                .into_iter()
+                                .map(|r| {
+                                    let detail = run_detail(&r);
+                                    view! {
+                                        <tr data-outcome=r.outcome.clone()>
+                                            <td>
+                                                <ui::Time at=r.fire_at/>
+                                                <span class="hint">" · " {age(r.fire_at, tick)}</span>
+                                            </td>
+                                            <td>{outcome_badge(&r.outcome)}</td>
+                                            <td>{occurrence(r.task_id, r.workflow_id)}</td>
+                                            <td class="wrap">{detail}</td>
+                                            <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            }
+            .into_any()
+        }}
+    }
 }
