@@ -225,7 +225,7 @@ fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
 /// Pages by keyset on the time-ordered id: pass `next_cursor` as `after` until it is null.
 /// A user token lists its owner's tasks only. Filters combine with AND. A filter that no
 /// index serves (`q`, `queue`, and a state or owner the chosen index does not apply) is
-/// tested on at most 20,000 tasks per request: when those give fewer matches than `limit`,
+/// tested on at most 10,000 tasks per request: when those give fewer matches than `limit`,
 /// the page is short (even empty), `scan_limit_reached` is true and `next_cursor` continues
 /// the scan (see `docs/api.md`).
 #[utoipa::path(
