@@ -4,15 +4,18 @@
 -- Every trigger here is a statement trigger that sends at most one notification per
 -- statement, never one per row (a per-row NOTIFY serialises commits and caps throughput). A
 -- payload names what changed, never row data: a kind letter, then `:` and up to 150 ids
--- separated by commas, or `*` when more changed than that (the listener then refetches
--- everything), so it always stays far below PostgreSQL's 8000-byte limit:
+-- separated by commas, so it always stays far below PostgreSQL's 8000-byte limit:
 --
---   t:<task ids>      tasks inserted, or whose state or cancel request changed   (t* also for
---                     deleted or truncated tasks)
+--   t:<task ids>      tasks inserted, or whose state or cancel request changed
 --   l:<task ids>      tasks with new log chunks
---   f:<workflow ids>  workflows inserted or whose state changed                 (f* deleted)
---   s:<schedule ids>  schedules inserted or changed, or fired (a schedule run)  (s* deleted)
+--   f:<workflow ids>  workflows inserted or whose state changed
+--   s:<schedule ids>  schedules inserted or changed, or fired (a schedule run)
 --   w                 a worker registered, began stopping, or deregistered
+--
+-- A statement that changed more than 150 rows, or deleted rows (which cannot be looked up
+-- any more), sends nothing: it bumps a counter of sked.event_changes (sked.events_bulk), which
+-- the listening servers poll; they tell their clients to refetch everything. Bulk claims and
+-- finishes thus never hold the lock a NOTIFY takes at commit (see the migration).
 --
 -- Statements that change no row send nothing, and nothing is sent at all while no server has
 -- clients for its live events (no unexpired row in sked.event_listeners): then a statement
@@ -21,6 +24,27 @@
 -- refetches what it shows.
 
 drop function if exists sked.event_payload(text, uuid[]);
+
+-- Records that a statement changed more rows than a notification names, or deleted rows: one
+-- counter of sked.event_changes goes up, the first one no other transaction holds (a
+-- transaction that finds all 64 held notifies `*` instead).
+create or replace function sked.events_bulk() returns void
+language plpgsql as $$
+begin
+  update sked.event_changes set n = n + 1
+   where slot = (select c.slot from sked.event_changes c order by c.slot limit 1
+                   for update skip locked);
+  if not found then
+    perform pg_notify('sked_events', '*');
+  end if;
+end
+$$;
+
+-- The sum of the counters: it moves whenever a bulk change has committed.
+create or replace function sked.events_bulk_count() returns bigint
+language sql stable as $$
+  select coalesce(sum(n), 0)::bigint from sked.event_changes
+$$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Who listens
@@ -80,7 +104,11 @@ begin
   select string_agg(c.id::text, ','), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 't:' || ids else 't*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 't:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -109,7 +137,11 @@ begin
               or r.cancel_requested_at is distinct from o.cancel_requested_at
            limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 't:' || ids else 't*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 't:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -127,7 +159,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform pg_notify('sked_events', 't*');
+    perform sked.events_bulk();
   end if;
   return null;
 end
@@ -142,7 +174,7 @@ create or replace function sked.tasks_after_truncate_event() returns trigger
 language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now()) then
-    perform pg_notify('sked_events', 't*');
+    perform sked.events_bulk();
   end if;
   return null;
 end
@@ -168,7 +200,11 @@ begin
   select string_agg(c.task_id::text, ','), count(*) into ids, n
     from (select distinct r.task_id from new_rows r limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 'l:' || ids else 'l*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 'l:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -195,7 +231,11 @@ begin
   select string_agg(c.id::text, ','), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 'f:' || ids else 'f*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 'f:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -220,7 +260,11 @@ begin
            where r.state is distinct from o.state
            limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 'f:' || ids else 'f*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 'f:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -236,7 +280,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform pg_notify('sked_events', 'f*');
+    perform sked.events_bulk();
   end if;
   return null;
 end
@@ -265,7 +309,11 @@ begin
   select string_agg(c.id::text, ','), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 's:' || ids else 's*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 's:' || ids);
+    end if;
   end if;
   return null;
 end
@@ -286,7 +334,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform pg_notify('sked_events', 's*');
+    perform sked.events_bulk();
   end if;
   return null;
 end
@@ -309,7 +357,11 @@ begin
   select string_agg(c.schedule_id::text, ','), count(*) into ids, n
     from (select distinct r.schedule_id from new_rows r limit 151) c;
   if n > 0 then
-    perform pg_notify('sked_events', case when n <= 150 then 's:' || ids else 's*' end);
+    if n > 150 then
+      perform sked.events_bulk();
+    else
+      perform pg_notify('sked_events', 's:' || ids);
+    end if;
   end if;
   return null;
 end

@@ -2,8 +2,9 @@
 //!
 //! The database announces changes on the channel `sked_events` (the statement triggers of
 //! `sql/events.sql`: `t:<task ids>`, `l:<task ids>`, `f:<workflow ids>`, `s:<schedule ids>`,
-//! `w`, or `t*`, `l*`, … when one statement changed more than 150 rows). Each server process
-//! runs one [`Hub`]:
+//! `w`). A statement that changed more than 150 rows or deleted rows instead bumps a counter
+//! (`sked.event_changes`), which the hub reads every batch window while it has clients: when
+//! it moved, they resync. Each server process runs one [`Hub`]:
 //!
 //! - **The hub service** ([`Hub::run`]) holds the process's only `LISTEN sked_events`
 //!   connection, reconnecting with backoff. It coalesces notifications over the batch window
@@ -225,6 +226,10 @@ impl Hub {
         let mut gate_greets = false;
         let mut gate_due: Option<Instant> = None;
         let mut last_bulk_resync: Option<Instant> = None;
+        // The sum of sked.event_changes when last read (`None` while the gate greets nobody),
+        // and when to read it next.
+        let mut changes_seen: Option<i64> = None;
+        let mut changes_due = Instant::now();
         let mut batch = Batch::default();
         // When the pending batch is sent: a window after its first notification.
         let mut due: Option<Instant> = None;
@@ -269,11 +274,38 @@ impl Hub {
                 }
                 _ = sleep_until(gate_due), if gate_due.is_some() => {
                     let step = gate.step(&shared.pool, self.clients()).await;
-                    gate_greets = step.greet;
                     gate_due = step.next.map(|d| Instant::now() + d);
                     if step.resync {
                         batch.resync(LATE_OPEN);
                         due.get_or_insert_with(Instant::now);
+                    }
+                    // Bulk changes are counted, not announced: read where the count stands
+                    // before greeting anyone.
+                    if !step.greet {
+                        changes_seen = None;
+                    } else if changes_seen.is_none() {
+                        match bulk_count(&shared.pool).await {
+                            Ok(n) => changes_seen = Some(n),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "live events: reading the count of bulk changes failed; retrying");
+                                gate_due = Some(Instant::now() + Duration::from_secs(1));
+                            }
+                        }
+                    }
+                    gate_greets = step.greet && changes_seen.is_some();
+                }
+                // While clients are connected, the count of bulk changes is read every batch
+                // window; when it moved, they resync.
+                _ = tokio::time::sleep_until(changes_due), if changes_seen.is_some() && self.clients() > 0 => {
+                    changes_due = Instant::now() + config.batch_window;
+                    match bulk_count(&shared.pool).await {
+                        Ok(n) if Some(n) != changes_seen => {
+                            changes_seen = Some(n);
+                            batch.resync(TOO_MANY);
+                            due.get_or_insert_with(Instant::now);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "live events: reading the count of bulk changes failed"),
                     }
                 }
                 received = l.try_recv() => match received {
@@ -439,6 +471,13 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
+/// The sum of the counters of bulk changes (`sql/events.sql`).
+async fn bulk_count(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select sked.events_bulk_count()")
+        .fetch_one(pool)
+        .await
+}
+
 /// The owners of rows of `table` (workflows or schedules) by id.
 async fn owners(
     pool: &PgPool,
@@ -487,6 +526,10 @@ impl Batch {
         }
         if payload == "w" {
             self.workers = true;
+            return;
+        }
+        if payload == "*" {
+            self.resync = Some(TOO_MANY);
             return;
         }
         let Some((kind, rest)) = payload.split_at_checked(1) else {
@@ -653,7 +696,7 @@ mod tests {
     #[test]
     fn a_star_or_too_many_tasks_make_a_resync() {
         let mut b = Batch::default();
-        b.add("s*", 1000);
+        b.add("*", 1000);
         assert_eq!(b.resync, Some(TOO_MANY));
         let mut b = Batch::default();
         let ids: Vec<String> = (0..3).map(|n| id(n).to_string()).collect();

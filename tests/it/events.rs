@@ -546,6 +546,18 @@ async fn a_statement_changing_more_tasks_than_a_notification_names_makes_a_resyn
     admin
         .until(SECS_5, "the next task", |e| task_state(e, id).is_some())
         .await;
+
+    // Deleted tasks cannot be looked up: a deletion asks for a refetch too.
+    sqlx::query("delete from sked.tasks where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .unwrap();
+    admin
+        .until(SECS_5, "a resync after a deletion", |e| {
+            matches!(e, ServerEvent::Resync { .. })
+        })
+        .await;
     server.shutdown().await;
 }
 
