@@ -29,10 +29,13 @@ use uuid::Uuid;
 use crate::Result;
 use crate::task::TaskRow;
 
-/// Rows a listing reads at most per request when it has residual filters. Reading a row costs
-/// 2 to 7 µs (more when the walk jumps over the heap, as an owner's or a state's does; the
-/// text filter adds about 1.5 µs), so 10,000 rows take 20 to 70 ms (`bench/README.md`, W8).
+/// Rows (or index entries) a listing reads at most per request when it has residual filters.
+/// The text filter costs about 3 µs per row on the primary key, which reads the table in
+/// order; owner, queue and state are tested on index entries (`bench/README.md`, W8).
 pub const SCAN_LIMIT: i64 = 10_000;
+/// The limit when the text filter reads the rows of a walk other than the primary key's,
+/// which lie across the whole table (about 8 µs per row).
+pub const SCAN_LIMIT_SCATTERED: i64 = 4_000;
 
 /// Filters of a task listing; `None` (or no states) means any.
 #[derive(Debug, Clone)]
@@ -52,7 +55,8 @@ pub struct ListFilter {
     pub after: Option<Uuid>,
     /// Page size.
     pub limit: i64,
-    /// Rows the driver reads at most when there are residual filters.
+    /// Rows the driver reads at most when there are residual filters (at most
+    /// [`SCAN_LIMIT_SCATTERED`] for the text filter on a walk other than the primary key's).
     pub scan_limit: i64,
 }
 
@@ -299,7 +303,9 @@ fn push_merged(
 ) {
     q.push(format_args!("select {columns} from ("));
     if walks.is_empty() {
-        q.push("select t.* from sked.tasks t where false");
+        q.push(format_args!(
+            "select {columns} from sked.tasks t where false"
+        ));
     }
     for (i, walk) in walks.iter().enumerate() {
         if i > 0 {
@@ -309,9 +315,11 @@ fn push_merged(
         // small sets of `Driver::Small`; the other walks follow their index in id order.
         let running = matches!(walk, Walk::State(TaskState::Running));
         if running {
-            q.push("(select t.* from (select t.* from sked.tasks t where ");
+            q.push(format_args!(
+                "(select {columns} from (select t.* from sked.tasks t where "
+            ));
         } else {
-            q.push("(select t.* from sked.tasks t where ");
+            q.push(format_args!("(select {columns} from sked.tasks t where "));
         }
         match walk {
             Walk::State(state) => push_state(q, "t", *state),
@@ -334,16 +342,35 @@ fn push_merged(
     q.push(format_args!(") t order by t.id desc limit {n}"));
 }
 
+/// The columns a walk yields for the residual filters: those of the indexes' entries
+/// (`tasks_by_state`, `tasks_finished_by_owner` and `tasks_pending_by_owner` carry owner,
+/// queue and state), so that testing owner, queue or state reads no table row; the text
+/// filter needs whole rows.
+fn window_columns(f: &ListFilter) -> &'static str {
+    if f.text.is_some() {
+        "t.*"
+    } else {
+        "t.id, t.owner, t.queue, t.state"
+    }
+}
+
 /// One page of tasks, newest first, by keyset on the id (see the module documentation).
 ///
 /// The statements are not kept prepared: each is planned for its parameters' values. A
 /// cached generic plan would estimate every owner at the average share, and for a small
-/// owner walk the primary key past all other owners' tasks (460 ms instead of 4 ms for an
-/// owner of 1 % of a million tasks, in W8).
+/// owner walk the primary key past all other owners' tasks (458 ms instead of 67 ms for a
+/// text search by an owner of 1 % of a million tasks, in W8).
 pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let limit = f.limit.max(1);
-    let scan_limit = f.scan_limit.max(limit + 1);
     let driver = f.driver();
+    // The text filter reads whole rows; a walk other than the primary key's finds them
+    // across the whole table, each row costing about three times as much.
+    let scan_limit = if f.text.is_some() && driver != Driver::All {
+        f.scan_limit.min(SCAN_LIMIT_SCATTERED)
+    } else {
+        f.scan_limit
+    }
+    .max(limit + 1);
     // One row more than the page tells whether another page follows.
     let fetch = limit + 1;
     if !f.has_residual(driver) {
@@ -357,11 +384,15 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let mut tx = pool
         .begin_with("begin isolation level repeatable read, read only")
         .await?;
-    let mut q = QueryBuilder::new("select w.* from (");
-    push_driver(&mut q, f, driver, "t.*", scan_limit);
+    // The window's matches first, from the walk's own columns where they suffice; then their
+    // rows.
+    let mut q = QueryBuilder::new("select t.* from sked.tasks t join (select w.id from (");
+    push_driver(&mut q, f, driver, window_columns(f), scan_limit);
     q.push(") w where true");
     push_residual(&mut q, f, driver, "w");
-    q.push(format_args!(" order by w.id desc limit {fetch}"));
+    q.push(format_args!(
+        " order by w.id desc limit {fetch}) m on m.id = t.id order by t.id desc"
+    ));
     let rows: Vec<TaskRow> = q
         .build_query_as()
         .persistent(false)

@@ -322,6 +322,31 @@ async fn a_residual_filter_reads_at_most_the_scan_limit_and_continues_from_its_c
     let (_, page) = api.get("/api/v1/tasks?limit=3", &api.alice).await;
     assert_eq!(ids(&page).len(), 3);
     assert_eq!(page["scan_limit_reached"], false);
+
+    // A user's text search reads whole rows of its owner's walks, which lie across the
+    // table: at most the smaller limit per request.
+    let total = sked_db::listing::SCAN_LIMIT + 1;
+    let per_request = sked_db::listing::SCAN_LIMIT_SCATTERED;
+    let mut after = String::new();
+    let mut requests = 0;
+    let found = loop {
+        let (status, page) = api
+            .get(&format!("/api/v1/tasks?q=needle{after}"), &api.alice)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        requests += 1;
+        if !ids(&page).is_empty() {
+            break ids(&page);
+        }
+        assert_eq!(page["scan_limit_reached"], true);
+        after = format!("&after={}", page["next_cursor"].as_str().unwrap());
+    };
+    assert_eq!(found, vec![needle]);
+    assert_eq!(
+        requests,
+        (total + per_request - 1) / per_request,
+        "{total} tasks take one request per {per_request}"
+    );
 }
 
 #[tokio::test]
