@@ -133,7 +133,19 @@ async fn measure(
     let outcome = async {
         client.goto(&format!("http://127.0.0.1:{port}/tasks#token={token}")).await?;
         wait_for(&client, "[data-live=live]").await?;
-        wait_for(&client, "table").await?;
+        // The list has loaded (an empty one says so) once nothing is marked loading.
+        wait_for(&client, "main.page").await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while client
+            .find(Locator::Css("main.page .loading"))
+            .await
+            .is_ok()
+        {
+            if tokio::time::Instant::now() > deadline {
+                bail!("the task list kept loading");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         client.execute(OBSERVER, vec![]).await?;
 
         // (id, state, commit time in ms since the epoch)

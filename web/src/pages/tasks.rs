@@ -2,9 +2,10 @@
 //!
 //! The filters (`state`, `queue`, `owner`, `q`, `shard_of`) and the page (`after`) are the
 //! query string of the page's address, so a link reproduces the view; the API gets the same
-//! parameters. Live events patch the rows shown in place. On the first page, a task that
-//! now matches the filters and belongs on the page, or a row that no longer matches them,
-//! refetches the page (debounced); `resync` refetches it on any page.
+//! parameters. Live events patch the rows shown in place. On the first page, a new task that
+//! matches the filters is put in its place at once from the event (newest first, the page
+//! keeping its size); a row that no longer matches them refetches the page (at most once per
+//! [`REFETCH_THROTTLE_MS`], never postponed by more events); `resync` refetches it on any page.
 
 use std::time::Duration;
 
@@ -21,8 +22,9 @@ use crate::{api, live, ui};
 
 /// The filter value of "every unfinished state".
 const UNFINISHED: &str = "blocked,waiting,running,retry";
-/// Wait after a live event before refetching, so a burst of events costs one request.
-const REFETCH_DEBOUNCE_MS: u64 = 300;
+/// Wait after a live event before refetching, so a burst of events costs one request; later
+/// events do not postpone a refetch already planned.
+const REFETCH_THROTTLE_MS: u64 = 300;
 /// Wait after the last keystroke in the search box before searching.
 const TYPING_DEBOUNCE_MS: u64 = 400;
 
@@ -121,6 +123,28 @@ impl Filters {
     }
 }
 
+/// The API's page size when the request names none.
+const PAGE_SIZE: usize = 50;
+
+/// Puts a new task in its place in a first page sorted newest first (ids are time-ordered).
+/// A task older than every row of a page that has more after it belongs to a later page and
+/// is left out. The page keeps at most `size` rows; returns true when one was cut off.
+fn insert_row(rows: &mut Vec<Row>, task: TaskSummary, complete: bool, size: usize) -> bool {
+    let at = rows
+        .iter()
+        .position(|r| r.id < task.id)
+        .unwrap_or(rows.len());
+    if at == rows.len() && !complete {
+        return false;
+    }
+    rows.insert(at, Row::new(task));
+    if rows.len() > size.max(1) {
+        rows.truncate(size.max(1));
+        return true;
+    }
+    false
+}
+
 /// One row: the task's summary in a signal of its own, so a live event updates the row
 /// without rebuilding the table.
 #[derive(Clone)]
@@ -151,6 +175,9 @@ pub fn TaskList() -> impl IntoView {
     let loaded = RwSignal::new(false);
     let loading = RwSignal::new(false);
     let generation = StoredValue::new(0u64);
+    // Tasks inserted from live events while a fetch was in flight: its answer may predate
+    // them, so they are put back into it.
+    let inserted_while_loading = StoredValue::new(Vec::<TaskSummary>::new());
     // Re-renders ages and running durations every second.
     let tick = ui::ticker(1000);
 
@@ -160,6 +187,7 @@ pub fn TaskList() -> impl IntoView {
         generation.update_value(|g| *g += 1);
         let mine = generation.get_value();
         loading.set(true);
+        inserted_while_loading.set_value(Vec::new());
         spawn_local(async move {
             let result = api::get::<TaskSummaryPage>(&f.api_path()).await;
             if generation.try_get_value() != Some(mine) {
@@ -168,7 +196,15 @@ pub fn TaskList() -> impl IntoView {
             loading.set(false);
             match result {
                 Ok(page) => {
-                    rows.set(page.tasks.into_iter().map(Row::new).collect());
+                    let size = page.tasks.len();
+                    let complete = page.next_cursor.is_none();
+                    let mut fresh: Vec<Row> = page.tasks.into_iter().map(Row::new).collect();
+                    for task in inserted_while_loading.get_value() {
+                        if !fresh.iter().any(|r| r.id == task.id) {
+                            insert_row(&mut fresh, task, complete, size);
+                        }
+                    }
+                    rows.set(fresh);
                     next_cursor.set(page.next_cursor);
                     scan_limited.set(page.scan_limit_reached);
                     error.set(None);
@@ -178,13 +214,16 @@ pub fn TaskList() -> impl IntoView {
             }
         });
     };
-    let debounce = StoredValue::new(0u64);
+    let planned = StoredValue::new(false);
     let fetch_soon = move || {
-        debounce.update_value(|n| *n += 1);
-        let mine = debounce.get_value();
+        if planned.get_value() {
+            return;
+        }
+        planned.set_value(true);
         spawn_local(async move {
-            gloo_timers::future::sleep(Duration::from_millis(REFETCH_DEBOUNCE_MS)).await;
-            if debounce.try_get_value() == Some(mine) {
+            gloo_timers::future::sleep(Duration::from_millis(REFETCH_THROTTLE_MS)).await;
+            if planned.try_get_value().is_some() {
+                planned.set_value(false);
                 fetch();
             }
         });
@@ -208,6 +247,7 @@ pub fn TaskList() -> impl IntoView {
         let f = filters.get_untracked();
         let complete = next_cursor.get_untracked().is_none();
         let mut refetch = false;
+        let mut new_rows: Vec<TaskSummary> = Vec::new();
         rows.with_untracked(|rows| {
             for task in batch.iter() {
                 match rows.iter().find(|r| r.id == task.id) {
@@ -215,15 +255,26 @@ pub fn TaskList() -> impl IntoView {
                         row.task.set(task.clone());
                         refetch |= f.first_page() && !f.matches(task);
                     }
-                    None => {
-                        // Newest first: a task belongs on the first page when the page holds
-                        // every match, or when it is newer than the page's last row.
-                        let on_page = complete || rows.last().is_none_or(|last| task.id > last.id);
-                        refetch |= f.first_page() && on_page && f.matches(task);
-                    }
+                    None if f.first_page() && f.matches(task) => new_rows.push(task.clone()),
+                    None => {}
                 }
             }
         });
+        if !new_rows.is_empty() {
+            let size = rows.with_untracked(|r| r.len()).max(PAGE_SIZE);
+            let mut truncated = false;
+            rows.update(|rows| {
+                for task in &new_rows {
+                    truncated |= insert_row(rows, task.clone(), complete, size);
+                }
+            });
+            if truncated {
+                next_cursor.set(rows.with_untracked(|r| r.last().map(|r| r.id)));
+            }
+            if loading.get_untracked() {
+                inserted_while_loading.update_value(|v| v.extend(new_rows));
+            }
+        }
         if refetch {
             fetch_soon();
         }
