@@ -22,6 +22,8 @@ pub enum Workload {
     W6,
     /// Cron without drift: 1,000 schedules firing every second; lateness of each occurrence.
     W7,
+    /// The dashboard's reads over HTTP on a million tasks: listings, overview, queues.
+    W8,
     /// The dashboard's commit→DOM latency: state changes committed by SQL until a headless
     /// Chromium's task list shows them (needs chromium, chromedriver and a built dashboard;
     /// run only when named).
@@ -38,6 +40,7 @@ impl Workload {
             Workload::W5 => "W5",
             Workload::W6 => "W6",
             Workload::W7 => "W7",
+            Workload::W8 => "W8",
             Workload::W9 => "W9",
         }
     }
@@ -49,7 +52,7 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w7, w9); w1 to w7 when none is named (w9 needs a browser).
+    /// Workloads to run (w1 … w9); w1 to w8 when none is named (w9 needs a browser).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -120,6 +123,12 @@ pub struct Cli {
     /// Worker concurrency in W7 (a slot per schedule: all of them are due at once).
     #[arg(long, default_value_t = 1_000)]
     pub w7_concurrency: usize,
+    /// Tasks in W8's data set.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub w8_tasks: usize,
+    /// Requests of each endpoint in W8.
+    #[arg(long, default_value_t = 50)]
+    pub w8_requests: usize,
     /// State changes W9 commits and times (half inserts, half cancels).
     #[arg(long, default_value_t = 200)]
     pub w9_changes: usize,
@@ -161,6 +170,8 @@ pub struct Config {
     pub w7_schedules: usize,
     pub w7_duration: Duration,
     pub w7_concurrency: usize,
+    pub w8_tasks: usize,
+    pub w8_requests: usize,
     pub w9_changes: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
@@ -179,6 +190,7 @@ impl Cli {
                 Workload::W5,
                 Workload::W6,
                 Workload::W7,
+                Workload::W8,
             ];
         }
         workloads.sort();
@@ -236,6 +248,13 @@ impl Cli {
                 self.w7_schedules, self.w7_secs
             ));
         }
+        if !(10_000..=100_000_000).contains(&self.w8_tasks) || self.w8_requests == 0 {
+            return Err(format!(
+                "--w8-tasks must be between 10000 and 100000000 and --w8-requests at least 1, \
+                 got {} and {}",
+                self.w8_tasks, self.w8_requests
+            ));
+        }
         if !(2..=100_000).contains(&self.w9_changes) {
             return Err(format!(
                 "--w9-changes must be between 2 and 100000, got {}",
@@ -269,6 +288,8 @@ impl Cli {
             w7_schedules: self.w7_schedules,
             w7_duration: Duration::from_secs_f64(self.w7_secs),
             w7_concurrency: self.w7_concurrency,
+            w8_tasks: self.w8_tasks,
+            w8_requests: self.w8_requests,
             w9_changes: self.w9_changes,
             worker_bin,
             results_dir: self.results_dir,
@@ -282,7 +303,7 @@ impl Config {
     pub fn needs_worker(&self) -> bool {
         self.workloads
             .iter()
-            .any(|w| !matches!(w, Workload::W1 | Workload::W9))
+            .any(|w| !matches!(w, Workload::W1 | Workload::W8 | Workload::W9))
     }
 }
 

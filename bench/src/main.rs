@@ -9,6 +9,7 @@ mod drain;
 mod latency;
 mod pg;
 mod process;
+mod reads;
 mod report;
 mod schedules;
 mod w1;
@@ -66,6 +67,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W5 => delayed::run(&cfg).await,
                 Workload::W6 => workflow::run(&cfg).await,
                 Workload::W7 => schedules::run(&cfg).await,
+                Workload::W8 => reads::run(&cfg).await,
                 Workload::W9 => dashboard::run(&cfg).await,
             };
             match result {

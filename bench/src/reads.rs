@@ -1,0 +1,333 @@
+//! W8, the dashboard's reads on a million tasks: `--w8-tasks` (1,000,000) tasks are loaded
+//! with one `INSERT … SELECT generate_series` (`reads.sql`: mostly succeeded, some failed,
+//! waiting, running, retry and blocked, five owners and six queues, realistic command lines),
+//! then every listing and overview the dashboard uses is requested `--w8-requests` times over
+//! HTTP from the API served in this process, one request at a time. Reported per endpoint: the
+//! median and the 99th percentile of the request time, seen by the client on the loopback
+//! interface, against the target of 100 ms.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use sqlx::Executor;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::pg::{self, BenchDb};
+use crate::report::{Sample, Target};
+
+const W: &str = "W8";
+/// Every listing and overview answers within this many milliseconds.
+const TARGET_MS: f64 = 100.0;
+/// The data set, for `$1` tasks.
+const DATA: &str = include_str!("reads.sql");
+
+pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
+    pg::with_db(&cfg.database_url, "w8", async |db| {
+        let mut out = Vec::new();
+        let started = Instant::now();
+        load(db, cfg.w8_tasks).await?;
+        out.push(Sample::new(
+            W,
+            format!(
+                "load {} tasks (INSERT … SELECT, VACUUM ANALYZE)",
+                cfg.w8_tasks
+            ),
+            "s",
+            started.elapsed().as_secs_f64(),
+            None,
+        ));
+        let api = Api::start(db).await?;
+        let result = measure(&api, cfg.w8_requests, &mut out).await;
+        api.stop().await;
+        result?;
+        Ok(out)
+    })
+    .await
+}
+
+/// Ten live workers and the data set, then the statistics and visibility map autovacuum
+/// would leave.
+async fn load(db: &BenchDb, n: usize) -> Result<()> {
+    db.pool
+        .execute(
+            "insert into sked.workers (id, name, host, pid, version, queues, concurrency, lease)
+             select ('00000000-0000-4000-8000-0000000000' || lpad(k::text, 2, '0'))::uuid,
+                    'w' || k, 'host' || k, 1000 + k, '0.1.0',
+                    array['default', 'emails', 'reports', 'etl', 'gpu', 'ml-rare'], 200,
+                    interval '1 hour'
+               from generate_series(1, 10) k",
+        )
+        .await?;
+    // The same data set every run: the random draws follow one seed on one connection.
+    let mut conn = db.pool.acquire().await?;
+    conn.execute("select setseed(0.42)").await?;
+    let inserted = sqlx::query(DATA)
+        .bind(i32::try_from(n).context("--w8-tasks is too large")?)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    drop(conn);
+    if inserted != n as u64 {
+        bail!("the data set has {inserted} tasks instead of {n}");
+    }
+    db.pool.execute("vacuum analyze sked.tasks").await?;
+    Ok(())
+}
+
+/// The endpoints the dashboard reads, each `requests` times.
+async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()> {
+    let first: Value = api.get(api.admin.as_str(), "/tasks?limit=50").await?;
+    let cursor = first["next_cursor"]
+        .as_str()
+        .context("the first page has a cursor")?
+        .to_owned();
+    let task = first["tasks"][0]["id"]
+        .as_str()
+        .context("the first page has a task")?
+        .to_owned();
+    let running: Value = api
+        .get(api.admin.as_str(), "/tasks?state=running&limit=1")
+        .await?;
+    let worker = running["tasks"][0]["worker_id"]
+        .as_str()
+        .context("a task is running")?
+        .to_owned();
+    let cases: Vec<(String, &str, String)> = vec![
+        (
+            "list, newest 50".into(),
+            api.admin.as_str(),
+            "/tasks".into(),
+        ),
+        (
+            "list, second page by cursor".into(),
+            api.admin.as_str(),
+            format!("/tasks?after={cursor}"),
+        ),
+        (
+            "list, view=summary".into(),
+            api.admin.as_str(),
+            "/tasks?view=summary".into(),
+        ),
+        (
+            "list, state=failed".into(),
+            api.admin.as_str(),
+            "/tasks?state=failed".into(),
+        ),
+        (
+            "list, state=running".into(),
+            api.admin.as_str(),
+            "/tasks?state=running".into(),
+        ),
+        (
+            "list, state=failed,cancelled,upstream_failed".into(),
+            api.admin.as_str(),
+            "/tasks?state=failed,cancelled,upstream_failed".into(),
+        ),
+        (
+            "list, queue=gpu".into(),
+            api.admin.as_str(),
+            "/tasks?queue=gpu".into(),
+        ),
+        (
+            "list, queue=ml-rare&state=failed".into(),
+            api.admin.as_str(),
+            "/tasks?queue=ml-rare&state=failed".into(),
+        ),
+        (
+            "list, worker=ID (its running tasks)".into(),
+            api.admin.as_str(),
+            format!("/tasks?worker={worker}"),
+        ),
+        (
+            "list, user token of owner ml (9 %)".into(),
+            api.ml.as_str(),
+            "/tasks".into(),
+        ),
+        (
+            "list, user token of owner intern (1 %)".into(),
+            api.intern.as_str(),
+            "/tasks".into(),
+        ),
+        (
+            "list, user intern, state=failed".into(),
+            api.intern.as_str(),
+            "/tasks?state=failed".into(),
+        ),
+        (
+            "list, user intern, state=succeeded&queue=gpu".into(),
+            api.intern.as_str(),
+            "/tasks?state=succeeded&queue=gpu".into(),
+        ),
+        (
+            "list, q=report (common: 15 %)".into(),
+            api.admin.as_str(),
+            "/tasks?q=report".into(),
+        ),
+        (
+            "list, q=c-4242 (rare: a scan limit's worth)".into(),
+            api.admin.as_str(),
+            "/tasks?q=c-4242".into(),
+        ),
+        (
+            "list, user intern, q=c-4242".into(),
+            api.intern.as_str(),
+            "/tasks?q=c-4242".into(),
+        ),
+        (
+            "task detail".into(),
+            api.admin.as_str(),
+            format!("/tasks/{task}"),
+        ),
+        (
+            "overview, admin".into(),
+            api.admin.as_str(),
+            "/overview".into(),
+        ),
+        (
+            "overview, user ops (45 %)".into(),
+            api.ops.as_str(),
+            "/overview".into(),
+        ),
+        ("queues, admin".into(), api.admin.as_str(), "/queues".into()),
+        ("workers".into(), api.admin.as_str(), "/workers".into()),
+    ];
+    for (name, token, path) in cases {
+        // Warm up the connection and the statement cache, as a dashboard that is open would.
+        for _ in 0..3 {
+            api.get(token, &path).await?;
+        }
+        let mut ms = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            let started = Instant::now();
+            api.get(token, &path).await?;
+            ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        ms.sort_by(f64::total_cmp);
+        let p50 = percentile(&ms, 0.5);
+        let p99 = percentile(&ms, 0.99);
+        eprintln!("  {name:<50} p50 {p50:8.2} ms  p99 {p99:8.2} ms  ({path})");
+        out.push(Sample::new(
+            W,
+            format!("GET {name}: p50"),
+            "ms",
+            p50,
+            Target::at_most(TARGET_MS),
+        ));
+        out.push(Sample::new(
+            W,
+            format!("GET {name}: p99"),
+            "ms",
+            p99,
+            Target::at_most(TARGET_MS),
+        ));
+    }
+    Ok(())
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The API served in this process on an ephemeral port, with an admin token and user tokens
+/// of three owners.
+struct Api {
+    base: String,
+    admin: String,
+    ops: String,
+    ml: String,
+    intern: String,
+    client: reqwest::Client,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Api {
+    async fn start(db: &BenchDb) -> Result<Api> {
+        use sked_db::token::{Role, create};
+        // The pool size `sked-server` uses.
+        let pool = db.pool("sked-server", 16).await?;
+        let admin = create(&db.pool, "root", Role::Admin, "bench").await?;
+        let ops = create(&db.pool, "ops", Role::User, "bench").await?;
+        let ml = create(&db.pool, "ml", Role::User, "bench").await?;
+        let intern = create(&db.pool, "intern", Role::User, "bench").await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}/api/v1", listener.local_addr()?);
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(sked_server::serve(pool, listener, shutdown.clone()));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        let api = Api {
+            base,
+            admin,
+            ops,
+            ml,
+            intern,
+            client,
+            shutdown,
+            server,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = api
+                .client
+                .get(format!("{}/health", api.base))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok {
+                return Ok(api);
+            }
+            if Instant::now() > deadline || api.server.is_finished() {
+                api.stop().await;
+                bail!("the in-process API server did not become healthy");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.server.await;
+    }
+
+    /// `GET` of `path` (under `/api/v1`), which must answer 200 with JSON.
+    async fn get(&self, token: &str, path: &str) -> Result<Value> {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let status = resp.status();
+        let body = resp.bytes().await?;
+        if status != reqwest::StatusCode::OK {
+            bail!(
+                "GET {path} answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(serde_json::from_slice(&body)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[3.0], 0.99), 3.0);
+    }
+}
