@@ -36,10 +36,10 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
 use axum::routing::{get, post};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use axum::handler::Handler;
 use tower_http::compression::CompressionLayer;
 use tower_http::trace::TraceLayer;
 

@@ -4,8 +4,8 @@
 mod api;
 mod browser;
 mod cli;
-mod dashboard_api;
 mod dashboard;
+mod dashboard_api;
 mod delayed;
 mod events;
 mod recovery;
