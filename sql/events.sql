@@ -1,49 +1,66 @@
--- Live events: what changed, announced on the channel `sked_events` for the servers that feed
--- dashboards (server/src/events.rs; the protocol is in docs/events.md).
+-- Live events: what changed, recorded for the servers that feed dashboards
+-- (server/src/events.rs; the protocol is in docs/events.md).
 --
--- Every trigger here is a statement trigger that sends at most one notification per
--- statement, never one per row (a per-row NOTIFY serialises commits and caps throughput). A
--- payload names what changed, never row data: a kind letter, then `:` and up to 150 ids
--- separated by commas, so it always stays far below PostgreSQL's 8000-byte limit:
+-- Every trigger here is a statement trigger that records at most one row per statement in
+-- sked.event_outbox, never one per row: its kind and the ids it changed, never row data.
 --
---   t:<task ids>      tasks inserted, or whose state or cancel request changed
---   l:<task ids>      tasks with new log chunks
---   f:<workflow ids>  workflows inserted or whose state changed
---   s:<schedule ids>  schedules inserted or changed, or fired (a schedule run)
---   w                 a worker registered, began stopping, or deregistered
+--   t  tasks inserted, or whose state or cancel request changed
+--   l  tasks with new log chunks
+--   f  workflows inserted or whose state changed
+--   s  schedules inserted or changed, or fired (a schedule run)
+--   w  a worker registered, began stopping, or deregistered (no ids)
 --
--- A statement that changed more than 150 rows, or deleted rows (which cannot be looked up
--- any more), sends nothing: it bumps a counter of sked.event_changes (sked.events_bulk), which
--- the listening servers poll; they tell their clients to refetch everything. Bulk claims and
--- finishes thus never hold the lock a NOTIFY takes at commit (see the migration).
---
--- Statements that change no row send nothing, and nothing is sent at all while no server has
--- clients for its live events (no unexpired row in sked.event_listeners): then a statement
--- pays for its transition tables and one index probe, not for building and queueing a
--- notification. Notifications are hints: a listener that misses some (it was disconnected)
--- refetches what it shows.
+-- A statement that changed more than 150 rows, or deleted rows (which cannot be looked up any
+-- more), records no ids: readers refetch everything. Statements that change no row record
+-- nothing, and nothing is recorded at all while no server has clients for its live events (no
+-- unexpired row in sked.event_listeners): then a statement pays for its transition tables and
+-- one index probe. Recording takes no lock another writer waits for (see the migration
+-- 20261201000004_events_outbox.sql for why this is not a NOTIFY).
 
 drop function if exists sked.event_payload(text, uuid[]);
+drop function if exists sked.events_bulk();
+drop function if exists sked.events_bulk_count();
 
--- Records that a statement changed more rows than a notification names, or deleted rows: one
--- counter of sked.event_changes goes up, the first one no other transaction holds (a
--- transaction that finds all 64 held notifies `*` instead).
-create or replace function sked.events_bulk() returns void
+-- Records one statement's change: takes the first counter of sked.event_changes that no other
+-- transaction holds (when all 64 are held, waits for one) and adds the row it numbers.
+create or replace function sked.events_record(p_kind text, p_ids uuid[]) returns void
 language plpgsql as $$
+declare
+  s integer;
+  v bigint;
 begin
   update sked.event_changes set n = n + 1
    where slot = (select c.slot from sked.event_changes c order by c.slot limit 1
-                   for update skip locked);
-  if not found then
-    perform pg_notify('sked_events', '*');
+                   for update skip locked)
+  returning slot, n into s, v;
+  if s is null then
+    update sked.event_changes set n = n + 1 where slot = floor(random() * 64)::integer
+    returning slot, n into s, v;
   end if;
+  insert into sked.event_outbox (slot, n, kind, ids) values (s, v, p_kind, p_ids);
 end
 $$;
 
--- The sum of the counters: it moves whenever a bulk change has committed.
-create or replace function sked.events_bulk_count() returns bigint
+-- What was recorded after `p_seen` (the counter last seen of each slot, by slot + 1; missing
+-- means 0): first every counter (kind null), then the rows numbered after what was seen, up to
+-- the counters, all read in one snapshot. A slot whose rows are fewer than its counter moved
+-- lost some (pruned, or a crash emptied the table).
+create or replace function sked.events_read(p_seen bigint[]) returns table (
+  slot integer, n bigint, kind text, ids uuid[])
 language sql stable as $$
-  select coalesce(sum(n), 0)::bigint from sked.event_changes
+  select c.slot, c.n, null::text, null::uuid[] from sked.event_changes c
+  union all
+  select o.slot, o.n, o.kind, o.ids
+    from sked.event_changes c
+    join sked.event_outbox o
+      on o.slot = c.slot and o.n > coalesce(p_seen[c.slot + 1], 0) and o.n <= c.n
+$$;
+
+-- Deletes the rows recorded before `p_before`; returns how many.
+create or replace function sked.events_prune(p_before timestamptz) returns integer
+language sql as $$
+  with gone as (delete from sked.event_outbox where at < p_before returning 1)
+  select count(*)::integer from gone
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -95,20 +112,16 @@ $$;
 create or replace function sked.tasks_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.id::text, ','), count(*) into ids, n
+  select array_agg(c.id), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 't:' || ids);
-    end if;
+    perform sked.events_record('t', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -120,28 +133,24 @@ create or replace trigger tasks_after_insert_event
   for each statement execute function sked.tasks_after_insert_event();
 
 -- Only a change of state or of the cancel request is news: lease renewals, the DAG counters
--- and everything else an update may touch send nothing. (A trigger with transition tables
+-- and everything else an update may touch record nothing. (A trigger with transition tables
 -- cannot name columns, so it compares the rows before and after.)
 create or replace function sked.tasks_after_update_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.id::text, ','), count(*) into ids, n
+  select array_agg(c.id), count(*) into ids, n
     from (select r.id from new_rows r join old_rows o on o.id = r.id
            where r.state is distinct from o.state
               or r.cancel_requested_at is distinct from o.cancel_requested_at
            limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 't:' || ids);
-    end if;
+    perform sked.events_record('t', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -159,7 +168,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform sked.events_bulk();
+    perform sked.events_record('t', null);
   end if;
   return null;
 end
@@ -174,7 +183,7 @@ create or replace function sked.tasks_after_truncate_event() returns trigger
 language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now()) then
-    perform sked.events_bulk();
+    perform sked.events_record('t', null);
   end if;
   return null;
 end
@@ -191,20 +200,16 @@ create or replace trigger tasks_after_truncate_event
 create or replace function sked.task_logs_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.task_id::text, ','), count(*) into ids, n
+  select array_agg(c.task_id), count(*) into ids, n
     from (select distinct r.task_id from new_rows r limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 'l:' || ids);
-    end if;
+    perform sked.events_record('l', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -222,20 +227,16 @@ create or replace trigger task_logs_after_insert_event
 create or replace function sked.workflows_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.id::text, ','), count(*) into ids, n
+  select array_agg(c.id), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 'f:' || ids);
-    end if;
+    perform sked.events_record('f', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -249,22 +250,18 @@ create or replace trigger workflows_after_insert_event
 create or replace function sked.workflows_after_update_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.id::text, ','), count(*) into ids, n
+  select array_agg(c.id), count(*) into ids, n
     from (select r.id from new_rows r join old_rows o on o.id = r.id
            where r.state is distinct from o.state
            limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 'f:' || ids);
-    end if;
+    perform sked.events_record('f', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -280,7 +277,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform sked.events_bulk();
+    perform sked.events_record('f', null);
   end if;
   return null;
 end
@@ -300,20 +297,16 @@ create or replace trigger workflows_after_delete_event
 create or replace function sked.schedules_after_write_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.id::text, ','), count(*) into ids, n
+  select array_agg(c.id), count(*) into ids, n
     from (select r.id from new_rows r limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 's:' || ids);
-    end if;
+    perform sked.events_record('s', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -334,7 +327,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform sked.events_bulk();
+    perform sked.events_record('s', null);
   end if;
   return null;
 end
@@ -348,20 +341,16 @@ create or replace trigger schedules_after_delete_event
 create or replace function sked.schedule_runs_after_insert_event() returns trigger
 language plpgsql as $$
 declare
-  ids text;
+  ids uuid[];
   n bigint;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select string_agg(c.schedule_id::text, ','), count(*) into ids, n
+  select array_agg(c.schedule_id), count(*) into ids, n
     from (select distinct r.schedule_id from new_rows r limit 151) c;
   if n > 0 then
-    if n > 150 then
-      perform sked.events_bulk();
-    else
-      perform pg_notify('sked_events', 's:' || ids);
-    end if;
+    perform sked.events_record('s', case when n <= 150 then ids end);
   end if;
   return null;
 end
@@ -376,14 +365,14 @@ create or replace trigger schedule_runs_after_insert_event
 -- Workers
 -- ---------------------------------------------------------------------------------------------
 
--- Registering and deregistering; heartbeats (which update heartbeat_at) send nothing, and
+-- Registering and deregistering; heartbeats (which update heartbeat_at) record nothing, and
 -- neither does the rescue's clean-up of long-dead workers when it deletes none.
 create or replace function sked.workers_after_insert_event() returns trigger
 language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from new_rows) then
-    perform pg_notify('sked_events', 'w');
+    perform sked.events_record('w', null);
   end if;
   return null;
 end
@@ -399,7 +388,7 @@ language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now())
      and exists (select 1 from old_rows) then
-    perform pg_notify('sked_events', 'w');
+    perform sked.events_record('w', null);
   end if;
   return null;
 end
@@ -415,7 +404,7 @@ create or replace function sked.workers_after_stopping_event() returns trigger
 language plpgsql as $$
 begin
   if exists (select 1 from sked.event_listeners where expires_at > now()) then
-    perform pg_notify('sked_events', 'w');
+    perform sked.events_record('w', null);
   end if;
   return null;
 end

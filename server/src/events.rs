@@ -1,34 +1,36 @@
 //! Live events: `GET /api/v1/events`, a websocket that tells the dashboard what changed.
 //!
-//! The database announces changes on the channel `sked_events` (the statement triggers of
-//! `sql/events.sql`: `t:<task ids>`, `l:<task ids>`, `f:<workflow ids>`, `s:<schedule ids>`,
-//! `w`). A statement that changed more than 150 rows or deleted rows instead bumps a counter
-//! (`sked.event_changes`), which the hub reads every batch window while it has clients: when
-//! it moved, they resync. Each server process runs one [`Hub`]:
+//! The statement triggers of `sql/events.sql` record what each statement changed in
+//! `sked.event_outbox` (tasks, tasks with new logs, workflows, schedules by id; workers), one
+//! row per statement, numbered per slot of `sked.event_changes` so that a reader finds every
+//! committed row after the last one it saw. They record nothing while no server has clients.
+//! Each server process runs one [`Hub`]:
 //!
-//! - **The hub service** ([`Hub::run`]) holds the process's only `LISTEN sked_events`
-//!   connection, reconnecting with backoff. It coalesces notifications over the batch window
-//!   ([`BATCH_WINDOW_MS`]), resolves a batch with one query per kind (tasks and tasks with new
-//!   logs into [`TaskSummary`] rows with their owners, workflows and schedules into their
-//!   owners), and queues for each client the frames its token may see: an admin everything, a
-//!   user its owner's; worker events go to everyone. With no client connected it drains the
-//!   connection and does nothing else: no batch, no query.
-//! - **A client pump** (one task per websocket) authenticates the client, sends `hello`, then
-//!   writes the frames queued for it, pings it, and closes the socket when the hub stops.
+//! - **The hub service** ([`Hub::run`]) reads what was recorded every batch window
+//!   ([`BATCH_WINDOW_MS`]) while it has clients, resolves a batch with one query per kind
+//!   (tasks and tasks with new logs into [`TaskSummary`] rows with their owners, workflows
+//!   and schedules into their owners), and queues for each client the frames its token may
+//!   see: an admin everything, a user its owner's; worker events go to everyone. With no
+//!   client connected it runs no query.
+//! - **The gate** (`gate`): while the hub has clients it keeps a row in
+//!   `sked.event_listeners`, without which the triggers record nothing, so the hot path pays
+//!   for recording only while someone watches.
+//! - **A client pump** (`client`, one task per websocket) authenticates the client, sends
+//!   `hello` once the gate is open, then writes the frames queued for it, pings it, and closes
+//!   the socket when the hub stops.
 //!
-//! Before a client is greeted, the hub makes sure the triggers notify at all: they send
-//! nothing while no server has clients, and a server with clients keeps a row in
-//! `sked.event_listeners` (see `gate`). So the hot path pays for notifications only while
-//! someone watches.
+//! Why not `LISTEN/NOTIFY`: a NOTIFY holds a cluster-wide lock from before its transaction's
+//! commit record is flushed until the commit ends, so claims and finishes that notify commit
+//! one after the other; recording a row takes no lock another writer waits for (see
+//! `migrations/20261201000004_events_outbox.sql`).
 //!
 //! A slow client never slows the hub or the other clients: each client has a bounded queue
 //! ([`EventsConfig::client_buffer`] frames). When it is full the hub drops that client's
 //! frames and flags it, and its pump sends one [`ServerEvent::Resync`] as soon as the queue is
 //! empty again. A client whose socket accepts nothing for [`EventsConfig::send_timeout`] is
-//! disconnected. Every client also gets `Resync` after the LISTEN connection was
-//! re-established (notifications sent meanwhile are lost), when a statement changed too many
-//! rows to name them (at most once a second), and when a batch could not be read from the
-//! database.
+//! disconnected. Every client also gets `Resync` when a statement changed too many rows to
+//! name them, or deleted rows (at most once a second), when recorded changes were lost (pruned
+//! before the hub read them, or a crash), and when a batch could not be resolved.
 
 mod client;
 mod gate;
@@ -44,7 +46,6 @@ use sked_db::token::Principal;
 use sked_types::TaskState;
 use sked_types::events::{AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary};
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -54,12 +55,9 @@ use uuid::Uuid;
 pub(crate) use client::events;
 use gate::Gate;
 
-/// The channel the triggers of `sql/events.sql` notify.
-const CHANNEL: &str = "sked_events";
-
 /// Reasons of [`ServerEvent::Resync`].
 const TOO_MANY: &str = "too many changes at once";
-const RECONNECTED: &str = "the server's database connection was re-established";
+const LOST: &str = "some changes could not be read in time";
 const UNREADABLE: &str = "the server could not read the changes";
 const LAGGED: &str = "this client read too slowly; events were dropped";
 const LATE_OPEN: &str =
@@ -71,7 +69,7 @@ pub struct EventsConfig {
     /// Frames queued for one client; beyond that its events are dropped and it gets a
     /// `resync` once it has caught up.
     pub client_buffer: usize,
-    /// Notifications are coalesced over this window before a batch is resolved and sent.
+    /// The hub reads what changed this often, and sends it as one batch.
     pub batch_window: Duration,
     /// A batch naming more tasks than this (changed or with new logs) is sent as `resync`.
     pub max_tasks_per_batch: usize,
@@ -212,60 +210,28 @@ impl Hub {
         }
     }
 
-    /// The hub service, until the hub stops: listens on `sked_events`, keeps the gate open
-    /// while clients are connected, and sends each batch of notifications to the clients
-    /// connected when its window closes. One `select!`, read top to bottom.
+    /// The hub service, until the hub stops: keeps the gate open while clients are connected,
+    /// reads what the database recorded every batch window, and sends it to the clients
+    /// connected then. One `select!`, read top to bottom.
     pub async fn run(self) {
         let shared = &self.shared;
         let config = &shared.config;
-        let mut listener: Option<PgListener> = None;
-        let mut backoff = MIN_BACKOFF;
-        let mut connected_before = false;
         let mut gate = Gate::new(config.listener_ttl, config.linger);
-        // Whether the gate lets clients be greeted, and when to step it next.
+        // Whether clients may be greeted, and when to step the gate next.
         let mut gate_greets = false;
         let mut gate_due: Option<Instant> = None;
+        // The counters of sked.event_changes last read, by slot (`None` while the gate greets
+        // nobody), and when to read again.
+        let mut seen: Option<Vec<i64>> = None;
+        let mut read_due = Instant::now();
+        let mut read_failing = false;
+        let mut last_prune = Instant::now();
         let mut last_bulk_resync: Option<Instant> = None;
-        // The sum of sked.event_changes when last read (`None` while the gate greets nobody),
-        // and when to read it next.
-        let mut changes_seen: Option<i64> = None;
-        let mut changes_due = Instant::now();
         let mut batch = Batch::default();
-        // When the pending batch is sent: a window after its first notification.
-        let mut due: Option<Instant> = None;
         loop {
             shared
                 .ready
-                .send_if_modified(|ready| replace_if(ready, listener.is_some() && gate_greets));
-            if listener.is_none() {
-                let connected = tokio::select! {
-                    _ = shared.stop.cancelled() => break,
-                    c = listen(&shared.pool) => c,
-                };
-                match connected {
-                    Ok(l) => {
-                        listener = Some(l);
-                        backoff = MIN_BACKOFF;
-                        // What was announced while the connection was down is lost. (Clients
-                        // that came before the first connection are greeted only now.)
-                        if connected_before && self.clients() > 0 {
-                            batch.resync(RECONNECTED);
-                            due.get_or_insert_with(Instant::now);
-                        }
-                        connected_before = true;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "live events: LISTEN connection failed; retrying");
-                        tokio::select! {
-                            _ = shared.stop.cancelled() => break,
-                            _ = tokio::time::sleep(backoff) => {}
-                        }
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
-                continue;
-            }
-            let Some(l) = listener.as_mut() else { continue };
+                .send_if_modified(|ready| replace_if(ready, gate_greets));
             tokio::select! {
                 _ = shared.stop.cancelled() => break,
                 // A client came or went: the gate may open or start to linger.
@@ -277,76 +243,56 @@ impl Hub {
                     gate_due = step.next.map(|d| Instant::now() + d);
                     if step.resync {
                         batch.resync(LATE_OPEN);
-                        due.get_or_insert_with(Instant::now);
                     }
-                    // Bulk changes are counted, not announced: read where the count stands
-                    // before greeting anyone.
+                    // Read where the counters stand before greeting anyone: from there on,
+                    // every change is read.
                     if !step.greet {
-                        changes_seen = None;
-                    } else if changes_seen.is_none() {
-                        match bulk_count(&shared.pool).await {
-                            Ok(n) => changes_seen = Some(n),
+                        seen = None;
+                    } else if seen.is_none() {
+                        match counters(&shared.pool).await {
+                            Ok(now) => seen = Some(now),
                             Err(e) => {
-                                tracing::warn!(error = %e, "live events: reading the count of bulk changes failed; retrying");
+                                tracing::warn!(error = %e, "live events: reading the change counters failed; retrying");
                                 gate_due = Some(Instant::now() + Duration::from_secs(1));
                             }
                         }
                     }
-                    gate_greets = step.greet && changes_seen.is_some();
+                    gate_greets = step.greet && seen.is_some();
                 }
-                // While clients are connected, the count of bulk changes is read every batch
-                // window; when it moved, they resync.
-                _ = tokio::time::sleep_until(changes_due), if changes_seen.is_some() && self.clients() > 0 => {
-                    changes_due = Instant::now() + config.batch_window;
-                    match bulk_count(&shared.pool).await {
-                        Ok(n) if Some(n) != changes_seen => {
-                            changes_seen = Some(n);
-                            batch.resync(TOO_MANY);
-                            due.get_or_insert_with(Instant::now);
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "live events: reading the count of bulk changes failed"),
-                    }
-                }
-                received = l.try_recv() => match received {
-                    Ok(Some(n)) => {
-                        if self.clients() > 0 {
-                            batch.add(n.payload(), config.max_tasks_per_batch);
-                            due.get_or_insert_with(|| Instant::now() + config.batch_window);
+                _ = tokio::time::sleep_until(read_due), if seen.is_some() && self.clients() > 0 => {
+                    read_due = Instant::now() + config.batch_window;
+                    let Some(counters) = seen.as_mut() else { continue };
+                    match read(&shared.pool, counters, &mut batch, config.max_tasks_per_batch).await {
+                        Ok(()) => read_failing = false,
+                        Err(e) => {
+                            // Nothing is lost: the next read starts where this one would have.
+                            if !read_failing {
+                                tracing::warn!(error = %e, "live events: reading what changed failed; retrying");
+                            }
+                            read_failing = true;
+                            continue;
                         }
                     }
-                    // The connection dropped and was re-established at once.
-                    Ok(None) => {
-                        tracing::warn!("live events: LISTEN connection lost; reconnected");
-                        if self.clients() > 0 {
-                            batch.resync(RECONNECTED);
-                            due.get_or_insert_with(Instant::now);
+                    if last_prune.elapsed() >= PRUNE_EVERY {
+                        last_prune = Instant::now();
+                        if let Err(e) = prune(&shared.pool).await {
+                            tracing::warn!(error = %e, "live events: pruning recorded changes failed");
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "live events: LISTEN connection lost");
-                        listener = None;
-                    }
-                },
-                _ = sleep_until(due), if due.is_some() => {
-                    // Bulk statements in a row (a drain claiming hundreds of tasks at a time)
-                    // make one `resync` a second, not one a window.
+                    // Bulk changes in a row (a drain claiming hundreds of tasks at a time)
+                    // make one `resync` a second, not one a window: the batch waits.
                     if batch.resync == Some(TOO_MANY) {
-                        if let Some(last) = last_bulk_resync
-                            && last.elapsed() < BULK_RESYNC_GAP
-                        {
-                            due = Some(last + BULK_RESYNC_GAP);
+                        if last_bulk_resync.is_some_and(|last| last.elapsed() < BULK_RESYNC_GAP) {
                             continue;
                         }
                         last_bulk_resync = Some(Instant::now());
                     }
-                    due = None;
                     self.run_once(std::mem::take(&mut batch)).await;
                 }
             }
         }
         // Dropping the queues ends every pump, which closes its socket; the triggers stop
-        // notifying for this server.
+        // recording for this server.
         shared.ready.send_replace(false);
         shared.clients().clear();
         gate.close(&shared.pool).await;
@@ -452,8 +398,10 @@ impl Hub {
 /// At most one `resync` for too many changes per this interval.
 const BULK_RESYNC_GAP: Duration = Duration::from_secs(1);
 
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Recorded changes older than this are deleted (a reader that fell further behind sees a gap
+/// and has its clients resync).
+const KEEP: &str = "1 minute";
+const PRUNE_EVERY: Duration = Duration::from_secs(10);
 
 /// Sleeps until `at` (a `select!` branch guarded by `at.is_some()`).
 async fn sleep_until(at: Option<Instant>) {
@@ -465,17 +413,72 @@ fn replace_if(value: &mut bool, new: bool) -> bool {
     std::mem::replace(value, new) != new
 }
 
-async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
-    Ok(listener)
+/// Where the counters of sked.event_changes stand, by slot.
+async fn counters(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
+    let rows: Vec<(i32, i64)> = sqlx::query_as("select slot, n from sked.event_changes")
+        .fetch_all(pool)
+        .await?;
+    let mut counters = Vec::new();
+    for (slot, n) in rows {
+        let slot = usize::try_from(slot).unwrap_or_default();
+        if counters.len() <= slot {
+            counters.resize(slot + 1, 0);
+        }
+        counters[slot] = n;
+    }
+    Ok(counters)
 }
 
-/// The sum of the counters of bulk changes (`sql/events.sql`).
-async fn bulk_count(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("select sked.events_bulk_count()")
-        .fetch_one(pool)
-        .await
+/// Adds to `batch` what was recorded after `seen` (`sked.events_read`), and moves `seen` to
+/// the counters read with it. A slot with fewer rows than its counter moved lost some: the
+/// batch becomes a `resync`.
+async fn read(
+    pool: &PgPool,
+    seen: &mut Vec<i64>,
+    batch: &mut Batch,
+    max_tasks: usize,
+) -> Result<(), sqlx::Error> {
+    type Row = (i32, i64, Option<String>, Option<Vec<Uuid>>);
+    let rows: Vec<Row> = sqlx::query_as("select slot, n, kind, ids from sked.events_read($1)")
+        .bind(&*seen)
+        .fetch_all(pool)
+        .await?;
+    let mut now = seen.clone();
+    let mut found: HashMap<usize, i64> = HashMap::new();
+    for (slot, n, kind, ids) in rows {
+        let slot = usize::try_from(slot).unwrap_or_default();
+        match kind {
+            None => {
+                if now.len() <= slot {
+                    now.resize(slot + 1, 0);
+                }
+                now[slot] = n;
+            }
+            Some(kind) => {
+                *found.entry(slot).or_default() += 1;
+                batch.add(&kind, ids, max_tasks);
+            }
+        }
+    }
+    for (slot, &n) in now.iter().enumerate() {
+        let before = seen.get(slot).copied().unwrap_or(0);
+        let expected = n - before;
+        if expected < 0 || found.get(&slot).copied().unwrap_or(0) < expected {
+            batch.resync(LOST);
+        }
+    }
+    *seen = now;
+    Ok(())
+}
+
+/// Deletes recorded changes older than [`KEEP`].
+async fn prune(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select sked.events_prune(now() - interval '{KEEP}')"
+    )))
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// The owners of rows of `table` (workflows or schedules) by id.
@@ -518,42 +521,31 @@ impl Batch {
         self.resync.get_or_insert(reason);
     }
 
-    /// Adds one payload of `sked_events` (see `sql/events.sql`). Unknown payloads are
-    /// ignored, so that a newer schema can announce more.
-    fn add(&mut self, payload: &str, max_tasks: usize) {
+    /// Adds one recorded change (`sql/events.sql`): its kind and ids, or no ids when the
+    /// statement changed too many rows to name them. Unknown kinds are ignored, so that a newer
+    /// schema can record more.
+    fn add(&mut self, kind: &str, ids: Option<Vec<Uuid>>, max_tasks: usize) {
         if self.resync.is_some() {
             return;
         }
-        if payload == "w" {
+        if kind == "w" {
             self.workers = true;
             return;
         }
-        if payload == "*" {
-            self.resync = Some(TOO_MANY);
-            return;
-        }
-        let Some((kind, rest)) = payload.split_at_checked(1) else {
-            return;
-        };
-        let ids = match kind {
+        let set = match kind {
             "t" => &mut self.tasks,
             "l" => &mut self.logs,
             "f" => &mut self.workflows,
             "s" => &mut self.schedules,
             _ => {
-                tracing::debug!(payload, "live events: ignoring an unknown notification");
+                tracing::debug!(kind, "live events: ignoring an unknown kind of change");
                 return;
             }
         };
-        if rest == "*" {
-            self.resync = Some(TOO_MANY);
-            return;
+        match ids {
+            Some(ids) => set.extend(ids),
+            None => self.resync = Some(TOO_MANY),
         }
-        let Some(list) = rest.strip_prefix(':') else {
-            tracing::debug!(payload, "live events: ignoring an unknown notification");
-            return;
-        };
-        ids.extend(list.split(',').filter_map(|id| id.parse::<Uuid>().ok()));
         if self.tasks.len() + self.logs.len() > max_tasks {
             self.resync = Some(TOO_MANY);
         }
@@ -676,31 +668,29 @@ mod tests {
     }
 
     #[test]
-    fn payloads_fill_a_batch() {
+    fn recorded_changes_fill_a_batch() {
         let mut b = Batch::default();
-        b.add(&format!("t:{},{}", id(1), id(2)), 1000);
-        b.add(&format!("l:{}", id(1)), 1000);
-        b.add(&format!("f:{}", id(3)), 1000);
-        b.add(&format!("s:{}", id(4)), 1000);
-        b.add("w", 1000);
-        b.add("x:whatever", 1000);
-        b.add("", 1000);
+        b.add("t", Some(vec![id(1), id(2)]), 1000);
+        b.add("l", Some(vec![id(1)]), 1000);
+        b.add("f", Some(vec![id(3)]), 1000);
+        b.add("s", Some(vec![id(4)]), 1000);
+        b.add("w", None, 1000);
+        b.add("x", Some(vec![id(5)]), 1000);
         assert_eq!(b.tasks, BTreeSet::from([id(1), id(2)]));
         assert_eq!(b.logs, BTreeSet::from([id(1)]));
         assert_eq!(b.workflows, BTreeSet::from([id(3)]));
         assert_eq!(b.schedules, BTreeSet::from([id(4)]));
         assert!(b.workers);
-        assert_eq!(b.resync, None, "unknown payloads are ignored");
+        assert_eq!(b.resync, None, "unknown kinds are ignored");
     }
 
     #[test]
-    fn a_star_or_too_many_tasks_make_a_resync() {
+    fn a_change_without_ids_or_too_many_tasks_make_a_resync() {
         let mut b = Batch::default();
-        b.add("*", 1000);
+        b.add("s", None, 1000);
         assert_eq!(b.resync, Some(TOO_MANY));
         let mut b = Batch::default();
-        let ids: Vec<String> = (0..3).map(|n| id(n).to_string()).collect();
-        b.add(&format!("t:{}", ids.join(",")), 2);
+        b.add("t", Some((0..3).map(id).collect()), 2);
         assert_eq!(b.resync, Some(TOO_MANY), "3 tasks exceed a limit of 2");
     }
 
