@@ -395,6 +395,7 @@ mod tests {
                 task(4, TaskState::Waiting, None),
             ],
         );
+        assert!(changed, "the lists changed");
         assert!(
             r.running[&a].is_empty(),
             "a finished task leaves its worker's list"
