@@ -1,8 +1,8 @@
 //! The live event stream of `GET /api/v1/events` (a websocket), which feeds the dashboard.
 //!
-//! The server keeps one `LISTEN` connection, coalesces what the database announces into
-//! batches (at most one batch per [`BATCH_WINDOW_MS`]) and sends each client only what its
-//! token may see. Events are hints that something changed: a client that misses some (it
+//! The server reads what the database recorded (statement triggers, see `docs/events.md`)
+//! in batches (one per [`BATCH_WINDOW_MS`]) and sends each client only what its token may
+//! see. Events are hints that something changed: a client that misses some (it
 //! reconnected, or it was too slow and got [`ServerEvent::Resync`]) refetches what it shows.
 //!
 //! Protocol (JSON text frames):
@@ -50,8 +50,8 @@ pub enum ServerEvent {
     Schedules { ids: Vec<Uuid> },
     /// A worker registered, stopped or deregistered.
     Workers,
-    /// Some events were lost (too many at once, a slow client, or the server's LISTEN
-    /// connection was re-established): refetch everything shown.
+    /// Some events were lost (too many at once, a slow client, or changes the server could
+    /// not read in time): refetch everything shown.
     Resync { reason: String },
 }
 
