@@ -2,6 +2,7 @@
 //! PostgreSQL, run on demand (never by the test suite). Prints a table and a JSON document,
 //! and writes the JSON to `bench/results/<timestamp>.json`. See `bench/README.md`.
 
+mod api;
 mod config;
 mod dashboard;
 mod delayed;

@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use sqlx::Executor;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use crate::api::InProcessApi;
 use crate::config::Config;
 use crate::pg::{self, BenchDb};
 use crate::report::{Sample, Target};
@@ -239,71 +239,40 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// The API served in this process on an ephemeral port, with an admin token and user tokens
 /// of three owners.
 struct Api {
-    base: String,
+    api: InProcessApi,
     admin: String,
     ops: String,
     ml: String,
     intern: String,
-    client: reqwest::Client,
-    shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Api {
     async fn start(db: &BenchDb) -> Result<Api> {
         use sked_db::token::{Role, create};
-        // The pool size `sked-server` uses.
-        let pool = db.pool("sked-server", 16).await?;
         let admin = create(&db.pool, "root", Role::Admin, "bench").await?;
         let ops = create(&db.pool, "ops", Role::User, "bench").await?;
         let ml = create(&db.pool, "ml", Role::User, "bench").await?;
         let intern = create(&db.pool, "intern", Role::User, "bench").await?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}/api/v1", listener.local_addr()?);
-        let shutdown = CancellationToken::new();
-        let server = tokio::spawn(sked_server::serve(pool, listener, shutdown.clone()));
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()?;
-        let api = Api {
-            base,
+        let api = InProcessApi::start(db, Duration::from_secs(60)).await?;
+        Ok(Api {
+            api,
             admin,
             ops,
             ml,
             intern,
-            client,
-            shutdown,
-            server,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = api
-                .client
-                .get(format!("{}/health", api.base))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if ok {
-                return Ok(api);
-            }
-            if Instant::now() > deadline || api.server.is_finished() {
-                api.stop().await;
-                bail!("the in-process API server did not become healthy");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.server.await;
+        self.api.stop().await;
     }
 
     /// `GET` of `path` (under `/api/v1`), which must answer 200 with JSON.
     async fn get(&self, token: &str, path: &str) -> Result<Value> {
         let resp = self
+            .api
             .client
-            .get(format!("{}{path}", self.base))
+            .get(format!("{}{path}", self.api.base))
             .bearer_auth(token)
             .send()
             .await?;

@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use sked_types::{SubmitBatch, SubmitTask, Submitted};
 use sqlx::{Executor, PgPool};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use crate::api::InProcessApi;
 use crate::config::Config;
 use crate::pg::{self, BenchDb};
 use crate::report::{Sample, Target};
@@ -208,61 +208,27 @@ async fn single_inserts(db: &BenchDb, n: usize, conns: usize) -> Result<f64> {
 
 /// The REST API served in this process on an ephemeral port, with a user token.
 struct Api {
-    base: String,
+    api: InProcessApi,
     token: String,
-    client: reqwest::Client,
-    shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Api {
     async fn start(db: &BenchDb) -> Result<Api> {
-        // The pool size `sked-server` uses.
-        let pool = db.pool("sked-server", 16).await?;
         let token =
             sked_db::token::create(&db.pool, "bench", sked_db::token::Role::User, "bench").await?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}/api/v1", listener.local_addr()?);
-        let shutdown = CancellationToken::new();
-        let server = tokio::spawn(sked_server::serve(pool, listener, shutdown.clone()));
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .build()?;
-        let api = Api {
-            base,
-            token,
-            client,
-            shutdown,
-            server,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = api
-                .client
-                .get(format!("{}/health", api.base))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if ok {
-                return Ok(api);
-            }
-            if Instant::now() > deadline || api.server.is_finished() {
-                api.stop().await;
-                bail!("the in-process API server did not become healthy");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let api = InProcessApi::start(db, Duration::from_secs(120)).await?;
+        Ok(Api { api, token })
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.server.await;
+        self.api.stop().await;
     }
 
     async fn post(&self, path: &str, body: Vec<u8>) -> Result<usize> {
         let resp = self
+            .api
             .client
-            .post(format!("{}{path}", self.base))
+            .post(format!("{}{path}", self.api.base))
             .bearer_auth(&self.token)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
