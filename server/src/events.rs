@@ -19,10 +19,18 @@
 //!   `hello` once the gate is open, then writes the frames queued for it, pings it, and closes
 //!   the socket when the hub stops.
 //!
-//! Why not `LISTEN/NOTIFY`: a NOTIFY holds a cluster-wide lock from before its transaction's
-//! commit record is flushed until the commit ends, so claims and finishes that notify commit
-//! one after the other; recording a row takes no lock another writer waits for (see
-//! `migrations/20261201000004_events_outbox.sql`).
+//! - **The hint listener** ([`hints`]): while clients are connected, one `LISTEN` connection
+//!   on the channels writers already notify (`sked_tasks` for new and requeued tasks,
+//!   `sked_cancel`, `sked_schedules`). A notification is a hint: the hub reads at once instead
+//!   of at the end of its window, so a submitted task reaches the dashboard in milliseconds.
+//!   The recorded rows stay the truth; a lost notification costs at most one window.
+//!
+//! Why claims and finishes record a row rather than NOTIFY: a NOTIFY holds a cluster-wide
+//! lock from before its transaction's commit record is flushed until the commit ends, so
+//! claims and finishes that notify commit one after the other; recording a row takes no lock
+//! another writer waits for (see `migrations/20261201000004_events_outbox.sql` and
+//! `docs/events.md`). Submissions already notify workers, so listening to them costs writers
+//! nothing.
 //!
 //! A slow client never slows the hub or the other clients: each client has a bounded queue
 //! ([`EventsConfig::client_buffer`] frames). When it is full the hub drops that client's
@@ -46,6 +54,7 @@ use sked_db::token::Principal;
 use sked_types::TaskState;
 use sked_types::events::{AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary};
 use sqlx::PgPool;
+use sqlx::postgres::PgListener;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -123,6 +132,8 @@ struct Shared {
     /// True while the hub listens and the triggers notify: a new client is greeted once it
     /// is, so that `hello` means "from now on you hear of every change".
     ready: watch::Sender<bool>,
+    /// Woken by the hint listener when a writer notified: read what changed now.
+    hint: Notify,
 }
 
 /// What the hub holds of one connected client.
@@ -175,6 +186,7 @@ impl Hub {
                 next_id: AtomicU64::new(0),
                 clients_changed: Notify::new(),
                 ready: watch::Sender::new(false),
+                hint: Notify::new(),
             }),
         }
     }
@@ -227,7 +239,9 @@ impl Hub {
         let mut read_failing = false;
         let mut last_prune = Instant::now();
         let mut last_bulk_resync: Option<Instant> = None;
+        let mut last_read = Instant::now();
         let mut batch = Batch::default();
+        let hint_listener = tokio::spawn(hints(shared.clone()));
         loop {
             shared
                 .ready
@@ -259,8 +273,14 @@ impl Hub {
                     }
                     gate_greets = step.greet && seen.is_some();
                 }
+                // A writer notified: read soon, but not more often than every HINT_GAP, so a
+                // stream of submissions coalesces into batches.
+                _ = shared.hint.notified(), if seen.is_some() => {
+                    read_due = read_due.min((last_read + HINT_GAP).max(Instant::now()));
+                }
                 _ = tokio::time::sleep_until(read_due), if seen.is_some() && self.clients() > 0 => {
-                    read_due = Instant::now() + config.batch_window;
+                    last_read = Instant::now();
+                    read_due = last_read + config.batch_window;
                     let Some(counters) = seen.as_mut() else { continue };
                     match read(&shared.pool, counters, &mut batch, config.max_tasks_per_batch).await {
                         Ok(()) => read_failing = false,
@@ -295,6 +315,7 @@ impl Hub {
         // recording for this server.
         shared.ready.send_replace(false);
         shared.clients().clear();
+        hint_listener.abort();
         gate.close(&shared.pool).await;
     }
 
@@ -393,6 +414,65 @@ impl Hub {
         }
         Ok(resolved)
     }
+}
+
+/// A notification makes the hub read at once, but no sooner than this after its last read.
+const HINT_GAP: Duration = Duration::from_millis(25);
+
+/// The channels writers notify that hint at a change the dashboard shows.
+const HINT_CHANNELS: [&str; 3] = ["sked_tasks", "sked_cancel", "sked_schedules"];
+
+/// The hint listener: while the hub greets clients, one `LISTEN` connection on
+/// [`HINT_CHANNELS`]; each notification wakes the hub. Reconnects with backoff; while it is
+/// down the hub reads every window as it always does, so nothing is missed, only later.
+async fn hints(shared: Arc<Shared>) {
+    let mut ready = shared.ready.subscribe();
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            r = ready.wait_for(|ready| *ready) => if r.is_err() { return },
+        }
+        let mut listener = match listen(&shared.pool).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::debug!(error = %e, "live events: LISTEN failed; reading every window");
+                tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        loop {
+            tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                // The last client left: close the connection until one comes.
+                r = ready.wait_for(|ready| !*ready) => {
+                    if r.is_err() { return }
+                    break;
+                }
+                n = listener.try_recv() => match n {
+                    Ok(Some(_)) => shared.hint.notify_one(),
+                    // The connection dropped and was reopened: notifications in between are
+                    // lost, which the next window's read makes good.
+                    Ok(None) => shared.hint.notify_one(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "live events: LISTEN connection lost");
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
+
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen_all(HINT_CHANNELS).await?;
+    Ok(listener)
 }
 
 /// At most one `resync` for too many changes per this interval.

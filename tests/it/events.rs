@@ -419,6 +419,67 @@ async fn a_task_inserted_by_sql_arrives_waiting_then_running_with_logs_then_succ
     server.shutdown().await;
 }
 
+/// A submission notifies workers on `sked_tasks`; the hub listens there too and reads at
+/// once instead of at the end of its window, while finishes (which do not notify) wait for
+/// the window.
+#[tokio::test]
+async fn a_submission_arrives_at_once_by_its_notification_and_a_finish_with_the_window() {
+    let window = Duration::from_secs(3);
+    let server = Server::start_with(
+        EventsConfig {
+            batch_window: window,
+            ..EventsConfig::default()
+        },
+        None,
+    )
+    .await;
+    let mut alice = server.connect_hello(&server.alice).await;
+    let pool = &server.db.pool;
+    let submit = || insert(pool, "(owner, queue, command) values ('alice', 'hint', '{true}')");
+
+    // The first one may race the LISTEN connection's start; it arrives within a window.
+    let first = submit().await;
+    alice
+        .until(window * 2, "the first task", |e| {
+            task_state(e, first) == Some(TaskState::Waiting)
+        })
+        .await;
+    for _ in 0..5 {
+        let id = submit().await;
+        let submitted = Instant::now();
+        alice
+            .until(window, "a task submitted once the hub listens", |e| {
+                task_state(e, id) == Some(TaskState::Waiting)
+            })
+            .await;
+        let latency = submitted.elapsed();
+        assert!(
+            latency < window / 3,
+            "a notified submission is read before its window ends ({window:?}), took {latency:?}"
+        );
+    }
+
+    // A change that does not notify (here a plain UPDATE asking for a cancel) is read with
+    // the window.
+    let changed = Instant::now();
+    sqlx::query("update sked.tasks set cancel_requested_at = now() where id = $1")
+        .bind(first)
+        .execute(pool)
+        .await
+        .unwrap();
+    alice
+        .until(window * 2, "the updated task", |e| {
+            matches!(e, ServerEvent::Tasks { tasks } if tasks.iter().any(|t| t.id == first))
+        })
+        .await;
+    assert!(
+        changed.elapsed() <= window + Duration::from_secs(1),
+        "an update is read at the next window at the latest, took {:?}",
+        changed.elapsed()
+    );
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_user_never_receives_another_owners_task_workflow_or_schedule() {
     let server = Server::start().await;
