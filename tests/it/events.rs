@@ -435,7 +435,12 @@ async fn a_submission_arrives_at_once_by_its_notification_and_a_finish_with_the_
     .await;
     let mut alice = server.connect_hello(&server.alice).await;
     let pool = &server.db.pool;
-    let submit = || insert(pool, "(owner, queue, command) values ('alice', 'hint', '{true}')");
+    let submit = || {
+        insert(
+            pool,
+            "(owner, queue, command) values ('alice', 'hint', '{true}')",
+        )
+    };
 
     // The first one may race the LISTEN connection's start; it arrives within a window.
     let first = submit().await;
@@ -468,9 +473,11 @@ async fn a_submission_arrives_at_once_by_its_notification_and_a_finish_with_the_
         .await
         .unwrap();
     alice
-        .until(window * 2, "the updated task", |e| {
-            matches!(e, ServerEvent::Tasks { tasks } if tasks.iter().any(|t| t.id == first))
-        })
+        .until(
+            window * 2,
+            "the updated task",
+            |e| matches!(e, ServerEvent::Tasks { tasks } if tasks.iter().any(|t| t.id == first)),
+        )
         .await;
     assert!(
         changed.elapsed() <= window + Duration::from_secs(1),
