@@ -37,8 +37,14 @@ struct ScheduleRow {
     updated_at: DateTime<Utc>,
 }
 
+/// A schedule as API answers show it: secret values in its template's environments are
+/// masked ([`sked_types::secrets::mask_template_env`]); the row keeps the real ones, which
+/// its ticks submit.
 impl From<ScheduleRow> for Schedule {
-    fn from(r: ScheduleRow) -> Self {
+    fn from(mut r: ScheduleRow) -> Self {
+        for template in [r.task.as_mut(), r.workflow.as_mut()].into_iter().flatten() {
+            sked_types::secrets::mask_template_env(template);
+        }
         Schedule {
             id: r.id,
             owner: r.owner,

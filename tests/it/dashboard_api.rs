@@ -524,6 +524,78 @@ async fn answers_mask_secret_environment_values_and_the_worker_gets_the_real_one
     );
 }
 
+/// Schedules show their templates' environments masked too, in every answer; their ticks
+/// (here a run now) submit the real values.
+#[tokio::test]
+async fn schedule_templates_show_masked_environments_and_submit_the_real_ones() {
+    let api = Api::new().await;
+    let mask = sked_types::secrets::MASK;
+    let (status, created) = api
+        .post(
+            "/api/v1/schedules",
+            &api.alice,
+            json!({"name": "backup", "cron": "0 0 * * *", "task": {
+                "command": ["backup"],
+                "env": {"PGPASSWORD": "hunter2", "TARGET": "s3://b:sk@bucket/x", "MODE": "full"},
+            }}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let masked =
+        json!({"PGPASSWORD": mask, "TARGET": format!("s3://b:{mask}@bucket/x"), "MODE": "full"});
+    assert_eq!(created["task"]["env"], masked, "the create answer masks");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (_, detail) = api
+        .get(&format!("/api/v1/schedules/{id}"), &api.alice)
+        .await;
+    assert_eq!(detail["task"]["env"], masked, "the detail masks");
+    let (_, page) = api.get("/api/v1/schedules", &api.admin).await;
+    assert_eq!(
+        page["schedules"][0]["task"]["env"], masked,
+        "the list masks"
+    );
+
+    let (status, ran) = api
+        .post(
+            &format!("/api/v1/schedules/{id}/run"),
+            &api.alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{ran}");
+    let env: Value = sqlx::query_scalar("select env from sked.tasks where id = $1::uuid")
+        .bind(ran["task_id"].as_str().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        env,
+        json!({"PGPASSWORD": "hunter2", "TARGET": "s3://b:sk@bucket/x", "MODE": "full"}),
+        "the occurrence gets the real values"
+    );
+
+    let (status, created) = api
+        .post(
+            "/api/v1/schedules",
+            &api.alice,
+            json!({"name": "etl", "cron": "0 1 * * *", "workflow": {"tasks": [
+                {"name": "a", "command": ["extract"], "env": {"API_TOKEN": "t0k", "N": "1"}},
+                {"name": "b", "command": ["load"], "depends_on": ["a"]},
+            ]}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let (_, detail) = api
+        .get(&format!("/api/v1/schedules/{id}"), &api.alice)
+        .await;
+    assert_eq!(
+        detail["workflow"]["tasks"][0]["env"],
+        json!({"API_TOKEN": mask, "N": "1"}),
+        "a workflow template's tasks are masked"
+    );
+}
+
 #[tokio::test]
 async fn resubmit_copies_the_definition_for_the_caller() {
     let api = Api::new().await;

@@ -57,6 +57,25 @@ pub fn mask_env(env: &mut BTreeMap<String, String>) {
     }
 }
 
+/// Masks the environments of a schedule's template as the API shows it: the `env` of a task
+/// template (`{"env": {...}}`), and of every task of a workflow template
+/// (`{"tasks": [{"env": {...}}, ...]}`). Values that are not strings are left as they are.
+pub fn mask_template_env(template: &mut serde_json::Value) {
+    fn mask_object_env(task: &mut serde_json::Value) {
+        if let Some(serde_json::Value::Object(env)) = task.get_mut("env") {
+            for (name, value) in env.iter_mut() {
+                if let serde_json::Value::String(text) = value {
+                    *text = mask_value(name, text);
+                }
+            }
+        }
+    }
+    mask_object_env(template);
+    if let Some(serde_json::Value::Array(tasks)) = template.get_mut("tasks") {
+        tasks.iter_mut().for_each(mask_object_env);
+    }
+}
+
 /// `value` with the password of each `scheme://user:password@host` replaced by [`MASK`].
 fn mask_url_passwords(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -109,6 +128,28 @@ mod tests {
         for name in ["PATH", "LOG_LEVEL", "HOME", "REGION"] {
             assert_eq!(mask_value(name, "plain"), "plain", "{name} is not secret");
         }
+    }
+
+    #[test]
+    fn templates_have_their_task_envs_masked() {
+        let mut task = serde_json::json!({
+            "command": ["backup"],
+            "env": {"PGPASSWORD": "hunter2", "URL": "postgres://a:b@db/x", "MODE": "full"},
+        });
+        mask_template_env(&mut task);
+        assert_eq!(
+            task["env"],
+            serde_json::json!({"PGPASSWORD": MASK, "URL": format!("postgres://a:{MASK}@db/x"), "MODE": "full"})
+        );
+        assert_eq!(task["command"], serde_json::json!(["backup"]));
+
+        let mut workflow = serde_json::json!({"name": "w", "tasks": [
+            {"name": "a", "command": ["x"], "env": {"API_TOKEN": "t0k"}},
+            {"name": "b", "command": ["y"]},
+        ]});
+        mask_template_env(&mut workflow);
+        assert_eq!(workflow["tasks"][0]["env"]["API_TOKEN"], MASK);
+        assert!(workflow["tasks"][1].get("env").is_none());
     }
 
     #[test]
