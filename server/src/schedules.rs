@@ -69,6 +69,7 @@ pub async fn create(
     }
     validate(
         request.task.as_ref(),
+        request.workflow.as_ref(),
         request.misfire_grace_secs,
         request.jitter_secs,
         &request,
@@ -86,10 +87,33 @@ pub async fn create(
 /// schedule sets, durations that fit an interval, and strings Postgres cannot store.
 fn validate(
     task: Option<&SubmitTask>,
+    workflow: Option<&serde_json::Value>,
     misfire_grace_secs: Option<f64>,
     jitter_secs: Option<f64>,
     whole: &impl serde::Serialize,
 ) -> Result<()> {
+    // Answers show templates with secret values masked; a template read and sent back as it
+    // was shown would store the mask instead of the secret.
+    let task_envs = task.into_iter().flat_map(|t| &t.env);
+    let workflow_envs = workflow
+        .and_then(|w| w.get("tasks")?.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("env")?.as_object())
+        .flatten()
+        .filter_map(|(name, value)| Some((name, value.as_str()?)));
+    for (name, value) in task_envs
+        .map(|(name, value)| (name, value.as_str()))
+        .chain(workflow_envs)
+    {
+        if value.contains(sked_types::secrets::MASK) {
+            return Err(Error::InvalidRequest(format!(
+                "env {name}: the value holds the mask '{}' that answers show in place of a \
+                 secret; send the real value",
+                sked_types::secrets::MASK
+            )));
+        }
+    }
     if let Some(task) = task {
         let set_by_schedule = [
             ("owner", task.owner.is_some()),
@@ -258,6 +282,7 @@ pub async fn update(
     }
     validate(
         change.task.as_ref(),
+        change.workflow.as_ref(),
         change.misfire_grace_secs,
         change.jitter_secs,
         &change,

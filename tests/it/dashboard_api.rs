@@ -574,6 +574,35 @@ async fn schedule_templates_show_masked_environments_and_submit_the_real_ones() 
         "the occurrence gets the real values"
     );
 
+    // Sending back the template as it was shown would store the mask: refused.
+    let (status, refused) = api
+        .call(
+            axum::http::Method::PATCH,
+            &format!("/api/v1/schedules/{id}"),
+            &api.alice,
+            Some(json!({"task": detail["task"].clone()})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_error(&refused, "invalid_request");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("env PGPASSWORD"),
+        "the error names the variable: {refused}"
+    );
+    let env: Value =
+        sqlx::query_scalar("select task -> 'env' from sked.schedules where id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        env["PGPASSWORD"], "hunter2",
+        "the refused change changed nothing"
+    );
+
     let (status, created) = api
         .post(
             "/api/v1/schedules",
