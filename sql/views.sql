@@ -20,9 +20,18 @@ create or replace view sked.queue_counts as
     from sked.tasks
    group by queue, state;
 
--- Workers with their liveness: alive while the heartbeat is younger than the lease.
-create or replace view sked.worker_status as
+-- Workers with their liveness (alive while the heartbeat is younger than the lease), the
+-- tasks they run and the CPU and memory those requested. Dropped first: `w.*` grows with
+-- the table, and a replaced view may only add columns at its end.
+drop view if exists sked.worker_status;
+create view sked.worker_status as
   select w.*, (w.heartbeat_at + w.lease > now()) as alive,
-         (select count(*) from sked.tasks t
-           where t.lease_expires_at is not null and t.state = 'running' and t.worker_id = w.id) as running
-    from sked.workers w;
+         coalesce(r.running, 0) as running,
+         coalesce(r.cpu_millis, 0) as running_cpu_millis,
+         coalesce(r.memory_mb, 0) as running_memory_mb
+    from sked.workers w
+    left join lateral (
+      select count(*) as running, sum(t.cpu_millis) as cpu_millis, sum(t.memory_mb) as memory_mb
+        from sked.tasks t
+       where t.lease_expires_at is not null and t.state = 'running' and t.worker_id = w.id
+    ) r on true;

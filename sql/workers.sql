@@ -7,20 +7,32 @@
 -- go stale within seconds (a table analysed while nothing ran says "no task is running"),
 -- and a plan built on them may scan the whole table once per row of a batch.
 
--- Register (or re-register) a worker.
+-- Register (or re-register) a worker, with the capacity it advertises: CPU millicores and
+-- memory MB (null: it does not say, and claims by slots and labels only).
+create or replace function sked.worker_register(
+  p_id uuid, p_name text, p_host text, p_pid integer, p_version text, p_queues text[],
+  p_labels text[], p_concurrency integer, p_lease interval, p_cpu_millis integer,
+  p_memory_mb integer, p_now timestamptz default now())
+returns void
+language sql as $$
+  insert into sked.workers (id, name, host, pid, version, queues, labels, concurrency, lease,
+                            cpu_millis, memory_mb, started_at, heartbeat_at)
+  values (p_id, p_name, p_host, p_pid, p_version, p_queues, p_labels, p_concurrency, p_lease,
+          p_cpu_millis, p_memory_mb, p_now, p_now)
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at, queues = excluded.queues,
+         labels = excluded.labels, concurrency = excluded.concurrency, lease = excluded.lease,
+         cpu_millis = excluded.cpu_millis, memory_mb = excluded.memory_mb, stopping_at = null
+$$;
+
+-- The registration of a worker that advertises no capacity (older callers).
 create or replace function sked.worker_register(
   p_id uuid, p_name text, p_host text, p_pid integer, p_version text, p_queues text[],
   p_labels text[], p_concurrency integer, p_lease interval, p_now timestamptz default now())
 returns void
 language sql as $$
-  insert into sked.workers (id, name, host, pid, version, queues, labels, concurrency, lease,
-                            started_at, heartbeat_at)
-  values (p_id, p_name, p_host, p_pid, p_version, p_queues, p_labels, p_concurrency, p_lease,
-          p_now, p_now)
-  on conflict (id) do update
-     set heartbeat_at = excluded.heartbeat_at, queues = excluded.queues,
-         labels = excluded.labels, concurrency = excluded.concurrency, lease = excluded.lease,
-         stopping_at = null
+  select sked.worker_register(p_id, p_name, p_host, p_pid, p_version, p_queues, p_labels,
+                              p_concurrency, p_lease, null, null, p_now)
 $$;
 
 -- A clean exit: the worker has handed back or finished all its tasks.
@@ -29,7 +41,25 @@ language sql as $$
   delete from sked.workers where id = p_id
 $$;
 
--- Claim up to p_limit due tasks of the given queues whose required labels the worker has.
+-- A task that has been due this long makes room for itself: see "Placement" below.
+create or replace function sked.claim_reserve_after() returns interval
+language sql immutable parallel safe as $$
+  select interval '30 seconds'
+$$;
+
+-- Do requests of (cpu, memory) fit a capacity of (cpu, memory)? A null request asks for
+-- nothing and a null capacity is unbounded, in each dimension.
+create or replace function sked.task_fits(
+  cpu_millis bigint, memory_mb bigint, cap_cpu_millis bigint, cap_memory_mb bigint)
+returns boolean
+language sql immutable parallel safe as $$
+  select (cpu_millis is null or cap_cpu_millis is null or cpu_millis <= cap_cpu_millis)
+     and (memory_mb is null or cap_memory_mb is null or memory_mb <= cap_memory_mb)
+$$;
+
+-- Claim up to p_limit due tasks of the given queues whose required labels the worker has and
+-- whose CPU and memory requests fit its free capacity (p_cpu_millis, p_memory_mb; null:
+-- unbounded), under the queues' controls (sql/queues.sql).
 --
 -- Shape: the inner SELECT walks the partial index tasks_claimable (queue, priority desc,
 -- next_run_at) in claim order and stops after p_limit rows; FOR UPDATE SKIP LOCKED makes
@@ -42,25 +72,122 @@ $$;
 -- is claimed by its own worker only, and while shards are new (sked.shard_is_new) a worker
 -- that runs a shard of the parent passes over its other shards, and one claim takes at most
 -- one of them (the lowest index it locked; the others it locked stay as they were).
+--
+-- Placement (docs/runtime.md), which only tasks with requests pay for: the scan passes over
+-- a task whose request exceeds the free capacity, so a big task never blocks smaller ones
+-- behind it. Of the locked rows, the claim takes those without requests and the longest
+-- prefix (in claim order) of those with requests whose running sums fit the free capacity,
+-- computed by a window over the locked rows only when one of them has requests (a hashed
+-- subplan runs on first use); the rest stay as they were. Against starvation of big tasks: a
+-- task due for more than sked.claim_reserve_after() that fits the worker's whole capacity
+-- (its row in sked.workers) but not its free capacity is locked too, and the claim takes no
+-- task with requests behind it, so the worker's capacity drains until the big task fits.
+--
+-- Queue controls: when a queue of the worker has a row in sked.queues (paused or limited),
+-- sked.queues_allowance drops paused queues and gives each queue its allowance (locking the
+-- rows of limited ones); one ordered, locked scan per queue, each limited to its allowance,
+-- then feeds the same steps, and the rate-limited queues' buckets are charged in the same
+-- statement. Workers of queues without a row pay one probe of the sked.queues primary key.
 create or replace function sked.tasks_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
-  p_now timestamptz default now())
+  p_cpu_millis integer, p_memory_mb integer, p_now timestamptz default now())
 returns setof sked.tasks
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
 as $$
+declare
+  whole_cpu integer := p_cpu_millis;
+  whole_mem integer := p_memory_mb;
+  queues text[];
+  allowances integer[];
 begin
+  if p_cpu_millis is not null or p_memory_mb is not null then
+    select coalesce(w.cpu_millis, p_cpu_millis), coalesce(w.memory_mb, p_memory_mb)
+      into whole_cpu, whole_mem
+      from sked.workers w where w.id = p_worker;
+  end if;
+
+  if exists (select 1 from sked.queues q where q.name = any(p_queues)) then
+    select coalesce(array_agg(a.queue), '{}'), coalesce(array_agg(a.allowance), '{}')
+      into queues, allowances
+      from sked.queues_allowance(p_queues, p_limit, p_now) a;
+    if cardinality(queues) = 0 then
+      return;
+    end if;
+    return query
+    with candidates as (
+      select c.*
+        from unnest(queues, allowances) as q(name, allowance)
+        cross join lateral (
+          select t.id, t.queue, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                 t.cpu_millis, t.memory_mb,
+                 t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
+                 not (t.cpu_millis is null and t.memory_mb is null
+                      or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
+            from sked.tasks t
+           where t.state in ('waiting', 'retry') and t.queue = q.name
+             and t.next_run_at <= p_now
+             and (t.labels = '{}' or t.labels <@ p_labels)
+             and (t.shard_of is null
+                  or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
+             and (t.cpu_millis is null and t.memory_mb is null
+                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+                  or (t.next_run_at <= p_now - sked.claim_reserve_after()
+                      and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
+           order by t.priority desc, t.next_run_at
+           limit q.allowance
+           for update skip locked
+        ) c
+    ), picked as materialized (
+      select * from candidates c order by c.priority desc, c.next_run_at limit p_limit
+    ), claimed as (
+      update sked.tasks t
+         set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+             lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+             stdout_tail = null, stderr_tail = null, output_sha256 = null
+        from picked
+       where t.id = picked.id
+         and (picked.cpu_millis is null and picked.memory_mb is null
+              or picked.id in (select f.id
+                                 from (select p.id, bool_or(p.reserve) over w as behind_reserve,
+                                              sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                         from picked p
+                                       window w as (order by p.priority desc, p.next_run_at, p.id
+                                                    rows unbounded preceding)) f
+                                where not f.behind_reserve
+                                  and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
+         and (not picked.spread
+              or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                                where q.spread order by q.shard_of, q.shard_index))
+      returning t.*
+    ), charged as (
+      update sked.queues q
+         set tokens = sked.queue_tokens(q.rate_per_sec, q.burst, q.tokens, q.tokens_at, p_now) - n.started,
+             tokens_at = greatest(q.tokens_at, p_now)
+        from (select c.queue, count(*) as started from claimed c group by c.queue) n
+       where q.name = n.queue and q.rate_per_sec is not null
+    )
+    select * from claimed;
+    return;
+  end if;
+
   if cardinality(p_queues) = 1 then
     return query
-    with picked as (
-      select t.id, t.shard_of, t.shard_index,
-             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread
+    with picked as materialized (
+      select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
+             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
+             not (t.cpu_millis is null and t.memory_mb is null
+                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
         from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
          and t.next_run_at <= p_now
          and (t.labels = '{}' or t.labels <@ p_labels)
          and (t.shard_of is null
               or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
+         and (t.cpu_millis is null and t.memory_mb is null
+              or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+              or (t.next_run_at <= p_now - sked.claim_reserve_after()
+                  and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -71,21 +198,36 @@ begin
            stdout_tail = null, stderr_tail = null, output_sha256 = null
       from picked
      where t.id = picked.id
+       and (picked.cpu_millis is null and picked.memory_mb is null
+            or picked.id in (select f.id
+                               from (select p.id, bool_or(p.reserve) over w as behind_reserve,
+                                            sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                       from picked p
+                                     window w as (order by p.priority desc, p.next_run_at, p.id
+                                                  rows unbounded preceding)) f
+                              where not f.behind_reserve
+                                and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
        and (not picked.spread
             or picked.id in (select distinct on (q.shard_of) q.id from picked q
                               where q.spread order by q.shard_of, q.shard_index))
     returning t.*;
   else
     return query
-    with picked as (
-      select t.id, t.shard_of, t.shard_index,
-             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread
+    with picked as materialized (
+      select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
+             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
+             not (t.cpu_millis is null and t.memory_mb is null
+                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
         from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
          and t.next_run_at <= p_now
          and (t.labels = '{}' or t.labels <@ p_labels)
          and (t.shard_of is null
               or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
+         and (t.cpu_millis is null and t.memory_mb is null
+              or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+              or (t.next_run_at <= p_now - sked.claim_reserve_after()
+                  and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
        order by t.priority desc, t.next_run_at
        limit p_limit
        for update skip locked
@@ -96,6 +238,15 @@ begin
            stdout_tail = null, stderr_tail = null, output_sha256 = null
       from picked
      where t.id = picked.id
+       and (picked.cpu_millis is null and picked.memory_mb is null
+            or picked.id in (select f.id
+                               from (select p.id, bool_or(p.reserve) over w as behind_reserve,
+                                            sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                       from picked p
+                                     window w as (order by p.priority desc, p.next_run_at, p.id
+                                                  rows unbounded preceding)) f
+                              where not f.behind_reserve
+                                and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
        and (not picked.spread
             or picked.id in (select distinct on (q.shard_of) q.id from picked q
                               where q.spread order by q.shard_of, q.shard_index))
@@ -104,8 +255,18 @@ begin
 end
 $$;
 
+-- The claim of a worker that advertises no capacity (older callers): by slots and labels.
+create or replace function sked.tasks_claim(
+  p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
+  p_now timestamptz default now())
+returns setof sked.tasks
+language sql as $$
+  select * from sked.tasks_claim(p_worker, p_queues, p_labels, p_limit, p_lease, null, null, p_now)
+$$;
+
 -- The earliest next_run_at at or after p_from among claimable tasks of these queues (null
--- when there is none). Reads no clock. A worker asks from the time of its last claim: the
+-- when there is none), leaving out paused queues; or, when earlier, the moment a rate-limited
+-- queue whose due tasks wait for its bucket can start one again. Reads no clock. A worker asks from the time of its last claim: the
 -- tasks due before then were claimed, or are not its to claim (taken by another worker,
 -- labels it lacks) and are left to the poll, so the answer is the next moment a claim can
 -- find something new, even a task that became due while the question was on its way.
@@ -133,7 +294,16 @@ as $$
          order by t.priority desc limit 1
       ) n
   )
-  select min(d.next_run_at)
+  select least(
+           min(d.next_run_at),
+           -- A rate-limited queue with due tasks and an empty bucket: when its next start is.
+           (select min(c.tokens_at + (1 - c.tokens) / c.rate_per_sec * interval '1 second')
+              from sked.queues c
+             where c.name = any(p_queues) and c.rate_per_sec is not null and c.paused_at is null
+               and sked.queue_tokens(c.rate_per_sec, c.burst, c.tokens, c.tokens_at, p_from) < 1
+               and exists (select 1 from sked.tasks t
+                            where t.state in ('waiting', 'retry') and t.queue = c.name
+                              and t.next_run_at <= p_from)))
     from priorities p
     cross join lateral (
       select t.next_run_at from sked.tasks t
@@ -141,6 +311,8 @@ as $$
          and t.next_run_at >= p_from
        order by t.next_run_at limit 1
     ) d
+   -- A paused queue's tasks wake nobody.
+   where not exists (select 1 from sked.queues c where c.name = p.queue and c.paused_at is not null)
 $$;
 
 -- Seconds from p_now until the earliest next_run_at among claimable tasks of these queues
@@ -178,6 +350,8 @@ $$;
 -- `p_outputs` holds each attempt's JSON output (null for none), kept in the task row.
 -- Tasks that end with children or in a workflow are settled in the same transaction: their
 -- children are released or end by their trigger rules (sked.tasks_settle).
+-- The queues whose tasks became claimable, and the concurrency-limited queues whose tasks
+-- ended, get one `sked_tasks` notification.
 -- Returns the rows that changed with their new state; an input missing from the result was
 -- not running under that attempt any more: its worker lost the lease.
 drop function if exists sked.tasks_finish(uuid[], integer[], text[], integer[], text[], text[],
@@ -195,6 +369,9 @@ declare
   states text[];
   queues text;
   settle uuid[];
+  -- Queues with a concurrency limit: their workers may wait for a running task to end.
+  limited boolean := exists (select 1 from sked.queues q where q.max_running is not null);
+  freed text[];
 begin
   with input as (
     select * from unnest(p_ids, p_attempts, p_outcomes, p_exit_codes, p_errors,
@@ -234,11 +411,19 @@ begin
   )
   select array_agg(d.id), array_agg(d.state),
          string_agg(distinct d.queue, ',') filter (where d.state in ('retry', 'waiting')),
-         array_agg(d.id) filter (where d.settles and d.state in ('succeeded', 'failed', 'cancelled'))
-    into ids, states, queues, settle
+         array_agg(d.id) filter (where d.settles and d.state in ('succeeded', 'failed', 'cancelled')),
+         array_agg(distinct d.queue) filter (where limited)
+    into ids, states, queues, settle, freed
     from updated d;
   if settle is not null then
     queues := nullif(concat_ws(',', queues, sked.tasks_settle(settle, p_now)), '');
+  end if;
+  if freed is not null then
+    -- A limited queue's ended tasks free room in it: wake its workers.
+    queues := nullif(concat_ws(',', queues,
+                               (select string_agg(q.name, ',') from sked.queues q
+                                 where q.name = any(freed) and q.max_running is not null
+                                   and q.paused_at is null)), '');
   end if;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));

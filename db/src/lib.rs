@@ -31,6 +31,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// The SQL contract, applied in this order after the migrations.
 pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/tasks.sql", include_str!("../../sql/tasks.sql")),
+    ("sql/queues.sql", include_str!("../../sql/queues.sql")),
     ("sql/workers.sql", include_str!("../../sql/workers.sql")),
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
     ("sql/shards.sql", include_str!("../../sql/shards.sql")),
