@@ -115,10 +115,14 @@ create or replace trigger tasks_after_insert_notify
 -- Submit one task with named arguments; returns its id. The defaults are the table's.
 -- With an idempotency key, submitting again while the first task is unfinished returns the
 -- first task's id and inserts nothing. `shards` (1 to 10000) or `broadcast` make a sharded
--- task (docs/shards.md).
+-- task (docs/shards.md). `cpu_millis` and `memory_mb` request capacity (docs/runtime.md),
+-- `max_output_bytes` caps stdout and stderr, `run_as` names the user the task runs as.
 drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
                                          interval, integer, interval, text, text, text[], text,
                                          text, text, text, interval, interval);
+drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
+                                         interval, integer, interval, text, text, text[], text,
+                                         text, text, text, interval, interval, integer, boolean);
 create or replace function sked.task_submit(
   command         text[]      default null,
   args            text[]      default '{}',
@@ -140,7 +144,11 @@ create or replace function sked.task_submit(
   backoff_base    interval    default '1 second',
   backoff_max     interval    default '1 hour',
   shards          integer     default null,
-  broadcast       boolean     default false
+  broadcast       boolean     default false,
+  cpu_millis      integer     default null,
+  memory_mb       integer     default null,
+  max_output_bytes bigint     default null,
+  run_as          text        default null
 ) returns uuid
 language plpgsql as $$
 #variable_conflict use_column
@@ -150,7 +158,8 @@ begin
   insert into sked.tasks as t (command, args, queue, priority, input, env, next_run_at, max_attempts,
                                timeout, owner, idempotency_key, labels, artifact_url,
                                artifact_sha256, output_path, kind, backoff_base, backoff_max,
-                               shard_total, broadcast)
+                               shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
+                               run_as)
   values (task_submit.command, task_submit.args, task_submit.queue, task_submit.priority,
           task_submit.input, task_submit.env,
           coalesce(task_submit.run_at, now()) + coalesce(task_submit.delay, interval '0'),
@@ -158,7 +167,8 @@ begin
           task_submit.idempotency_key, task_submit.labels, task_submit.artifact_url,
           task_submit.artifact_sha256, task_submit.output_path, task_submit.kind,
           task_submit.backoff_base, task_submit.backoff_max, task_submit.shards,
-          coalesce(task_submit.broadcast, false))
+          coalesce(task_submit.broadcast, false), task_submit.cpu_millis, task_submit.memory_mb,
+          task_submit.max_output_bytes, task_submit.run_as)
   on conflict (owner, idempotency_key)
     where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
     do nothing
@@ -185,7 +195,8 @@ returns table (
   env jsonb, next_run_at timestamptz, max_attempts integer, timeout interval, owner text,
   idempotency_key text, labels text[], artifact_url text, artifact_sha256 text,
   output_path text, kind text, backoff_base interval, backoff_max interval,
-  shard_total integer, broadcast boolean)
+  shard_total integer, broadcast boolean, cpu_millis integer, memory_mb integer,
+  max_output_bytes bigint, run_as text)
 language sql volatile as $$
   select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
          coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
@@ -197,7 +208,8 @@ language sql volatile as $$
          coalesce(x.kind, 'command'),
          coalesce(x.backoff_base, interval '1 second'),
          coalesce(x.backoff_max, interval '1 hour'),
-         x.shards, coalesce(x.broadcast, false)
+         x.shards, coalesce(x.broadcast, false), x.cpu_millis, x.memory_mb,
+         x.max_output_bytes, x.run_as
     from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
          jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
                                       input jsonb, env jsonb, run_at timestamptz,
@@ -205,7 +217,9 @@ language sql volatile as $$
                                       owner text, idempotency_key text, labels text[],
                                       artifact_url text, artifact_sha256 text,
                                       output_path text, kind text, backoff_base interval,
-                                      backoff_max interval, shards integer, broadcast boolean)
+                                      backoff_max interval, shards integer, broadcast boolean,
+                                      cpu_millis integer, memory_mb integer,
+                                      max_output_bytes bigint, run_as text)
 $$;
 
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
@@ -231,21 +245,23 @@ begin
     insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
                             max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
-                            shard_total, broadcast)
+                            shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
+                            run_as)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast
+           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as
       from input i where i.idempotency_key is null order by i.ord
   ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
                                  max_attempts, timeout, owner, idempotency_key, labels,
                                  artifact_url, artifact_sha256, output_path, kind, backoff_base,
-                                 backoff_max, shard_total, broadcast)
+                                 backoff_max, shard_total, broadcast, cpu_millis, memory_mb,
+                                 max_output_bytes, run_as)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast
+           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as
       from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
@@ -384,10 +400,11 @@ begin
   insert into sked.tasks (owner, queue, priority, kind, command, args, artifact_url,
                           artifact_sha256, input, env, labels, output_path, timeout,
                           max_attempts, backoff_base, backoff_max, shard_total, broadcast,
-                          next_run_at)
+                          next_run_at, cpu_millis, memory_mb, max_output_bytes, run_as)
   select p_owner, t.queue, t.priority, t.kind, t.command, t.args, t.artifact_url,
          t.artifact_sha256, t.input, t.env, t.labels, t.output_path, t.timeout,
-         t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now
+         t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now,
+         t.cpu_millis, t.memory_mb, t.max_output_bytes, t.run_as
     from sked.tasks t where t.id = p_id
   returning id into new_id;
   return new_id;

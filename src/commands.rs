@@ -127,6 +127,21 @@ pub struct SubmitArgs {
     /// Run once on every live worker that serves the queue and has the labels.
     #[arg(long, conflicts_with = "shards")]
     broadcast: bool,
+    /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
+    /// much free claims the task (see docs/runtime.md).
+    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = crate::units::parse_cpu)]
+    cpu: Option<i32>,
+    /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
+    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
+          value_parser = crate::units::parse_memory_mb)]
+    memory: Option<i32>,
+    /// The most stdout and stderr may write together: 10M, 1G (a plain number is bytes).
+    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
+          value_parser = crate::units::parse_output_bytes)]
+    max_output: Option<i64>,
+    /// The user to run as (a name or a uid); the worker's default when absent.
+    #[arg(long, value_name = "USER")]
+    run_as: Option<String>,
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
@@ -137,7 +152,8 @@ pub struct SubmitArgs {
     /// for stdin) instead of one task: see docs/workflows.md.
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
         "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
-        "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast",
+        "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast", "cpu", "memory",
+        "max_output", "run_as",
     ])]
     file: Option<PathBuf>,
 }
@@ -338,6 +354,10 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         owner: args.owner.clone(),
         shards: args.shards,
         broadcast: args.broadcast,
+        cpu_millis: args.cpu,
+        memory_mb: args.memory,
+        max_output_bytes: args.max_output,
+        run_as: args.run_as.clone(),
         ..SubmitTask::default()
     };
     let submitted = args.api.client()?.submit(&task).await?;

@@ -42,6 +42,22 @@ pub fn describe(detail: &TaskDetail) -> String {
     if let Some(timeout) = t.timeout_secs {
         line("timeout:", format!("{timeout} s"));
     }
+    let mut requests = Vec::new();
+    if let Some(cpu) = t.cpu_millis {
+        requests.push(format!("cpu {cpu}m"));
+    }
+    if let Some(memory) = t.memory_mb {
+        requests.push(format!("memory {memory} MB"));
+    }
+    if !requests.is_empty() {
+        line("requests:", requests.join(", "));
+    }
+    if let Some(bytes) = t.max_output_bytes {
+        line("max output:", format!("{bytes} bytes"));
+    }
+    if let Some(user) = &t.run_as {
+        line("runs as:", user.clone());
+    }
     match (t.shard_of, t.shard_index, t.shard_total) {
         (Some(parent), Some(index), Some(total)) => {
             line("shard:", format!("{index} of {total} (of task {parent})"))

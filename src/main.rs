@@ -5,6 +5,7 @@
 mod commands;
 mod format;
 mod schedules;
+mod units;
 mod when;
 mod workflows;
 

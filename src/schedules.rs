@@ -127,6 +127,21 @@ struct TaskFlags {
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only.
     #[arg(long, value_parser = ["command", "noop", "sleep"])]
     kind: Option<String>,
+    /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
+    /// much free claims the task (see docs/runtime.md).
+    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = crate::units::parse_cpu)]
+    cpu: Option<i32>,
+    /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
+    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
+          value_parser = crate::units::parse_memory_mb)]
+    memory: Option<i32>,
+    /// The most stdout and stderr may write together: 10M, 1G (a plain number is bytes).
+    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
+          value_parser = crate::units::parse_output_bytes)]
+    max_output: Option<i64>,
+    /// The user to run as (a name or a uid); the worker's default when absent.
+    #[arg(long, value_name = "USER")]
+    run_as: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -324,6 +339,10 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
         max_attempts: flags.max_attempts,
         timeout_secs: flags.timeout,
         labels: flags.labels.clone(),
+        cpu_millis: flags.cpu,
+        memory_mb: flags.memory,
+        max_output_bytes: flags.max_output,
+        run_as: flags.run_as.clone(),
         ..SubmitTask::default()
     })
 }

@@ -57,6 +57,10 @@ pub struct TaskRow {
     pub shard_of: Option<Uuid>,
     pub broadcast: bool,
     pub pinned_worker: Option<Uuid>,
+    pub cpu_millis: Option<i32>,
+    pub memory_mb: Option<i32>,
+    pub max_output_bytes: Option<i64>,
+    pub run_as: Option<String>,
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -134,6 +138,10 @@ impl TaskRow {
             shard_of: self.shard_of,
             broadcast: self.broadcast,
             pinned_worker: self.pinned_worker,
+            cpu_millis: self.cpu_millis,
+            memory_mb: self.memory_mb,
+            max_output_bytes: self.max_output_bytes,
+            run_as: self.run_as,
         }
     }
 }
@@ -195,6 +203,14 @@ pub(crate) struct SubmitRow<'a> {
     shards: Option<i32>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     broadcast: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_millis: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_mb: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_bytes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_as: Option<&'a str>,
 }
 
 impl<'a> SubmitRow<'a> {
@@ -221,6 +237,10 @@ impl<'a> SubmitRow<'a> {
             owner: t.owner.as_deref(),
             shards: t.shards,
             broadcast: t.broadcast,
+            cpu_millis: t.cpu_millis,
+            memory_mb: t.memory_mb,
+            max_output_bytes: t.max_output_bytes,
+            run_as: t.run_as.as_deref(),
         })
     }
 }
@@ -295,6 +315,10 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         copy::field(&mut buf, &t.max_attempts.unwrap_or(3).to_string());
         copy::field(&mut buf, base.as_deref().unwrap_or("1 second"));
         copy::field(&mut buf, max.as_deref().unwrap_or("1 hour"));
+        copy::opt(&mut buf, t.cpu_millis.map(|v| v.to_string()).as_deref());
+        copy::opt(&mut buf, t.memory_mb.map(|v| v.to_string()).as_deref());
+        copy::opt(&mut buf, t.max_output_bytes.map(|v| v.to_string()).as_deref());
+        copy::opt(&mut buf, t.run_as.as_deref());
         buf.pop();
         buf.push('\n');
     }
@@ -303,7 +327,8 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         .copy_in_raw(
             "copy sked.tasks (id, owner, queue, priority, kind, command, args, input, env, labels,
                               artifact_url, artifact_sha256, output_path, timeout, max_attempts,
-                              backoff_base, backoff_max) from stdin",
+                              backoff_base, backoff_max, cpu_millis, memory_mb,
+                              max_output_bytes, run_as) from stdin",
         )
         .await?;
     sink.send(buf.into_bytes()).await?;

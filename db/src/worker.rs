@@ -95,6 +95,12 @@ pub struct Claimed {
     /// A shard's position and the number of shards of its task (see `docs/shards.md`).
     pub shard_index: Option<i32>,
     pub shard_total: Option<i32>,
+    /// Requested CPU (millicores) and memory (MB), also the task's limits; the cap on its
+    /// stdout and stderr bytes; the user it runs as (see `docs/runtime.md`).
+    pub cpu_millis: Option<i32>,
+    pub memory_mb: Option<i32>,
+    pub max_output_bytes: Option<i64>,
+    pub run_as: Option<String>,
 }
 
 impl Claimed {
@@ -148,7 +154,8 @@ pub async fn claim_timed(
         "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5))
          select now() as claimed_at, c.id, c.attempt, c.queue, c.kind, c.command, c.args,
                 c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
-                c.shard_index, c.shard_total,
+                c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
+                c.run_as,
                 case when c.parents > 0 and c.kind = 'command'
                      then sked.task_parent_outputs(c.id) end as parent_outputs
            from (values (0)) as one(x) left join c on true",

@@ -201,6 +201,22 @@ const RULES: &[(&str, &str)] = &[
         "shards and broadcast are exclusive: give one of them",
     ),
     (
+        "tasks_cpu_millis_must_be_1_to_1000000",
+        "cpu_millis must be between 1 and 1000000 (millicores; 1000 is one core)",
+    ),
+    (
+        "tasks_memory_mb_must_be_1_to_16777216",
+        "memory_mb must be between 1 and 16777216 (MB)",
+    ),
+    (
+        "tasks_max_output_bytes_must_be_positive",
+        "max_output_bytes must be positive",
+    ),
+    (
+        "tasks_run_as_must_be_a_user_name_or_uid",
+        "run_as must be a user name (a letter or _ then up to 31 letters, digits, _ . -) or a numeric uid",
+    ),
+    (
         "tasks_broadcast_needs_a_live_worker",
         "broadcast needs a live worker that serves the task's queue and has its labels; none does",
     ),

@@ -9,6 +9,7 @@ mod dashboard_api;
 mod delayed;
 mod events;
 mod recovery;
+mod requests;
 mod schedules;
 mod schedules_api;
 mod shards;

@@ -187,6 +187,19 @@ pub struct Task {
     /// The only worker that may run this broadcast shard.
     #[serde(default)]
     pub pinned_worker: Option<Uuid>,
+    /// CPU requested, in millicores (1000 = one core); also the task's CPU limit where the
+    /// worker enforces limits (see `docs/runtime.md`).
+    #[serde(default)]
+    pub cpu_millis: Option<i32>,
+    /// Memory requested, in MB; also the task's memory limit where the worker enforces limits.
+    #[serde(default)]
+    pub memory_mb: Option<i32>,
+    /// The most bytes stdout and stderr may write together; the worker's default when null.
+    #[serde(default)]
+    pub max_output_bytes: Option<i64>,
+    /// The user the task runs as (a name or a uid); the worker's default when null.
+    #[serde(default)]
+    pub run_as: Option<String>,
 }
 
 fn default_trigger_rule() -> String {
@@ -274,6 +287,20 @@ pub struct SubmitTask {
     /// Run once on every live worker that serves the queue and has the labels.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub broadcast: bool,
+    /// CPU to reserve, in millicores (1000 = one core; 1 to 1,000,000): only a worker with
+    /// that much free claims the task, and runs it with that limit where it enforces limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<i32>,
+    /// Memory to reserve, in MB (1 to 16,777,216); also the task's memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<i32>,
+    /// The most bytes stdout and stderr may write together; beyond it the attempt is
+    /// stopped and fails. The worker's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<i64>,
+    /// The user to run as (a name or a numeric uid); the worker's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
 }
 
 /// The answer to a submission: the ids in request order.
