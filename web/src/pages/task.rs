@@ -417,6 +417,9 @@ fn Detail(
                 <dt>"Timeout"</dt>
                 <dd>{task.timeout_secs.map(ui::duration).unwrap_or_else(|| "none".into())}</dd>
                 {task.output_path.clone().map(|p| view! { <dt>"Output path"</dt> <dd class="mono">{p}</dd> })}
+                {requests(&task).map(|r| view! { <dt>"Requests"</dt> <dd>{r}</dd> })}
+                {task.max_output_bytes.map(|b| view! { <dt>"Max output"</dt> <dd>{format!("{b} bytes")}</dd> })}
+                {task.run_as.clone().map(|u| view! { <dt>"Runs as"</dt> <dd class="mono">{u}</dd> })}
                 {task.idempotency_key.clone().map(|k| view! { <dt>"Idempotency key"</dt> <dd class="mono">{k}</dd> })}
                 <dt>"Created"</dt>
                 <dd><ui::Time at=task.created_at/></dd>
@@ -658,4 +661,16 @@ fn outcome_class(outcome: &str) -> &'static str {
 
 fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// The CPU and memory a task reserves (and is limited to), as one line, when it asks for any.
+fn requests(task: &Task) -> Option<String> {
+    let parts: Vec<String> = [
+        task.cpu_millis.map(|m| format!("CPU {m}m")),
+        task.memory_mb.map(|mb| format!("memory {mb} MB")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
