@@ -117,12 +117,18 @@ create or replace trigger tasks_after_insert_notify
 -- first task's id and inserts nothing. `shards` (1 to 10000) or `broadcast` make a sharded
 -- task (docs/shards.md). `cpu_millis` and `memory_mb` request capacity (docs/runtime.md),
 -- `max_output_bytes` caps stdout and stderr, `run_as` names the user the task runs as.
+-- `replicas`, `restart_policy` and `health_check` describe a service (kind 'service',
+-- docs/services.md).
 drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
                                          interval, integer, interval, text, text, text[], text,
                                          text, text, text, interval, interval);
 drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
                                          interval, integer, interval, text, text, text[], text,
                                          text, text, text, interval, interval, integer, boolean);
+drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
+                                         interval, integer, interval, text, text, text[], text,
+                                         text, text, text, interval, interval, integer, boolean,
+                                         integer, integer, bigint, text);
 create or replace function sked.task_submit(
   command         text[]      default null,
   args            text[]      default '{}',
@@ -148,7 +154,10 @@ create or replace function sked.task_submit(
   cpu_millis      integer     default null,
   memory_mb       integer     default null,
   max_output_bytes bigint     default null,
-  run_as          text        default null
+  run_as          text        default null,
+  replicas        integer     default null,
+  restart_policy  text        default null,
+  health_check    jsonb       default null
 ) returns uuid
 language plpgsql as $$
 #variable_conflict use_column
@@ -159,7 +168,7 @@ begin
                                timeout, owner, idempotency_key, labels, artifact_url,
                                artifact_sha256, output_path, kind, backoff_base, backoff_max,
                                shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                               run_as)
+                               run_as, replicas, restart_policy, health_check)
   values (task_submit.command, task_submit.args, task_submit.queue, task_submit.priority,
           task_submit.input, task_submit.env,
           coalesce(task_submit.run_at, now()) + coalesce(task_submit.delay, interval '0'),
@@ -168,7 +177,8 @@ begin
           task_submit.artifact_sha256, task_submit.output_path, task_submit.kind,
           task_submit.backoff_base, task_submit.backoff_max, task_submit.shards,
           coalesce(task_submit.broadcast, false), task_submit.cpu_millis, task_submit.memory_mb,
-          task_submit.max_output_bytes, task_submit.run_as)
+          task_submit.max_output_bytes, task_submit.run_as, task_submit.replicas,
+          task_submit.restart_policy, task_submit.health_check)
   on conflict (owner, idempotency_key)
     where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
     do nothing
@@ -196,7 +206,8 @@ returns table (
   idempotency_key text, labels text[], artifact_url text, artifact_sha256 text,
   output_path text, kind text, backoff_base interval, backoff_max interval,
   shard_total integer, broadcast boolean, cpu_millis integer, memory_mb integer,
-  max_output_bytes bigint, run_as text)
+  max_output_bytes bigint, run_as text, replicas integer, restart_policy text,
+  health_check jsonb)
 language sql volatile as $$
   select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
          coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
@@ -209,7 +220,7 @@ language sql volatile as $$
          coalesce(x.backoff_base, interval '1 second'),
          coalesce(x.backoff_max, interval '1 hour'),
          x.shards, coalesce(x.broadcast, false), x.cpu_millis, x.memory_mb,
-         x.max_output_bytes, x.run_as
+         x.max_output_bytes, x.run_as, x.replicas, x.restart_policy, x.health_check
     from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
          jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
                                       input jsonb, env jsonb, run_at timestamptz,
@@ -219,7 +230,9 @@ language sql volatile as $$
                                       output_path text, kind text, backoff_base interval,
                                       backoff_max interval, shards integer, broadcast boolean,
                                       cpu_millis integer, memory_mb integer,
-                                      max_output_bytes bigint, run_as text)
+                                      max_output_bytes bigint, run_as text,
+                                      replicas integer, restart_policy text,
+                                      health_check jsonb)
 $$;
 
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
@@ -246,22 +259,25 @@ begin
                             max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
                             shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                            run_as)
+                            run_as, replicas, restart_policy, health_check)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as
+           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
+           i.replicas, i.restart_policy, i.health_check
       from input i where i.idempotency_key is null order by i.ord
   ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
                                  max_attempts, timeout, owner, idempotency_key, labels,
                                  artifact_url, artifact_sha256, output_path, kind, backoff_base,
                                  backoff_max, shard_total, broadcast, cpu_millis, memory_mb,
-                                 max_output_bytes, run_as)
+                                 max_output_bytes, run_as, replicas, restart_policy,
+                                 health_check)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as
+           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
+           i.replicas, i.restart_policy, i.health_check
       from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
@@ -400,11 +416,13 @@ begin
   insert into sked.tasks (owner, queue, priority, kind, command, args, artifact_url,
                           artifact_sha256, input, env, labels, output_path, timeout,
                           max_attempts, backoff_base, backoff_max, shard_total, broadcast,
-                          next_run_at, cpu_millis, memory_mb, max_output_bytes, run_as)
+                          next_run_at, cpu_millis, memory_mb, max_output_bytes, run_as,
+                          replicas, restart_policy, health_check)
   select p_owner, t.queue, t.priority, t.kind, t.command, t.args, t.artifact_url,
          t.artifact_sha256, t.input, t.env, t.labels, t.output_path, t.timeout,
          t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now,
-         t.cpu_millis, t.memory_mb, t.max_output_bytes, t.run_as
+         t.cpu_millis, t.memory_mb, t.max_output_bytes, t.run_as, t.replicas,
+         t.restart_policy, t.health_check
     from sked.tasks t where t.id = p_id
   returning id into new_id;
   return new_id;
@@ -434,6 +452,8 @@ begin
      for update skip locked
   ), logs as (
     delete from sked.task_logs l using doomed d where l.task_id = d.id
+  ), exits as (
+    delete from sked.service_exits x using doomed d where x.task_id = d.id
   ), attempts as (
     delete from sked.task_attempts a using doomed d where a.task_id = d.id
   ), edges as (

@@ -10,6 +10,7 @@ pub mod firing;
 pub mod listing;
 pub mod overview;
 pub mod schedule;
+pub mod service;
 pub mod task;
 pub mod token;
 pub mod worker;
@@ -35,6 +36,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/workers.sql", include_str!("../../sql/workers.sql")),
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
     ("sql/shards.sql", include_str!("../../sql/shards.sql")),
+    ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),

@@ -61,6 +61,10 @@ pub struct TaskRow {
     pub memory_mb: Option<i32>,
     pub max_output_bytes: Option<i64>,
     pub run_as: Option<String>,
+    pub replicas: Option<i32>,
+    pub restart_policy: Option<String>,
+    pub health_check: Option<Value>,
+    pub generation: Option<i32>,
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -142,6 +146,10 @@ impl TaskRow {
             memory_mb: self.memory_mb,
             max_output_bytes: self.max_output_bytes,
             run_as: self.run_as,
+            replicas: self.replicas,
+            restart_policy: self.restart_policy,
+            health_check: self.health_check,
+            generation: self.generation,
         }
     }
 }
@@ -211,6 +219,12 @@ pub(crate) struct SubmitRow<'a> {
     max_output_bytes: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     run_as: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restart_policy: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health_check: Option<&'a Value>,
 }
 
 impl<'a> SubmitRow<'a> {
@@ -241,6 +255,9 @@ impl<'a> SubmitRow<'a> {
             memory_mb: t.memory_mb,
             max_output_bytes: t.max_output_bytes,
             run_as: t.run_as.as_deref(),
+            replicas: t.replicas,
+            restart_policy: t.restart_policy.as_deref(),
+            health_check: t.health_check.as_ref(),
         })
     }
 }
@@ -319,6 +336,9 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         copy::opt(&mut buf, t.memory_mb.map(|v| v.to_string()).as_deref());
         copy::opt(&mut buf, t.max_output_bytes.map(|v| v.to_string()).as_deref());
         copy::opt(&mut buf, t.run_as.as_deref());
+        copy::opt(&mut buf, t.replicas.map(|v| v.to_string()).as_deref());
+        copy::opt(&mut buf, t.restart_policy.as_deref());
+        copy::json(&mut buf, t.health_check.as_ref());
         buf.pop();
         buf.push('\n');
     }
@@ -328,7 +348,8 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
             "copy sked.tasks (id, owner, queue, priority, kind, command, args, input, env, labels,
                               artifact_url, artifact_sha256, output_path, timeout, max_attempts,
                               backoff_base, backoff_max, cpu_millis, memory_mb,
-                              max_output_bytes, run_as) from stdin",
+                              max_output_bytes, run_as, replicas, restart_policy,
+                              health_check) from stdin",
         )
         .await?;
     sink.send(buf.into_bytes()).await?;

@@ -15,6 +15,7 @@ pub mod events;
 mod overview;
 mod schedule;
 pub mod secrets;
+pub mod service;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 pub use schedule::{
     CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
@@ -200,6 +201,19 @@ pub struct Task {
     /// The user the task runs as (a name or a uid); the worker's default when null.
     #[serde(default)]
     pub run_as: Option<String>,
+    /// On a service (kind `service`): how many copies it keeps running (see
+    /// `docs/services.md`).
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    /// On a service and its copies: `always` or `on_failure`.
+    #[serde(default)]
+    pub restart_policy: Option<String>,
+    /// On a service and its copies: the health check, as submitted.
+    #[serde(default)]
+    pub health_check: Option<serde_json::Value>,
+    /// On a service: the version of its definition; on a copy: the version it runs.
+    #[serde(default)]
+    pub generation: Option<i32>,
 }
 
 fn default_trigger_rule() -> String {
@@ -301,6 +315,18 @@ pub struct SubmitTask {
     /// The user to run as (a name or a numeric uid); the worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<String>,
+    /// For kind `service`: how many copies to keep running, 1 to 1000 (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// For kind `service`: restart a copy that exits `always` (default) or only
+    /// `on_failure` (an exit with code 0 then ends the copy as succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
+    /// For kind `service`: `{"command": [...]}` or `{"http": "http://host:port/path"}`, with
+    /// optional `interval_secs` (10), `timeout_secs` (5) and `failures` (3): a copy that
+    /// fails its check that many times in a row is restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<serde_json::Value>,
 }
 
 /// The answer to a submission: the ids in request order.
