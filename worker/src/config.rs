@@ -67,6 +67,9 @@ pub struct WorkerArgs {
     /// Also fire due cron ticks (any number of workers and servers may; each tick fires once).
     #[arg(long, env = "SKED_FIRE_SCHEDULES", default_value_t = true, action = clap::ArgAction::Set)]
     pub fire_schedules: bool,
+    /// Limits and isolation of tasks (`docs/runtime.md`).
+    #[command(flatten)]
+    pub isolation: crate::isolation::IsolationArgs,
 }
 
 /// A validated worker configuration.
@@ -87,6 +90,8 @@ pub struct WorkerConfig {
     pub tail_bytes: usize,
     /// Run a firing loop for cron schedules (`sked_db::firing`).
     pub fire_schedules: bool,
+    /// Limits, users, environment and sandbox of tasks.
+    pub isolation: crate::isolation::Isolation,
 }
 
 fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
@@ -136,6 +141,7 @@ impl WorkerArgs {
             log_flush: Duration::from_millis(250),
             tail_bytes: 4096,
             fire_schedules: self.fire_schedules,
+            isolation: self.isolation.into_config()?,
         })
     }
 }
@@ -154,6 +160,7 @@ impl WorkerConfig {
             name: None,
             work_dir: None,
             fire_schedules: true,
+            isolation: Default::default(),
         }
         .into_config()
         .expect("default worker configuration is valid")

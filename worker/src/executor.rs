@@ -1,14 +1,13 @@
 //! Runs one claimed attempt to its end and turns what happened into a [`Finished`] record:
 //! the built-ins `noop` and `sleep` in-process, everything else as a child process in a
-//! fresh working directory that is removed afterwards.
+//! fresh working directory that is removed afterwards, under the task's limits, as its user,
+//! with a clean environment, optionally through the sandbox wrapper (see [`crate::isolation`]).
 //!
 //! Outputs (see `docs/workflows.md`): a command names its JSON output by writing it to the
 //! file `$SKED_OUTPUT`, or else by printing it as its last line on stdout. A task with
 //! parents finds their outputs, `{"<parent name>": <output>, ...}`, in the file
 //! `$SKED_PARENT_OUTPUTS`, and on stdin when it has no input of its own.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use sked_db::worker::{Claimed, Finished, Outcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::artifact::Artifacts;
+use crate::isolation::Runtime;
 use crate::logs::Logs;
 use crate::process::{self, Ended, Spec};
 
@@ -53,7 +53,8 @@ pub struct Context {
     pub pool: sqlx::PgPool,
     pub logs: Logs,
     pub artifacts: Artifacts,
-    pub work_dir: PathBuf,
+    /// Limits, users, task directories, environment and sandbox, set up at start.
+    pub runtime: Runtime,
     pub kill_grace: Duration,
     pub tail_bytes: usize,
 }
@@ -92,6 +93,10 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
                 });
             }
         }
+        Ok(ended @ (Ended::OverMemory { .. } | Ended::OverOutput { .. })) => {
+            finished.outcome = Outcome::Failed;
+            finished.error = limit_error(&ended);
+        }
         Ok(Ended::TimedOut) => {
             finished.outcome = Outcome::TimedOut;
             finished.error = Some(format!(
@@ -119,6 +124,33 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         }
     }
     finished
+}
+
+/// The error of an attempt stopped by its memory or output limit.
+pub(crate) fn limit_error(ended: &Ended) -> Option<String> {
+    match ended {
+        Ended::OverMemory {
+            limit_bytes,
+            resident_bytes,
+        } => {
+            let mut error = format!(
+                "killed: exceeded its memory limit of {} MB",
+                limit_bytes >> 20
+            );
+            if let Some(resident) = resident_bytes.filter(|r| *r > 0) {
+                error.push_str(&format!(
+                    " (resident {} MB at the last sample)",
+                    resident.div_ceil(1 << 20)
+                ));
+            }
+            Some(error)
+        }
+        Ended::OverOutput { limit_bytes } => Some(format!(
+            "stopped: its stdout and stderr wrote more than its output limit of {limit_bytes} \
+             bytes (the logs keep the first {limit_bytes})"
+        )),
+        _ => None,
+    }
 }
 
 fn success() -> std::process::ExitStatus {
@@ -171,13 +203,16 @@ async fn run_command(
         _ => return Err("the task has neither a command nor an artifact".to_owned()),
     };
     argv.extend(task.args.iter().cloned());
+    let runtime = &ctx.runtime;
+    let user = runtime.settings.users.for_task(task.run_as.as_deref())?;
 
-    let dir = ctx
-        .work_dir
-        .join("tasks")
-        .join(format!("{}-{}", task.id, task.attempt));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating working directory: {e}"))?;
-    let mut env: BTreeMap<String, String> = task.env_map();
+    // Removed when dropped: on every way out of this function.
+    let dir = runtime
+        .dirs
+        .create(task.id, task.attempt, user.as_ref())
+        .map_err(|e| format!("creating the working directory: {e}"))?;
+    let mut env = runtime.base_env(dir.path());
+    env.extend(task.env_map());
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
     env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
     env.insert("SKED_QUEUE".into(), task.queue.clone());
@@ -185,18 +220,16 @@ async fn run_command(
         env.insert("SKED_SHARD_INDEX".into(), index.to_string());
         env.insert("SKED_SHARD_TOTAL".into(), total.to_string());
     }
-    let output_file = dir.join(OUTPUT_FILE);
+    let output_file = dir.path().join(OUTPUT_FILE);
     env.insert(
         "SKED_OUTPUT".into(),
         output_file.to_string_lossy().into_owned(),
     );
     if let Some(outputs) = &task.parent_outputs {
-        let path = dir.join(PARENT_OUTPUTS_FILE);
         let bytes = serde_json::to_vec(outputs).unwrap_or_default();
-        if let Err(e) = std::fs::write(&path, bytes) {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(format!("writing the parents' outputs: {e}"));
-        }
+        let path = dir
+            .write(PARENT_OUTPUTS_FILE, &bytes, user.as_ref())
+            .map_err(|e| format!("writing the parents' outputs: {e}"))?;
         env.insert(
             "SKED_PARENT_OUTPUTS".into(),
             path.to_string_lossy().into_owned(),
@@ -212,31 +245,49 @@ async fn run_command(
             bytes.push(b'\n');
             bytes
         });
+    if let Some(sandbox) = &runtime.settings.sandbox {
+        argv = sandbox.wrap(dir.path(), argv);
+    }
+    let limits = runtime.limits_of(task.memory_mb, task.cpu_millis);
+    let applied = runtime
+        .limiter
+        .prepare(&format!("{}-{}", task.id, task.attempt), limits)
+        .map_err(|e| {
+            format!(
+                "setting up the task's limits ({}): {e}",
+                runtime.limiter.mode()
+            )
+        })?;
     let sink = ctx.logs.sink(task.id, task.attempt);
     let mut tries = 0;
-    let report = loop {
+    let started = loop {
         let spec = Spec {
             argv: &argv,
             env: &env,
-            dir: &dir,
+            dir: dir.path(),
             stdin: stdin.clone(),
             timeout,
             kill_grace: ctx.kill_grace,
             tail_bytes: ctx.tail_bytes,
+            user: user.as_ref().map(|u| (u.uid, u.gid)),
+            limits: applied.child(),
+            memory_watch: applied.watchdog(),
+            max_output: runtime.max_output_of(task.max_output_bytes),
         };
         match process::run(spec, sink.clone(), stopper.token.clone()).await {
-            Ok(report) => break report,
+            Ok(report) => break Ok(report),
             // A freshly written executable can be briefly busy while another thread forks.
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 5 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(20 * tries)).await;
             }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!("cannot start {:?}: {e}", argv[0]));
-            }
+            Err(e) => break Err(format!("cannot start {:?}: {e}", argv[0])),
         }
     };
+    // Removes the task's cgroup, killing whatever of it still runs, and says whether the
+    // kernel killed it for memory.
+    let oom_killed = applied.finish().await;
+    let report = started?;
     // The logs are written before the result, so a finished task's log is complete; when
     // the database is slow or away the result does not wait for them past a bound.
     if tokio::time::timeout(Duration::from_secs(2), sink.flush())
@@ -245,33 +296,26 @@ async fn run_command(
     {
         tracing::warn!("the task's last output is not written yet; writing its result anyway");
     }
-    let ended = report.ended;
-    if let Ended::Exited(status) = &ended
-        && status.success()
+    let mut ended = report.ended;
+    if oom_killed
+        && let Ended::Exited(status) = &ended
+        && !status.success()
     {
-        match read_output(&output_file, &report.stdout_tail) {
-            Ok(output) => finished.output = output,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        }
+        ended = Ended::OverMemory {
+            limit_bytes: u64::from(limits.memory_mb.unwrap_or_default()) << 20,
+            resident_bytes: None,
+        };
     }
     finished.stdout_tail = Some(report.stdout_tail);
     finished.stderr_tail = Some(report.stderr_tail);
-    if let (Ended::Exited(status), Some(output)) = (&ended, &task.output_path)
+    if let Ended::Exited(status) = &ended
         && status.success()
     {
-        match upload_output(ctx, &dir, output).await {
-            Ok(sha) => finished.output_sha256 = Some(sha),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
+        let stdout = finished.stdout_tail.as_deref().unwrap_or_default();
+        finished.output = read_output(&output_file, stdout)?;
+        if let Some(output) = &task.output_path {
+            finished.output_sha256 = Some(upload_output(ctx, dir.path(), output).await?);
         }
-    }
-    if let Err(e) = std::fs::remove_dir_all(&dir) {
-        tracing::warn!(error = %e, dir = %dir.display(), "could not remove the task's working directory");
     }
     Ok(ended)
 }

@@ -13,6 +13,7 @@ pub mod completer;
 pub mod config;
 pub mod executor;
 pub mod heartbeat;
+pub mod isolation;
 pub mod logs;
 pub mod process;
 
@@ -137,7 +138,9 @@ impl Worker {
             concurrency: config.concurrency as i32,
             lease: config.lease,
         };
-        std::fs::create_dir_all(config.work_dir.join("tasks"))?;
+        // Limits, task directories, users: set up (and logged) before the worker registers.
+        let runtime = isolation::Runtime::start(config.isolation.clone(), &config.work_dir, id)
+            .map_err(std::io::Error::other)?;
         sked_db::worker::register(&pool, &registration).await?;
         tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
             concurrency = config.concurrency, "worker started");
@@ -149,7 +152,7 @@ impl Worker {
             pool: pool.clone(),
             logs: logs_handle,
             artifacts: artifact::Artifacts::new(pool.clone(), config.work_dir.join("artifacts")),
-            work_dir: config.work_dir.clone(),
+            runtime,
             kill_grace: config.kill_grace,
             tail_bytes: config.tail_bytes,
         });

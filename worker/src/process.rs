@@ -1,17 +1,27 @@
-//! Running one command as a child process in its own process group: clean environment,
-//! stdin from the task's input, stdout/stderr captured (a tail kept, the whole stream sent to
-//! the log shipper), and stopping the whole group — grandchildren included — with SIGTERM,
-//! a grace period, then SIGKILL.
+//! Running one command as a child process in its own process group: the environment it is
+//! given and nothing else, stdin from the task's input, stdout/stderr captured (a tail kept,
+//! the whole stream sent to the log shipper) up to a cap on their bytes, and stopping the
+//! whole group — grandchildren included — with SIGTERM, a grace period, then SIGKILL.
+//!
+//! Between fork and exec the child joins its cgroup and sets its rlimits
+//! ([`ChildLimits`]), then drops to the task's user (supplementary groups cleared, then gid,
+//! then uid), then asks to be killed when the worker dies: in that order, because joining a
+//! cgroup and setting limits may need the worker's privileges, and a change of user clears
+//! the parent-death signal.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use crate::isolation::limits::ChildLimits;
+use crate::isolation::memwatch::MemWatch;
 use crate::logs::{LogSink, Stream};
 
 /// The PATH a task gets when its own env does not set one.
@@ -20,12 +30,21 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// What to run and how.
 pub struct Spec<'a> {
     pub argv: &'a [String],
+    /// The whole environment of the process.
     pub env: &'a BTreeMap<String, String>,
     pub dir: &'a Path,
     pub stdin: Option<Vec<u8>>,
     pub timeout: Option<Duration>,
     pub kill_grace: Duration,
     pub tail_bytes: usize,
+    /// The uid and gid to switch to (supplementary groups cleared); `None`: stay.
+    pub user: Option<(u32, u32)>,
+    /// The cgroup to join and the rlimits to set before exec.
+    pub limits: ChildLimits,
+    /// The memory watchdog and the limit in bytes of the process group's resident memory.
+    pub memory_watch: Option<(&'a MemWatch, u64)>,
+    /// The most bytes stdout and stderr may write together; past it the group is stopped.
+    pub max_output: Option<u64>,
 }
 
 /// How the process ended.
@@ -37,6 +56,15 @@ pub enum Ended {
     TimedOut,
     /// `stop` was cancelled and the process was stopped.
     Stopped,
+    /// Its stdout and stderr wrote more than `limit_bytes` together; it was stopped.
+    OverOutput { limit_bytes: u64 },
+    /// It used more memory than `limit_bytes` and was killed: by the memory watchdog (with
+    /// the largest resident memory it sampled) or, in the cgroup mode, by the kernel (the
+    /// executor tells that from an `Exited` by the cgroup's events).
+    OverMemory {
+        limit_bytes: u64,
+        resident_bytes: Option<u64>,
+    },
 }
 
 #[derive(Debug)]
@@ -60,8 +88,6 @@ pub async fn run(
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()
-        .env("PATH", DEFAULT_PATH)
-        .env("HOME", spec.dir)
         .envs(spec.env)
         .current_dir(spec.dir)
         .stdin(if spec.stdin.is_some() {
@@ -73,11 +99,21 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // If the worker dies (kill -9), its children die with it instead of running on
-    // unsupervised while another worker starts the task again.
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    let (limits, user) = (spec.limits, spec.user);
+    // SAFETY: the closure only makes async-signal-safe system calls (cgroup join, setrlimit,
+    // setgroups/setgid/setuid, prctl) and touches no memory of the parent but its captures.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            limits.apply_in_child()?;
+            if let Some((uid, gid)) = user
+                && (libc::setgroups(0, std::ptr::null()) == -1
+                    || libc::setgid(gid) == -1
+                    || libc::setuid(uid) == -1)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // If the worker dies (kill -9), its children die with it instead of running on
+            // unsupervised while another worker starts the task again.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -86,6 +122,10 @@ pub async fn run(
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|pid| pid as i32);
+    let watched = spec
+        .memory_watch
+        .and_then(|(watch, limit)| pgid.map(|pgid| watch.watch(pgid, limit)));
+    let budget = Arc::new(Budget::new(spec.max_output));
 
     if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin) {
         // A process that never reads its stdin must not block us: write in the background.
@@ -99,12 +139,14 @@ pub async fn run(
         Stream::Stdout,
         logs.clone(),
         spec.tail_bytes,
+        budget.clone(),
     ));
     let err = tokio::spawn(capture(
         child.stderr.take(),
         Stream::Stderr,
         logs,
         spec.tail_bytes,
+        budget.clone(),
     ));
 
     let timeout = async {
@@ -113,11 +155,33 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
-    let ended = tokio::select! {
+    let over_memory = async {
+        match &watched {
+            Some(w) => w.over_limit().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut ended = tokio::select! {
         status = child.wait() => Ended::Exited(status?),
         _ = timeout => { terminate(&mut child, pgid, spec.kill_grace).await; Ended::TimedOut }
         _ = stop.cancelled() => { terminate(&mut child, pgid, spec.kill_grace).await; Ended::Stopped }
+        _ = budget.over.cancelled() => {
+            terminate(&mut child, pgid, spec.kill_grace).await;
+            Ended::OverOutput { limit_bytes: spec.max_output.unwrap_or_default() }
+        }
+        // Over its memory there is no grace: the group is killed at once, as the kernel would.
+        _ = over_memory => {
+            if let Some(pgid) = pgid {
+                signal_group(pgid, libc::SIGKILL);
+            }
+            let _ = child.wait().await;
+            Ended::OverMemory {
+                limit_bytes: spec.memory_watch.map_or(0, |(_, limit)| limit),
+                resident_bytes: watched.as_ref().map(|w| w.peak_bytes()),
+            }
+        }
     };
+    drop(watched);
     // The leader is gone; whatever it left behind in its group goes too, so the pipes close.
     if let Some(pgid) = pgid {
         signal_group(pgid, libc::SIGKILL);
@@ -132,6 +196,12 @@ pub async fn run(
     };
     let stdout_tail = tail(out).await;
     let stderr_tail = tail(err).await;
+    // Output read after the leader exited counts too.
+    if matches!(ended, Ended::Exited(_)) && budget.over.is_cancelled() {
+        ended = Ended::OverOutput {
+            limit_bytes: spec.max_output.unwrap_or_default(),
+        };
+    }
     Ok(Report {
         ended,
         stdout_tail,
@@ -157,12 +227,48 @@ fn signal_group(pgid: i32, signal: i32) {
     }
 }
 
-/// Reads a pipe to its end, sending every chunk to the log sink; returns the tail.
+/// The bytes stdout and stderr may still write together.
+struct Budget {
+    left: AtomicU64,
+    /// Cancelled when a write went past the cap.
+    over: CancellationToken,
+}
+
+impl Budget {
+    fn new(cap: Option<u64>) -> Budget {
+        Budget {
+            left: AtomicU64::new(cap.unwrap_or(u64::MAX)),
+            over: CancellationToken::new(),
+        }
+    }
+
+    /// Takes `n` bytes from the budget; answers how many of them fit.
+    fn take(&self, n: usize) -> usize {
+        let n64 = n as u64;
+        let before = self
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left.saturating_sub(n64))
+            })
+            .unwrap_or(0);
+        if before < n64 {
+            self.over.cancel();
+            before as usize
+        } else {
+            n
+        }
+    }
+}
+
+/// Reads a pipe to its end, sending every chunk to the log sink up to the output budget
+/// (the rest is read and dropped, so the process never blocks on a full pipe while it is
+/// being stopped); returns the tail of what was kept.
 async fn capture(
     pipe: Option<impl AsyncRead + Unpin>,
     stream: Stream,
     logs: LogSink,
     tail_bytes: usize,
+    budget: Arc<Budget>,
 ) -> String {
     let Some(mut pipe) = pipe else {
         return String::new();
@@ -175,7 +281,11 @@ async fn capture(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let bytes = &buf[..n];
+        let kept = budget.take(n);
+        if kept == 0 {
+            continue;
+        }
+        let bytes = &buf[..kept];
         tail.extend_from_slice(bytes);
         if tail.len() > tail_bytes * 2 {
             tail.drain(..tail.len() - tail_bytes);
@@ -217,7 +327,26 @@ fn take_utf8(pending: &mut Vec<u8>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::take_utf8;
+    use super::{Budget, take_utf8};
+
+    #[test]
+    fn the_output_budget_cuts_the_write_that_passes_the_cap() {
+        let budget = Budget::new(Some(10));
+        assert_eq!(budget.take(4), 4);
+        assert_eq!(budget.take(6), 6, "exactly the cap is allowed");
+        assert!(!budget.over.is_cancelled());
+        assert_eq!(budget.take(1), 0);
+        assert!(budget.over.is_cancelled(), "one byte past the cap is over");
+
+        let budget = Budget::new(Some(10));
+        assert_eq!(budget.take(7), 7);
+        assert_eq!(budget.take(7), 3, "the part that fits is kept");
+        assert!(budget.over.is_cancelled());
+
+        let unlimited = Budget::new(None);
+        assert_eq!(unlimited.take(usize::MAX / 2), usize::MAX / 2);
+        assert!(!unlimited.over.is_cancelled());
+    }
 
     #[test]
     fn split_characters_wait_for_their_remaining_bytes() {
