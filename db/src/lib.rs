@@ -9,6 +9,7 @@ pub mod error;
 pub mod firing;
 pub mod listing;
 pub mod overview;
+pub mod queue;
 pub mod schedule;
 pub mod service;
 pub mod task;

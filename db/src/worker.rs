@@ -22,6 +22,9 @@ pub struct Registration {
     pub labels: Vec<String>,
     pub concurrency: i32,
     pub lease: Duration,
+    /// The CPU millicores and memory MB it offers to tasks' requests (`None`: not advertised).
+    pub cpu_millis: Option<i32>,
+    pub memory_mb: Option<i32>,
 }
 
 pub fn pg_interval(d: Duration) -> PgInterval {
@@ -33,7 +36,7 @@ pub fn pg_interval(d: Duration) -> PgInterval {
 }
 
 pub async fn register(pool: &PgPool, r: &Registration) -> Result<()> {
-    sqlx::query("select sked.worker_register($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+    sqlx::query("select sked.worker_register($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
         .bind(r.id)
         .bind(&r.name)
         .bind(&r.host)
@@ -43,6 +46,8 @@ pub async fn register(pool: &PgPool, r: &Registration) -> Result<()> {
         .bind(&r.labels)
         .bind(r.concurrency)
         .bind(pg_interval(r.lease))
+        .bind(r.cpu_millis)
+        .bind(r.memory_mb)
         .execute(pool)
         .await?;
     Ok(())
@@ -117,8 +122,17 @@ impl Claimed {
     }
 }
 
-/// Claims up to `limit` due tasks (see `sked.tasks_claim`). Only the columns a worker needs
-/// travel back, and the parents' outputs only for commands that have parents.
+/// The free capacity a claim may fill: CPU millicores and memory MB not held by the
+/// worker's running attempts; `None` in a dimension the worker does not advertise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Free {
+    pub cpu_millis: Option<i32>,
+    pub memory_mb: Option<i32>,
+}
+
+/// Claims up to `limit` due tasks (see `sked.tasks_claim`), as a worker that advertises no
+/// capacity: by slots and labels only. Only the columns a worker needs travel back, and the
+/// parents' outputs only for commands that have parents.
 pub async fn claim(
     pool: &PgPool,
     worker: Uuid,
@@ -150,8 +164,22 @@ pub async fn claim_timed(
     limit: i32,
     lease: Duration,
 ) -> Result<Claim> {
+    claim_within(pool, worker, queues, labels, limit, lease, Free::default()).await
+}
+
+/// [`claim_timed`] of the tasks whose CPU and memory requests fit `free`, the capacity the
+/// worker's running attempts leave (see `docs/runtime.md`).
+pub async fn claim_within(
+    pool: &PgPool,
+    worker: Uuid,
+    queues: &[String],
+    labels: &[String],
+    limit: i32,
+    lease: Duration,
+    free: Free,
+) -> Result<Claim> {
     let rows = sqlx::query(
-        "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5))
+        "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5, $6, $7))
          select now() as claimed_at, c.id, c.attempt, c.queue, c.kind, c.command, c.args,
                 c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
                 c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
@@ -165,6 +193,8 @@ pub async fn claim_timed(
     .bind(labels)
     .bind(limit)
     .bind(pg_interval(lease))
+    .bind(free.cpu_millis)
+    .bind(free.memory_mb)
     .fetch_all(pool)
     .await?;
     let mut at = None;
@@ -370,8 +400,12 @@ pub async fn list(pool: &PgPool) -> Result<Vec<Worker>> {
         started_at: DateTime<Utc>,
         heartbeat_at: DateTime<Utc>,
         stopping_at: Option<DateTime<Utc>>,
+        cpu_millis: Option<i32>,
+        memory_mb: Option<i32>,
         alive: bool,
         running: i64,
+        running_cpu_millis: i64,
+        running_memory_mb: i64,
     }
     let rows: Vec<Row> = sqlx::query_as("select * from sked.worker_status order by started_at")
         .fetch_all(pool)
@@ -393,6 +427,10 @@ pub async fn list(pool: &PgPool) -> Result<Vec<Worker>> {
             stopping_at: r.stopping_at,
             alive: r.alive,
             running: r.running,
+            cpu_millis: r.cpu_millis,
+            memory_mb: r.memory_mb,
+            running_cpu_millis: r.running_cpu_millis,
+            running_memory_mb: r.running_memory_mb,
         })
         .collect())
 }

@@ -220,6 +220,26 @@ const RULES: &[(&str, &str)] = &[
         "tasks_broadcast_needs_a_live_worker",
         "broadcast needs a live worker that serves the task's queue and has its labels; none does",
     ),
+    (
+        "queues_name_must_be_1_to_64_word_characters",
+        "a queue name must be 1 to 64 letters, digits or `_.:-`, starting with a letter or digit",
+    ),
+    (
+        "queues_max_running_must_be_1_to_1000000",
+        "max_running must be between 1 and 1000000 (null: no limit)",
+    ),
+    (
+        "queues_rate_per_sec_must_be_positive_and_at_most_1000000",
+        "rate_per_sec must be more than 0 and at most 1000000 (null: no limit)",
+    ),
+    (
+        "queues_burst_must_be_1_to_1000000",
+        "burst must be between 1 and 1000000",
+    ),
+    (
+        "queues_burst_needs_a_rate",
+        "burst needs rate_per_sec: it is the size of the rate limit's bucket",
+    ),
 ];
 
 /// Prefixes of constraint names: the table the rule belongs to.
@@ -231,6 +251,7 @@ const TABLE_PREFIXES: &[&str] = &[
     "api_tokens_",
     "artifacts_",
     "workers_",
+    "queues_",
     "tasks_",
 ];
 

@@ -9,6 +9,7 @@
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
 //!   and preview cron expressions.
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
+//! - `queues` — pause, resume and limit a queue (admin tokens only).
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
 //! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
 //!   coalesced and filtered per client.
@@ -26,6 +27,7 @@ mod error;
 mod events;
 mod extract;
 mod openapi;
+mod queues;
 mod schedules;
 mod system;
 mod tasks;
@@ -107,6 +109,9 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
         .route("/overview", get(system::overview))
         .route("/workers", get(system::workers))
         .route("/queues", get(system::queues))
+        .route("/queues/{name}", axum::routing::patch(queues::update))
+        .route("/queues/{name}/pause", post(queues::pause))
+        .route("/queues/{name}/resume", post(queues::resume))
         .route("/me", get(system::me))
         .route("/health", get(system::health))
         .route("/events", get(events::events))

@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{schedules, system, tasks, workflows};
+use crate::{queues, schedules, system, tasks, workflows};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -44,6 +44,9 @@ use crate::{schedules, system, tasks, workflows};
         system::overview,
         system::workers,
         system::queues,
+        queues::pause,
+        queues::resume,
+        queues::update,
         system::me,
         system::health,
         openapi_json,
@@ -56,6 +59,7 @@ use crate::{schedules, system, tasks, workflows};
         (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
+        (name = "queues", description = "Pause, resume and limit queues (admin tokens)"),
     )
 )]
 pub struct ApiDoc;

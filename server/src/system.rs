@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sked_types::{ApiError, Health, Me, Overview, QueueCounts, Worker};
+use sked_types::{ApiError, Health, Me, Overview, QueueControls, QueueCounts, Worker};
 use utoipa::IntoParams;
 
 use crate::AppState;
@@ -67,16 +67,18 @@ pub async fn workers(
     Ok(axum::Json(sked_db::worker::list(&state.pool).await?))
 }
 
-/// Task counts per queue and state.
+/// Task counts per queue and state, with each queue's controls.
 ///
 /// Unfinished tasks (`blocked`, `waiting`, `running`, `retry`) are counted whenever they were
 /// submitted, finished tasks only when they finished in the last hour (as in
 /// `GET /api/v1/overview`), so the answer takes the same time with millions of finished
-/// tasks kept. An admin token counts all tasks, a user token its owner's tasks only.
+/// tasks kept. An admin token counts all tasks, a user token its owner's tasks only. Queues
+/// that are paused or limited are listed also without tasks, with `paused_at`,
+/// `max_running`, `rate_per_sec` and `burst` (see `docs/runtime.md`).
 #[utoipa::path(
     get, path = "/api/v1/queues", operation_id = "list_queues", tag = "system",
     responses(
-        (status = 200, description = "Counts by state of every queue with unfinished tasks or tasks finished in the last hour, by name", body = Vec<QueueCounts>),
+        (status = 200, description = "Counts by state and controls of every queue with unfinished tasks, tasks finished in the last hour or a control, by name", body = Vec<QueueCounts>),
         (status = 401, description = "No valid token", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -87,35 +89,54 @@ pub async fn queues(
 ) -> Result<axum::Json<Vec<QueueCounts>>> {
     let owner = (!principal.is_admin()).then_some(principal.owner.as_str());
     let overview = sked_db::overview::overview(&state.pool, owner, None).await?;
-    Ok(axum::Json(
-        overview
-            .queues
+    let mut controls: BTreeMap<String, QueueControls> = sked_db::queue::list(&state.pool)
+        .await?
+        .into_iter()
+        .map(|c| (c.queue.clone(), c))
+        .collect();
+    let mut queues: Vec<QueueCounts> = overview
+        .queues
+        .into_iter()
+        .map(|q| {
+            let f = q.finished;
+            let counts: BTreeMap<String, i64> = [
+                ("blocked", q.blocked),
+                ("waiting", q.waiting_due + q.waiting_delayed),
+                ("running", q.running),
+                ("retry", q.retry),
+                ("succeeded", f.succeeded),
+                ("failed", f.failed),
+                ("cancelled", f.cancelled),
+                ("upstream_failed", f.upstream_failed),
+                ("skipped", f.skipped),
+            ]
             .into_iter()
-            .map(|q| {
-                let f = q.finished;
-                let counts: BTreeMap<String, i64> = [
-                    ("blocked", q.blocked),
-                    ("waiting", q.waiting_due + q.waiting_delayed),
-                    ("running", q.running),
-                    ("retry", q.retry),
-                    ("succeeded", f.succeeded),
-                    ("failed", f.failed),
-                    ("cancelled", f.cancelled),
-                    ("upstream_failed", f.upstream_failed),
-                    ("skipped", f.skipped),
-                ]
-                .into_iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(state, n)| (state.to_owned(), n))
-                .collect();
-                QueueCounts {
-                    queue: q.queue,
-                    counts,
-                    oldest_due_secs: q.oldest_due_secs,
-                }
-            })
-            .collect(),
-    ))
+            .filter(|(_, n)| *n > 0)
+            .map(|(state, n)| (state.to_owned(), n))
+            .collect();
+            let c = controls.remove(&q.queue).unwrap_or_default();
+            QueueCounts {
+                queue: q.queue,
+                counts,
+                oldest_due_secs: q.oldest_due_secs,
+                paused_at: c.paused_at,
+                max_running: c.max_running,
+                rate_per_sec: c.rate_per_sec,
+                burst: c.burst,
+            }
+        })
+        .collect();
+    queues.extend(controls.into_values().map(|c| QueueCounts {
+        queue: c.queue,
+        counts: BTreeMap::new(),
+        oldest_due_secs: None,
+        paused_at: c.paused_at,
+        max_running: c.max_running,
+        rate_per_sec: c.rate_per_sec,
+        burst: c.burst,
+    }));
+    queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+    Ok(axum::Json(queues))
 }
 
 /// Who the token belongs to.

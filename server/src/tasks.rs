@@ -307,6 +307,11 @@ async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Resu
 
 /// Read a task with the history of its attempts.
 ///
+/// A task that has not started (`blocked`, `waiting`, `retry`) also says why it waits
+/// (`waiting_reason`): due later, its queue paused, at its concurrency limit or rate limited,
+/// no live worker serving its queue or having its labels, more CPU or memory than the largest
+/// such worker offers, or workers busy (see `docs/runtime.md`).
+///
 /// Secret environment values are masked: the value of a variable whose name contains
 /// `SECRET`, `TOKEN`, `PASS`, `KEY`, `AUTH`, `CREDENTIAL`, `PRIVATE`, `DSN`, `CERT`, `SESSION`,
 /// `COOKIE`, `SIGNATURE` or `SALT` (ignoring case) reads `••••••`, and so does the password of
@@ -329,9 +334,19 @@ pub async fn detail(
 ) -> Result<axum::Json<TaskDetail>> {
     let row = visible_task(&state, &principal, id).await?;
     let attempts = sked_db::task::attempts(&state.pool, id).await?;
+    let waiting_reason = match row.state() {
+        TaskState::Blocked | TaskState::Waiting | TaskState::Retry => {
+            sked_db::queue::waiting_reasons(&state.pool, id)
+                .await?
+                .into_iter()
+                .next()
+        }
+        _ => None,
+    };
     Ok(axum::Json(TaskDetail {
         task: row.into_task(),
         attempts,
+        waiting_reason,
     }))
 }
 

@@ -957,6 +957,8 @@ async fn workers_lists_the_registry() {
             labels: vec![],
             concurrency: 4,
             lease: Duration::from_secs(30),
+            cpu_millis: Some(2000),
+            memory_mb: Some(4096),
         },
     )
     .await
@@ -971,6 +973,12 @@ async fn workers_lists_the_registry() {
         "a worker with a fresh heartbeat is alive"
     );
     assert_eq!(workers[0]["lease_secs"], 30.0);
+    assert_eq!(
+        (&workers[0]["cpu_millis"], &workers[0]["memory_mb"]),
+        (&json!(2000), &json!(4096)),
+        "the advertised capacity is shown"
+    );
+    assert_eq!(workers[0]["running_memory_mb"], 0, "it runs nothing yet");
 }
 
 #[tokio::test]

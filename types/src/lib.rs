@@ -13,10 +13,12 @@ use uuid::Uuid;
 
 pub mod events;
 mod overview;
+mod queue;
 mod schedule;
 pub mod secrets;
 pub mod service;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
+pub use queue::{QueueControls, QueueLimits, WaitingReason};
 pub use schedule::{
     CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
     UpdateSchedule,
@@ -243,6 +245,10 @@ pub struct TaskDetail {
     #[serde(flatten)]
     pub task: Task,
     pub attempts: Vec<Attempt>,
+    /// Why the task has not started, for a task that is `blocked`, `waiting` or `retry`: the
+    /// most decisive reason (see `docs/runtime.md`); absent for other states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<WaitingReason>,
 }
 
 /// A request to submit one task. Only `command` (or `artifact_url` with `artifact_sha256`, or
@@ -400,6 +406,18 @@ pub struct Worker {
     pub alive: bool,
     /// Tasks it runs now.
     pub running: i64,
+    /// CPU it offers to tasks' requests, in millicores; null when it does not advertise any
+    /// (it then claims by slots and labels only).
+    #[serde(default)]
+    pub cpu_millis: Option<i32>,
+    /// Memory it offers to tasks' requests, in MB; null when it does not advertise any.
+    #[serde(default)]
+    pub memory_mb: Option<i32>,
+    /// CPU millicores and memory MB requested by the tasks it runs now.
+    #[serde(default)]
+    pub running_cpu_millis: i64,
+    #[serde(default)]
+    pub running_memory_mb: i64,
 }
 
 /// Task counts of one queue by state.
@@ -414,6 +432,17 @@ pub struct QueueCounts {
     /// been due; null when none is.
     #[serde(default)]
     pub oldest_due_secs: Option<f64>,
+    /// The queue is paused since then (no worker claims its tasks); null when not.
+    #[serde(default)]
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Its concurrency limit over all workers; null: none.
+    #[serde(default)]
+    pub max_running: Option<i32>,
+    /// Its rate limit in tasks started per second, and the burst; null: none.
+    #[serde(default)]
+    pub rate_per_sec: Option<f64>,
+    #[serde(default)]
+    pub burst: Option<i32>,
 }
 
 /// `GET /api/v1/health`.

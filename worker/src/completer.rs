@@ -1,7 +1,8 @@
 //! Writes finished attempts in batches: one `sked.tasks_finish` statement for every batch of
 //! results that arrived while the previous one was being written. An attempt the database
 //! does not accept lost its lease (its task was rescued or cancelled); that is logged and
-//! its result discarded, never retried. Every written (or given-up) result frees its slot.
+//! its result discarded, never retried. Every written (or given-up) result frees its slot
+//! and the capacity its task requested.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Finished>, slots: Arc
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         write(&pool, &batch).await;
-        slots.release(batch.len());
+        slots.release(batch.iter().map(|f| f.id));
         batch.clear();
     }
 }

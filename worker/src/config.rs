@@ -70,6 +70,14 @@ pub struct WorkerArgs {
     /// Limits and isolation of tasks (`docs/runtime.md`).
     #[command(flatten)]
     pub isolation: crate::isolation::IsolationArgs,
+    /// CPU this worker offers to tasks' requests, in millicores (1000 = one core); default:
+    /// detected (the processors it may use, or its cgroup's CPU quota when lower).
+    #[arg(long, env = "SKED_CPU_MILLIS", allow_hyphen_values = true)]
+    pub cpu_millis: Option<String>,
+    /// Memory this worker offers to tasks' requests, in MB; default: detected (MemTotal, or
+    /// its cgroup's memory limit when lower).
+    #[arg(long, env = "SKED_MEMORY_MB", allow_hyphen_values = true)]
+    pub memory_mb: Option<String>,
 }
 
 /// A validated worker configuration.
@@ -92,6 +100,8 @@ pub struct WorkerConfig {
     pub fire_schedules: bool,
     /// Limits, users, environment and sandbox of tasks.
     pub isolation: crate::isolation::Isolation,
+    /// The CPU and memory offered to tasks' requests (`docs/runtime.md`).
+    pub capacity: crate::capacity::Capacity,
 }
 
 fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
@@ -121,6 +131,7 @@ impl WorkerArgs {
             ));
         }
         let lease = seconds(self.lease_secs, "lease-secs", 1.0)?;
+        let capacity = capacity(self.cpu_millis.as_deref(), self.memory_mb.as_deref())?;
         Ok(WorkerConfig {
             queues,
             concurrency: self.concurrency,
@@ -142,8 +153,32 @@ impl WorkerArgs {
             tail_bytes: 4096,
             fire_schedules: self.fire_schedules,
             isolation: self.isolation.into_config()?,
+            capacity,
         })
     }
+}
+
+/// The capacity given by the flags, each dimension detected when not given.
+fn capacity(
+    cpu_millis: Option<&str>,
+    memory_mb: Option<&str>,
+) -> Result<crate::capacity::Capacity, String> {
+    use crate::capacity::{detect, parse_amount};
+    let cpu_millis = cpu_millis
+        .map(|v| parse_amount(v, "cpu-millis", "millicores"))
+        .transpose()?;
+    let memory_mb = memory_mb
+        .map(|v| parse_amount(v, "memory-mb", "MB"))
+        .transpose()?;
+    let detected = if cpu_millis.is_none() || memory_mb.is_none() {
+        detect()
+    } else {
+        crate::capacity::Capacity::default()
+    };
+    Ok(crate::capacity::Capacity {
+        cpu_millis: cpu_millis.or(detected.cpu_millis),
+        memory_mb: memory_mb.or(detected.memory_mb),
+    })
 }
 
 impl WorkerConfig {
@@ -161,6 +196,8 @@ impl WorkerConfig {
             work_dir: None,
             fire_schedules: true,
             isolation: Default::default(),
+            cpu_millis: None,
+            memory_mb: None,
         }
         .into_config()
         .expect("default worker configuration is valid")

@@ -9,6 +9,7 @@
 //! whose cancel was requested or whose lease was lost, and rescues tasks of dead workers.
 
 pub mod artifact;
+pub mod capacity;
 pub mod completer;
 pub mod config;
 pub mod executor;
@@ -41,6 +42,9 @@ pub enum WorkerError {
     Db(#[from] sked_db::DbError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// Limits, users or task directories cannot be set up as configured.
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// The attempts this worker runs now: task id -> (attempt, stopper). The main loop inserts
@@ -48,38 +52,95 @@ pub enum WorkerError {
 /// entries and stops attempts.
 pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
 
-/// The worker's slots: an attempt holds one from its claim until its result is written, so
-/// a worker never has more than `concurrency` attempts running or waiting to be written, and
-/// claims never outrun the database's acknowledgements.
+/// The worker's slots and capacity: an attempt holds one slot, and the CPU and memory its
+/// task requested, from its claim until its result is written, so a worker never has more
+/// than `concurrency` attempts running or waiting to be written, never holds more than its
+/// capacity, and claims never outrun the database's acknowledgements.
 #[derive(Debug, Default)]
 pub struct Slots {
-    held: std::sync::atomic::AtomicUsize,
+    held: std::sync::Mutex<Held>,
+    /// Set when a released attempt had requested CPU or memory: a task that did not fit may
+    /// fit now.
+    freed_capacity: std::sync::atomic::AtomicBool,
     /// Notified whenever slots are released.
     pub released: Notify,
 }
 
+#[derive(Debug, Default)]
+struct Held {
+    slots: usize,
+    cpu_millis: u64,
+    memory_mb: u64,
+    /// The requests of the held attempts that have any, by task.
+    requests: HashMap<Uuid, (u64, u64)>,
+}
+
 impl Slots {
     pub fn held(&self) -> usize {
-        self.held.load(std::sync::atomic::Ordering::Acquire)
+        self.held.lock().expect("slots").slots
     }
 
-    fn take(&self, n: usize) {
-        self.held.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    /// The CPU millicores and memory MB the held attempts requested.
+    pub fn held_capacity(&self) -> (u64, u64) {
+        let held = self.held.lock().expect("slots");
+        (held.cpu_millis, held.memory_mb)
     }
 
-    pub fn release(&self, n: usize) {
-        self.held.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+    /// Takes a slot for each claimed task, and the capacity it requested.
+    fn take(&self, tasks: &[sked_db::worker::Claimed]) {
+        let mut held = self.held.lock().expect("slots");
+        held.slots += tasks.len();
+        for t in tasks {
+            if t.cpu_millis.is_some() || t.memory_mb.is_some() {
+                let cpu = t.cpu_millis.unwrap_or(0).max(0) as u64;
+                let mem = t.memory_mb.unwrap_or(0).max(0) as u64;
+                held.cpu_millis += cpu;
+                held.memory_mb += mem;
+                held.requests.insert(t.id, (cpu, mem));
+            }
+        }
+    }
+
+    /// Releases the slots (and capacity) of these tasks' attempts.
+    pub fn release(&self, ids: impl IntoIterator<Item = Uuid>) {
+        let mut freed = false;
+        {
+            let mut held = self.held.lock().expect("slots");
+            for id in ids {
+                held.slots = held.slots.saturating_sub(1);
+                if let Some((cpu, mem)) = held.requests.remove(&id) {
+                    held.cpu_millis -= cpu;
+                    held.memory_mb -= mem;
+                    freed = true;
+                }
+            }
+        }
+        if freed {
+            self.freed_capacity
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         self.released.notify_one();
+    }
+
+    /// True once after attempts that requested CPU or memory released it.
+    fn take_freed_capacity(&self) -> bool {
+        self.freed_capacity
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 }
 
-/// Removes an attempt from the running map when dropped.
-struct LeaveRunning(Running, Uuid);
+/// Removes an attempt from the running map when dropped. An attempt that panicked sends no
+/// result, so its slot and capacity are released here; its task comes back when its lease
+/// expires.
+struct LeaveRunning(Running, Uuid, Arc<Slots>);
 
 impl Drop for LeaveRunning {
     fn drop(&mut self) {
         if let Ok(mut running) = self.0.lock() {
             running.remove(&self.1);
+        }
+        if std::thread::panicking() {
+            self.2.release([self.1]);
         }
     }
 }
@@ -137,13 +198,16 @@ impl Worker {
             labels: config.labels.clone(),
             concurrency: config.concurrency as i32,
             lease: config.lease,
+            cpu_millis: config.capacity.cpu_millis.map(|c| c as i32),
+            memory_mb: config.capacity.memory_mb.map(|m| m as i32),
         };
         // Limits, task directories, users: set up (and logged) before the worker registers.
         let runtime = isolation::Runtime::start(config.isolation.clone(), &config.work_dir, id)
-            .map_err(std::io::Error::other)?;
+            .map_err(WorkerError::Setup)?;
         sked_db::worker::register(&pool, &registration).await?;
         tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
-            concurrency = config.concurrency, "worker started");
+            concurrency = config.concurrency, cpu_millis = ?config.capacity.cpu_millis,
+            memory_mb = ?config.capacity.memory_mb, "worker started");
 
         let (logs_handle, logs_writer) = logs::start(pool.clone(), config.log_flush);
         let slots = Arc::new(Slots::default());
@@ -223,19 +287,27 @@ impl Worker {
                     want_claim = false;
                     claim_at = None;
                     let asked = free.min(MAX_CLAIM);
-                    match sked_db::worker::claim_timed(
+                    match sked_db::worker::claim_within(
                         &self.pool,
                         self.id,
                         &self.config.queues,
                         &self.config.labels,
                         asked as i32,
                         self.config.lease,
+                        self.free_capacity(),
                     )
                     .await
                     {
                         Ok(claim) => {
-                            saturated = claim.tasks.len() == asked;
-                            self.slots.take(claim.tasks.len());
+                            // A claim that took tasks with requests may have stopped at the
+                            // first one that overflowed the free capacity (the claim takes a
+                            // prefix): claim again at once with what is left.
+                            let took_requests = claim
+                                .tasks
+                                .iter()
+                                .any(|t| t.cpu_millis.is_some() || t.memory_mb.is_some());
+                            saturated = claim.tasks.len() == asked || took_requests;
+                            self.slots.take(&claim.tasks);
                             for row in claim.tasks {
                                 self.spawn(&mut tasks, row);
                             }
@@ -270,7 +342,10 @@ impl Worker {
                         self.reap(joined);
                     }
                 }
-                _ = self.slots.released.notified() => want_claim |= saturated,
+                _ = self.slots.released.notified() => {
+                    // Freed CPU or memory may let a task fit that did not.
+                    want_claim |= saturated | self.slots.take_freed_capacity();
+                }
                 _ = self.wake.notified() => want_claim = true,
                 _ = tokio::time::sleep_until(wake_at) => {
                     let now = Instant::now();
@@ -297,13 +372,14 @@ impl Worker {
         let ctx = self.ctx.clone();
         let done = self.done.clone();
         let running = self.running.clone();
+        let slots = self.slots.clone();
         let span =
             tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
                 // Leaves the running map when the attempt ends, even by a panic: from then on
                 // the heartbeat no longer renews its lease, and the result is the completer's.
-                let leave = LeaveRunning(running, row.id);
+                let leave = LeaveRunning(running, row.id, slots);
                 tracing::debug!("attempt started");
                 let finished = executor::execute(&ctx, &row, stopper).await;
                 drop(leave);
@@ -316,9 +392,23 @@ impl Worker {
     fn reap(&self, joined: Result<(), tokio::task::JoinError>) {
         if let Err(e) = joined {
             // A panic in an attempt is a bug; its task comes back when its lease expires. It
-            // sent no result, so its slot is released here.
+            // sent no result; its slot was released as it unwound (`LeaveRunning`).
             tracing::error!(error = %e, "an attempt's task panicked");
-            self.slots.release(1);
+        }
+    }
+
+    /// The CPU and memory not held by running attempts, in the dimensions the worker
+    /// advertises (`None`: unbounded).
+    fn free_capacity(&self) -> sked_db::worker::Free {
+        let (cpu, mem) = self.slots.held_capacity();
+        let capacity = self.config.capacity;
+        sked_db::worker::Free {
+            cpu_millis: capacity
+                .cpu_millis
+                .map(|c| (c as u64).saturating_sub(cpu) as i32),
+            memory_mb: capacity
+                .memory_mb
+                .map(|m| (m as u64).saturating_sub(mem) as i32),
         }
     }
 

@@ -463,7 +463,7 @@ fn Detail(
 /// What the task was given, and its attempts: below the log.
 #[component]
 fn Definition(detail: TaskDetail, tick: ReadSignal<u64>) -> impl IntoView {
-    let TaskDetail { task, attempts } = detail;
+    let TaskDetail { task, attempts, .. } = detail;
     let input = task.input.as_ref().map(pretty);
     let env = task.env;
     view! {

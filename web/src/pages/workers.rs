@@ -351,6 +351,10 @@ mod tests {
             stopping_at: None,
             alive: true,
             running: 0,
+            cpu_millis: None,
+            memory_mb: None,
+            running_cpu_millis: 0,
+            running_memory_mb: 0,
         }
     }
 
