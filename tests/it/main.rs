@@ -8,6 +8,7 @@ mod dashboard;
 mod dashboard_api;
 mod delayed;
 mod events;
+mod isolation;
 mod recovery;
 mod requests;
 mod schedules;

@@ -12,6 +12,11 @@
 //! installs the `chromium` and `chromium-driver` packages. `SKED_BROWSER_TESTS=skip` leaves
 //! the browser tests out (they then say so instead of running).
 //!
+//! The worker's sandbox tests run tasks through bubblewrap: `test` finds `bwrap` on the PATH
+//! and installs the `bubblewrap` package the same way when it is missing; when it cannot have
+//! a `bwrap` that works here, it prints why and sets `SKED_SANDBOX_TESTS=skip` (which also
+//! leaves them out when set by hand).
+//!
 //! The tests need a PostgreSQL server on which user `postgres` may create databases; this
 //! picks one, in this order:
 //!
@@ -34,6 +39,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod browser;
+mod sandbox;
 mod web;
 
 use sked::embedded_pg::{Cluster, PgBinaries, PgError};
@@ -56,7 +62,9 @@ test: builds the dashboard, then runs `cargo test` against a PostgreSQL: DATABAS
       set, else the server at 127.0.0.1:5432 (user postgres, no password), else a private
       cluster under target/sked-test-pg. SKED_XTASK_FORCE_PRIVATE_PG=1 always uses the
       private cluster. Browser tests need chromium and chromedriver (installed on Debian as
-      root when CI is set); SKED_BROWSER_TESTS=skip leaves them out.";
+      root when CI is set); SKED_BROWSER_TESTS=skip leaves them out. Sandbox tests need
+      bubblewrap (installed the same way; skipped, saying why, when it cannot be had);
+      SKED_SANDBOX_TESTS=skip leaves them out.";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -137,6 +145,7 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let sandbox = sandbox::find_or_install();
     let database = match choose_database().await {
         Ok(d) => d,
         Err(message) => {
@@ -190,6 +199,7 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
         .env("DATABASE_URL", &url)
         .current_dir(workspace_root());
     browser.export(&mut command);
+    sandbox.export(&mut command);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(set_by_cargo_run) {
             command.env_remove(name);

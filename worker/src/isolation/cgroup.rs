@@ -59,6 +59,9 @@ fn own_cgroup_from(cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
     let relative = Path::new(path).strip_prefix(&root).map_err(|_| {
         format!("the worker's cgroup {path} is outside the mounted cgroup v2 tree {root}")
     })?;
+    if relative.as_os_str().is_empty() {
+        return Ok(PathBuf::from(mount));
+    }
     Ok(Path::new(&mount).join(relative))
 }
 
@@ -419,6 +422,11 @@ mod tests {
         assert_eq!(
             own_cgroup_from("0::/a\n", spaced).unwrap(),
             Path::new("/mnt/cg two/a")
+        );
+        assert_eq!(
+            own_cgroup_from("0::/\n", mountinfo).unwrap(),
+            Path::new("/sys/fs/cgroup/unified"),
+            "the root of the hierarchy is its mount point"
         );
         assert!(own_cgroup_from("1:cpu:/\n", mountinfo).is_err(), "v1 only");
         assert!(own_cgroup_from("0::/\n", "24 1 0:22 / /x rw - cgroup cgroup rw\n").is_err());

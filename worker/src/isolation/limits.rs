@@ -23,9 +23,9 @@ pub enum LimitsMode {
     Auto,
     /// cgroup v2; the worker does not start when it cannot use it.
     Cgroup,
-    /// The memory watchdog and RLIMIT_DATA; CPU is not limited.
+    /// the memory watchdog and RLIMIT_DATA; CPU is not limited.
     Rlimit,
-    /// No limits; requests count for placement only.
+    /// no limits; requests count for placement only.
     Off,
 }
 
