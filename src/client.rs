@@ -14,6 +14,7 @@ use sked_types::{
 use uuid::Uuid;
 
 mod schedules;
+mod services;
 pub use schedules::ScheduleQuery;
 
 #[derive(Debug, thiserror::Error)]

@@ -113,9 +113,24 @@ pub struct SubmitArgs {
     /// A label the worker must offer; repeat for more.
     #[arg(long = "label")]
     labels: Vec<String>,
-    /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only.
-    #[arg(long, value_parser = ["command", "noop", "sleep"])]
+    /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only;
+    /// `service` keeps COMMAND running (as --service).
+    #[arg(long, value_parser = ["command", "noop", "sleep", "service"])]
     kind: Option<String>,
+    /// A long-running service: COMMAND is kept running, restarted when it exits, on
+    /// --replicas workers; stop it with `sked cancel ID` (see docs/services.md).
+    #[arg(long, conflicts_with_all = ["kind", "shards", "broadcast", "timeout"])]
+    service: bool,
+    /// Copies of the service to keep running (1 to 1000, default 1).
+    #[arg(long, value_name = "N", requires = "service", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(1..=1000))]
+    replicas: Option<i32>,
+    /// When a copy's process exits: restart it `always` (default) or only `on_failure`.
+    #[arg(long, value_name = "POLICY", requires = "service",
+          value_parser = ["always", "on_failure"])]
+    restart: Option<String>,
+    #[command(flatten)]
+    health: crate::services::HealthArgs,
     /// Submit on behalf of this owner (admin tokens only).
     #[arg(long)]
     owner: Option<String>,
@@ -153,7 +168,7 @@ pub struct SubmitArgs {
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
         "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
         "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast", "cpu", "memory",
-        "max_output", "run_as",
+        "max_output", "run_as", "service", "replicas", "restart", "health_cmd", "health_url",
     ])]
     file: Option<PathBuf>,
 }
@@ -323,13 +338,21 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.file {
         return crate::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
     }
-    let kind = args.kind.clone().unwrap_or_else(|| "command".to_owned());
+    let kind = if args.service {
+        "service".to_owned()
+    } else {
+        args.kind.clone().unwrap_or_else(|| "command".to_owned())
+    };
+    let health_check = args.health.to_json()?;
+    if health_check.is_some() && kind != "service" {
+        bail!("--health-cmd and --health-url are for services: add --service");
+    }
     let input = match (&args.input, &args.input_file) {
         (Some(v), _) => Some(v.clone()),
         (None, Some(path)) => Some(read_input(path)?),
         (None, None) => None,
     };
-    let (command, task_args) = if kind == "command" {
+    let (command, task_args) = if kind == "command" || kind == "service" {
         if args.command.is_empty() {
             bail!("give the command to run after `--`, for example: sked submit -- echo hello");
         }
@@ -340,7 +363,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let task = SubmitTask {
         command,
         args: task_args,
-        kind: args.kind.clone(),
+        kind: (kind != "command").then(|| kind.clone()),
         queue: args.queue.clone(),
         priority: args.priority,
         input,
@@ -358,6 +381,9 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         memory_mb: args.memory,
         max_output_bytes: args.max_output,
         run_as: args.run_as.clone(),
+        replicas: args.replicas,
+        restart_policy: args.restart.clone(),
+        health_check,
         ..SubmitTask::default()
     };
     let submitted = args.api.client()?.submit(&task).await?;

@@ -5,6 +5,7 @@
 mod commands;
 mod format;
 mod schedules;
+mod services;
 mod units;
 mod when;
 mod workflows;
@@ -50,6 +51,11 @@ enum Command {
     /// List, show, cancel or re-run workflows (submit them with `sked submit -f FILE`).
     #[command(subcommand)]
     Workflow(workflows::WorkflowCommand),
+    /// List the long-running services that run (submit one with `sked submit --service`).
+    Services(services::ListArgs),
+    /// Show or change a service (stop it with `sked cancel ID`).
+    #[command(subcommand)]
+    Service(services::ServiceCommand),
     /// Cron schedules: create, list, show, pause, resume, run now, delete.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -78,6 +84,8 @@ async fn main() -> ExitCode {
         Command::Logs(args) => commands::logs(args).await,
         Command::Cancel(args) => commands::cancel(args).await,
         Command::Retry(args) => commands::retry(args).await,
+        Command::Services(args) => services::list(args).await,
+        Command::Service(cmd) => services::run(cmd).await,
         Command::Resubmit(args) => commands::resubmit(args).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,

@@ -174,16 +174,15 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
     .fetch_all(pool)
     .await?;
     let ids: Vec<Uuid> = copies.iter().map(|c| c.id).collect();
-    let exits: Vec<(Uuid, i32, DateTime<Utc>, Option<i32>, Option<i32>, String, Option<DateTime<Utc>>)> =
-        sqlx::query_as(
-            "select x.task_id, x.attempt, x.exited_at, x.exit_code, x.signal, x.error, x.restart_at
+    let exits: Vec<ExitRow> = sqlx::query_as(
+        "select x.task_id, x.attempt, x.exited_at, x.exit_code, x.signal, x.error, x.restart_at
                from sked.service_exits x
               where x.task_id = any($1)
               order by x.task_id, x.id desc",
-        )
-        .bind(&ids)
-        .fetch_all(pool)
-        .await?;
+    )
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
     let mut copies: Vec<ServiceCopy> = copies
         .into_iter()
         .map(|c| ServiceCopy {
@@ -229,6 +228,18 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
     service.copies = copies;
     Ok(service)
 }
+
+/// One row of `sked.service_exits`: copy, attempt, time, exit code, signal, error, planned
+/// restart.
+type ExitRow = (
+    Uuid,
+    i32,
+    DateTime<Utc>,
+    Option<i32>,
+    Option<i32>,
+    String,
+    Option<DateTime<Utc>>,
+);
 
 /// The most exits shown per copy.
 const LAST_EXITS: usize = 20;

@@ -334,7 +334,10 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         copy::field(&mut buf, max.as_deref().unwrap_or("1 hour"));
         copy::opt(&mut buf, t.cpu_millis.map(|v| v.to_string()).as_deref());
         copy::opt(&mut buf, t.memory_mb.map(|v| v.to_string()).as_deref());
-        copy::opt(&mut buf, t.max_output_bytes.map(|v| v.to_string()).as_deref());
+        copy::opt(
+            &mut buf,
+            t.max_output_bytes.map(|v| v.to_string()).as_deref(),
+        );
         copy::opt(&mut buf, t.run_as.as_deref());
         copy::opt(&mut buf, t.replicas.map(|v| v.to_string()).as_deref());
         copy::opt(&mut buf, t.restart_policy.as_deref());

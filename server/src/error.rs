@@ -103,17 +103,21 @@ impl IntoResponse for Error {
 impl From<DbError> for Error {
     fn from(err: DbError) -> Self {
         match err {
-            // The workflow rules' messages are written by sked.workflow_submit for people
-            // (they name the tasks at fault), not database text.
+            // The workflow and service rules' messages are written by sked.workflow_submit
+            // and sql/services.sql for people (they name the task or field at fault), not
+            // database text.
             DbError::Rejected {
                 constraint,
                 message,
-            } if constraint.starts_with("workflows_") => Error::Rejected(
-                message
-                    .strip_prefix("workflow: ")
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| describe_rule(&constraint)),
-            ),
+            } if constraint.starts_with("workflows_") || constraint.starts_with("services_") => {
+                Error::Rejected(
+                    message
+                        .strip_prefix("workflow: ")
+                        .or_else(|| message.strip_prefix("service: "))
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| describe_rule(&constraint)),
+                )
+            }
             DbError::Rejected { constraint, .. } => Error::Rejected(describe_rule(&constraint)),
             DbError::Conflict { constraint } => Error::Conflict(describe_conflict(&constraint)),
             DbError::InvalidInput(detail) => {
@@ -154,7 +158,7 @@ impl From<PathRejection> for Error {
 const RULES: &[(&str, &str)] = &[
     (
         "tasks_kind_is_known",
-        "kind must be one of command, noop, sleep",
+        "kind must be one of command, noop, sleep, service",
     ),
     (
         "tasks_state_is_known",
@@ -215,6 +219,26 @@ const RULES: &[(&str, &str)] = &[
     (
         "tasks_run_as_must_be_a_user_name_or_uid",
         "run_as must be a user name (a letter or _ then up to 31 letters, digits, _ . -) or a numeric uid",
+    ),
+    (
+        "tasks_replicas_must_be_1_to_1000",
+        "replicas must be between 1 and 1000",
+    ),
+    (
+        "tasks_replicas_are_only_for_services",
+        "replicas is only for tasks of kind service",
+    ),
+    (
+        "tasks_restart_policy_must_be_always_or_on_failure",
+        "restart_policy must be always or on_failure",
+    ),
+    (
+        "tasks_restart_policy_is_only_for_services",
+        "restart_policy is only for tasks of kind service",
+    ),
+    (
+        "tasks_health_check_is_only_for_services",
+        "health_check is only for tasks of kind service",
     ),
     (
         "tasks_broadcast_needs_a_live_worker",
@@ -305,7 +329,7 @@ mod tests {
         );
         assert_eq!(
             describe_rule("tasks_kind_is_known"),
-            "kind must be one of command, noop, sleep"
+            "kind must be one of command, noop, sleep, service"
         );
         assert_eq!(describe_rule(""), "a required value is missing");
     }

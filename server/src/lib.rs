@@ -8,6 +8,8 @@
 //! - `workflows` — submit, list, read, cancel and re-run DAG workflows.
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
 //!   and preview cron expressions.
+//! - `services` — list and read long-running services with their copies; change one (a
+//!   rolling update, or scaling).
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `queues` — pause, resume and limit a queue (admin tokens only).
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
@@ -29,6 +31,7 @@ mod extract;
 mod openapi;
 mod queues;
 mod schedules;
+mod services;
 mod system;
 mod tasks;
 mod web;
@@ -101,6 +104,11 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
             get(schedules::detail)
                 .patch(schedules::update)
                 .delete(schedules::delete),
+        )
+        .route("/services", get(services::list))
+        .route(
+            "/services/{id}",
+            get(services::detail).patch(services::update),
         )
         .route("/schedules/{id}/pause", post(schedules::pause))
         .route("/schedules/{id}/resume", post(schedules::resume))

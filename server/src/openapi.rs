@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{queues, schedules, system, tasks, workflows};
+use crate::{queues, schedules, services, system, tasks, workflows};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -41,6 +41,9 @@ use crate::{queues, schedules, system, tasks, workflows};
         schedules::run,
         schedules::delete,
         schedules::preview,
+        services::list,
+        services::detail,
+        services::update,
         system::overview,
         system::workers,
         system::queues,
@@ -58,6 +61,7 @@ use crate::{queues, schedules, system, tasks, workflows};
         (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
         (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
+        (name = "services", description = "Long-running services: list, read with their copies, change (rolling update, scaling); stop by cancelling the task"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
         (name = "queues", description = "Pause, resume and limit queues (admin tokens)"),
     )

@@ -13,6 +13,7 @@ mod recovery;
 mod requests;
 mod schedules;
 mod schedules_api;
+mod services;
 mod shards;
 mod sql;
 mod support;

@@ -46,6 +46,20 @@ impl Stopper {
     pub fn reason(&self) -> Option<StopReason> {
         self.reason.get().copied()
     }
+
+    /// A stopper for one run inside this attempt (a service's process): stopped with this
+    /// one, or on its own.
+    pub(crate) fn child(&self) -> Stopper {
+        Stopper {
+            token: self.token.child_token(),
+            reason: OnceLock::new(),
+        }
+    }
+
+    /// Waits until the attempt is stopped.
+    pub(crate) async fn stopped(&self) {
+        self.token.cancelled().await
+    }
 }
 
 /// What every attempt needs from the worker.
@@ -74,6 +88,11 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         output_sha256: None,
         output: None,
     };
+    if task.kind == "service" {
+        // A copy of a service: its process is restarted in place until the copy is stopped.
+        crate::service::supervise(ctx, task, &stopper, &mut finished).await;
+        return finished;
+    }
     let result = match task.kind.as_str() {
         "noop" => Ok(Ended::Exited(success())),
         "sleep" => sleep(task, timeout, &stopper.token).await,
@@ -187,7 +206,7 @@ async fn sleep(
     }
 }
 
-async fn run_command(
+pub(crate) async fn run_command(
     ctx: &Context,
     task: &Claimed,
     timeout: Option<Duration>,

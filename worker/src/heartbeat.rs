@@ -30,8 +30,8 @@ pub struct Heartbeat {
 
 impl Heartbeat {
     /// Renews leases every third of the lease, checks for cancel requests every second (and
-    /// when `cancel_check` is notified), and rescues expired leases every poll interval
-    /// (at least once a second), until `stop`.
+    /// when `cancel_check` is notified), and rescues expired leases and reconciles services
+    /// every poll interval (at least once a second), until `stop`.
     pub async fn run(self, cancel_check: Arc<Notify>, stop: CancellationToken) {
         let mut renew = tokio::time::interval(self.registration.lease / 3);
         let mut cancels = tokio::time::interval(CANCEL_POLL);
@@ -142,6 +142,18 @@ impl Heartbeat {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+        }
+        // Services' copies are scaled and rolled over by the same tick (docs/services.md).
+        match sked_db::service::reconcile(&self.pool).await {
+            Ok(done) => {
+                for (service, action, copy) in &done {
+                    tracing::info!(%service, %action, %copy, "reconciled a service");
+                }
+                if !done.is_empty() {
+                    self.wake.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reconciling services failed"),
         }
     }
 }

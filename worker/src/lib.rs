@@ -17,6 +17,7 @@ pub mod heartbeat;
 pub mod isolation;
 pub mod logs;
 pub mod process;
+pub mod service;
 
 pub use config::{WorkerArgs, WorkerConfig};
 

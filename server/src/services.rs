@@ -1,0 +1,204 @@
+//! `/api/v1/services`: long-running services (see docs/services.md). A service is submitted
+//! as a task of kind `service` (`POST /api/v1/tasks`) and stopped by cancelling it
+//! (`POST /api/v1/tasks/{id}/cancel`); here it is listed, read with its copies, and changed
+//! (a rolling update, or scaling). A user token sees its owner's services only, an admin's
+//! all; another owner's service reads as absent. Secret environment values are masked.
+
+use axum::extract::State;
+use serde::Deserialize;
+use sked_db::token::Principal;
+use sked_types::ApiError;
+use sked_types::service::{Service, ServiceList, ServiceUpdated, UpdateService};
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::{Error, Result};
+use crate::extract::{Auth, Json, Path, Query, listing_owner};
+
+/// Most services one listing returns.
+pub const MAX_SERVICES: i64 = 1000;
+
+/// Parameters of `GET /api/v1/services`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceParams {
+    /// Only services of this owner. A user token may name only its own owner.
+    owner: Option<String>,
+}
+
+/// List the services that run (ended ones are tasks: `GET /api/v1/tasks?kind=…` shows
+/// them), oldest first, at most 1000, with the copies wanted and up; without their copies.
+#[utoipa::path(
+    get, path = "/api/v1/services", operation_id = "list_services", tag = "services",
+    params(ServiceParams),
+    responses(
+        (status = 200, description = "The services that run", body = ServiceList),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 403, description = "A user token named another owner", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Query(params): Query<ServiceParams>,
+) -> Result<axum::Json<ServiceList>> {
+    let owner = listing_owner(&principal, params.owner, "services")?;
+    let rows = sked_db::service::running(&state.pool, owner.as_deref(), MAX_SERVICES).await?;
+    let services = sked_db::service::summaries(&state.pool, rows).await?;
+    Ok(axum::Json(ServiceList { services }))
+}
+
+/// Read a service with its copies: per copy its index, generation, state, worker (id, host,
+/// name), start of the attempt and of the process (uptime), restarts, the time it starts
+/// again while it backs off, and its last exits. Copies retired by a scale-down or a rolling
+/// update show with `retired` until they have stopped. The logs of a copy are its task's
+/// (`GET /api/v1/tasks/{copy id}/logs`).
+#[utoipa::path(
+    get, path = "/api/v1/services/{id}", operation_id = "get_service", tag = "services",
+    params(("id" = Uuid, Path, description = "The service's task id")),
+    responses(
+        (status = 200, description = "The service and its copies", body = Service),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such service, or not the caller's", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn detail(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Service>> {
+    let row = visible_service(&state, &principal, id).await?;
+    Ok(axum::Json(
+        sked_db::service::detail(&state.pool, row).await?,
+    ))
+}
+
+/// Change a service that runs: its definition (`command`, `args`, `env`, `input`,
+/// `artifact_url`, `artifact_sha256`, `labels`, `cpu_millis`, `memory_mb`,
+/// `max_output_bytes`, `run_as`, `restart_policy`, `health_check`) and/or `replicas`. Keys
+/// left out keep their values; `null` removes an optional value. A changed definition bumps
+/// the generation and the copies roll over one at a time: a new copy starts next to an old
+/// one, and the old one is stopped once the new one has run for 2 s (and passed its health
+/// check when it has one). `replicas` adds copies, or stops those of the highest indexes.
+/// Bad input changes nothing.
+#[utoipa::path(
+    patch, path = "/api/v1/services/{id}", operation_id = "update_service", tag = "services",
+    params(("id" = Uuid, Path, description = "The service's task id")),
+    request_body = UpdateService,
+    responses(
+        (status = 200, description = "The generation and replicas after the change", body = ServiceUpdated),
+        (status = 400, description = "A malformed body, an unknown key, or an env value that holds the mask", body = ApiError),
+        (status = 401, description = "No valid token", body = ApiError),
+        (status = 404, description = "No such service, or not the caller's", body = ApiError),
+        (status = 409, description = "`already_finished`: the service has ended", body = ApiError),
+        (status = 422, description = "A value breaks a rule (named in the message)", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+    Json(changes): Json<serde_json::Value>,
+) -> Result<axum::Json<ServiceUpdated>> {
+    check_changes(&changes)?;
+    let row = visible_service(&state, &principal, id).await?;
+    if row.state().is_final() {
+        return Err(Error::AlreadyFinished);
+    }
+    let generation = sked_db::service::update(&state.pool, id, &changes)
+        .await?
+        .ok_or_else(not_found)?;
+    let replicas = changes
+        .get("replicas")
+        .and_then(|r| r.as_i64())
+        .map(|r| r as i32)
+        .or(row.replicas)
+        .unwrap_or(1);
+    Ok(axum::Json(ServiceUpdated {
+        id,
+        generation,
+        replicas,
+    }))
+}
+
+/// What the schema cannot word well: the body's shape, unknown keys, and an env value that
+/// holds the mask answers show (sending back a read service's env would store the mask).
+fn check_changes(changes: &serde_json::Value) -> Result<()> {
+    let Some(map) = changes.as_object() else {
+        return Err(Error::InvalidRequest(
+            "the body must be a JSON object of the keys to change".to_owned(),
+        ));
+    };
+    const KEYS: &[&str] = &[
+        "command",
+        "args",
+        "env",
+        "input",
+        "artifact_url",
+        "artifact_sha256",
+        "labels",
+        "cpu_millis",
+        "memory_mb",
+        "max_output_bytes",
+        "run_as",
+        "restart_policy",
+        "health_check",
+        "replicas",
+    ];
+    let unknown: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KEYS.contains(k))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Error::InvalidRequest(format!(
+            "unknown or unchangeable keys: {} (changeable: {})",
+            unknown.join(", "),
+            KEYS.join(", ")
+        )));
+    }
+    if map.is_empty() {
+        return Err(Error::InvalidRequest("nothing to change".to_owned()));
+    }
+    // The typed form catches wrong types with a message naming the field.
+    serde_json::from_value::<UpdateService>(changes.clone())
+        .map_err(|e| Error::InvalidRequest(format!("invalid changes: {e}")))?;
+    if let Some(env) = map.get("env").and_then(|e| e.as_object()) {
+        for (name, value) in env {
+            if value
+                .as_str()
+                .is_some_and(|v| v.contains(sked_types::secrets::MASK))
+            {
+                return Err(Error::InvalidRequest(format!(
+                    "env {name}: the value holds the mask '{}' that answers show in place of a \
+                     secret; send the real value",
+                    sked_types::secrets::MASK
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn not_found() -> Error {
+    Error::NotFound("no such service".to_owned())
+}
+
+/// The service `id` if it exists, is a service, and the principal may see it.
+async fn visible_service(
+    state: &AppState,
+    principal: &Principal,
+    id: Uuid,
+) -> Result<sked_db::task::TaskRow> {
+    sked_db::task::get(&state.pool, id)
+        .await?
+        .filter(|row| {
+            row.kind == "service" && row.shard_of.is_none() && principal.may_access(&row.owner)
+        })
+        .ok_or_else(not_found)
+}
