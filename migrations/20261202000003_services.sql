@@ -58,7 +58,11 @@ create table sked.service_exits (
 );
 create index service_exits_by_task on sked.service_exits (task_id, id);
 
--- The services that run (their copies may need scaling or rolling), for the reconciler.
--- Other tasks have no entry.
+-- The services that run (their copies may need scaling or rolling), and the copies that
+-- have not ended (those of an ended service are stopped), for the reconciler. Other tasks
+-- have no entry in either.
 create index tasks_services on sked.tasks (id)
   where kind = 'service' and shard_of is null and state = 'blocked';
+create index tasks_live_copies on sked.tasks (shard_of)
+  where kind = 'service' and shard_of is not null
+    and state in ('blocked', 'waiting', 'running', 'retry');

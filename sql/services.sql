@@ -413,21 +413,81 @@ begin
 end
 $$;
 
--- Reconciles the running services (at most `p_limit` per call), each by one step of
--- sked.service_reconcile. Workers call it on their rescue tick; any number of callers at
--- once is safe. Returns what was done.
-create or replace function sked.services_reconcile(
-  p_now timestamptz default now(), p_ready interval default '2 seconds', p_limit integer default 100)
-returns table (service_id uuid, action text, copy_id uuid)
-language sql
+-- Does service `p_id` need a reconciling step? Some index below `replicas` has no attached
+-- copy, or an attached copy that has not ended is at an index >= replicas, of an older
+-- generation, or sees another number of replicas. Read without locks, so that reconcilers
+-- lock (and so write) only the services that have something to do.
+create or replace function sked.service_needs_reconcile(
+  p_id uuid, p_replicas integer, p_generation integer)
+returns boolean
+language sql stable
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
 set jit = off
 as $$
+  select (select count(distinct x.shard_index)
+            from sked.task_edges e join sked.tasks x on x.id = e.depends_on
+           where e.task_id = p_id and x.shard_index < p_replicas) < p_replicas
+      or exists (select 1 from sked.task_edges e join sked.tasks x on x.id = e.depends_on
+                  where e.task_id = p_id
+                    and x.state in ('blocked', 'waiting', 'running', 'retry')
+                    and (x.shard_index >= p_replicas or x.generation < p_generation
+                         or x.shard_total <> p_replicas))
+$$;
+
+-- Reconciles the running services that need it (at most `p_limit` per call), each by one
+-- step of sked.service_reconcile, and stops the copies of services that have ended (a
+-- copy was cancelled on its own, which ends its service as upstream_failed): a running
+-- copy gets a cancel request, one that has not started ends cancelled. Workers call it on
+-- their rescue tick; any number of callers at once is safe (SKIP LOCKED). Returns what was
+-- done (action `stopped` for an ended service's copy).
+create or replace function sked.services_reconcile(
+  p_now timestamptz default now(), p_ready interval default '2 seconds', p_limit integer default 100)
+returns table (service_id uuid, action text, copy_id uuid)
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
+as $$
+declare
+  services uuid[];
+  ids uuid[];
+  running text;
+begin
+  return query
   select s.id, r.action, r.copy_id
     from (select t.id from sked.tasks t
            where t.kind = 'service' and t.shard_of is null and t.state = 'blocked'
+             and sked.service_needs_reconcile(t.id, t.replicas, t.generation)
            order by t.id limit p_limit) s
-   cross join lateral sked.service_reconcile(s.id, p_now, p_ready) r
+   cross join lateral sked.service_reconcile(s.id, p_now, p_ready) r;
+
+  with orphans as (
+    select c.id from sked.tasks c
+     where c.kind = 'service' and c.shard_of is not null
+       and c.state in ('blocked', 'waiting', 'running', 'retry')
+       and (c.state <> 'running' or c.cancel_requested_at is null)
+       and exists (select 1 from sked.tasks p where p.id = c.shard_of and p.state <> 'blocked')
+     limit p_limit
+     for update of c skip locked
+  ), stopped as (
+    update sked.tasks c
+       set state = case when c.state = 'running' then c.state else 'cancelled' end,
+           finished_at = case when c.state = 'running' then null else p_now end,
+           error = case when c.state = 'running' then c.error else 'stopped: its service ended' end,
+           cancel_requested_at = case when c.state = 'running'
+                                      then coalesce(c.cancel_requested_at, p_now) end
+      from orphans o
+     where c.id = o.id
+    returning c.shard_of, c.id, c.state = 'running' as running
+  )
+  select array_agg(st.shard_of), array_agg(st.id),
+         string_agg(st.id::text, ',') filter (where st.running)
+    into services, ids, running
+    from stopped st;
+  if running is not null then
+    perform pg_notify('sked_cancel', left(running, 7992));
+  end if;
+  return query select u.s, 'stopped'::text, u.c from unnest(services, ids) as u(s, c);
+end
 $$;
 
 -- Changes service `p_id` (one that runs) with the JSON object `p_changes`. Definition keys:

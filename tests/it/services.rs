@@ -1136,6 +1136,94 @@ async fn the_reconciler_rolls_one_copy_at_a_time_with_time_as_an_input() {
 }
 
 #[tokio::test]
+async fn cancelling_one_copy_ends_the_service_and_the_reconciler_stops_the_others() {
+    let db = TestDb::new().await;
+    let t0 = db_now(&db.pool).await;
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    let worker = Uuid::new_v4();
+    sqlx::query(
+        "select sked.worker_register($1, 'w', 'host', 1, 'test', '{default}', '{}', 10,
+                                     '1 hour', $2)",
+    )
+    .bind(worker)
+    .bind(t0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let service = submit(
+        &db.pool,
+        "sked.task_submit(kind => 'service', command => array['sleep', '300'], replicas => 3)",
+    )
+    .await;
+    // Copies 0 and 1 run; copy 2 waits.
+    sqlx::query("select sked.tasks_claim($1, '{default}', '{}', 2, '30 seconds', $2)")
+        .bind(worker)
+        .bind(at(5))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        reconcile(&db.pool, at(6)).await.is_empty(),
+        "a healthy service costs the reconciler no step"
+    );
+    let c = copies(&db.pool, service).await;
+    let running: Vec<&Copy> = c.iter().filter(|c| c.state == "running").collect();
+    assert_eq!(running.len(), 2, "{c:#?}");
+    sqlx::query("select sked.task_cancel($1, $2)")
+        .bind(running[0].id)
+        .bind(at(7))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "select sked.tasks_finish(array[$1], array[$2], array['cancelled'], array[null::int],
+                                  array['cancelled'], array[null], array[null], array[null],
+                                  array[null::jsonb], $3)",
+    )
+    .bind(running[0].id)
+    .bind(running[0].attempt)
+    .bind(at(8))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        sked_db::task::get(&db.pool, service)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        "upstream_failed",
+        "a cancelled copy ends its service, as a shard its parent"
+    );
+    assert_eq!(
+        reconcile(&db.pool, at(9)).await,
+        ["stopped", "stopped"],
+        "the other two copies of the ended service are stopped"
+    );
+    let c = copies(&db.pool, service).await;
+    let other = c.iter().find(|c| c.id == running[1].id).unwrap();
+    assert_eq!(
+        other.state, "running",
+        "a running copy is asked to stop by its worker"
+    );
+    let asked: bool =
+        sqlx::query_scalar("select cancel_requested_at is not null from sked.tasks where id = $1")
+            .bind(other.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(asked);
+    assert!(
+        c.iter().any(|c| c.state == "cancelled" && c.attempt == 0),
+        "the copy that never started ends cancelled: {c:#?}"
+    );
+    assert!(
+        reconcile(&db.pool, at(10)).await.is_empty(),
+        "asked once: the stopping copy is left to its worker"
+    );
+}
+
+#[tokio::test]
 async fn a_copy_keeps_its_last_20_exits_and_records_only_its_own_attempt() {
     let db = TestDb::new().await;
     let worker = Uuid::new_v4();
