@@ -274,6 +274,76 @@ async fn a_root_worker_without_configuration_does_not_run_tasks_as_root() {
     worker.shutdown().await;
 }
 
+/// The `sked-worker` binary started as `nobody`, with the work dir `work`.
+fn worker_as_nobody(url: &str, work: &std::path::Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked-worker"));
+    cmd.args(["--poll-secs", "0.2", "--work-dir"])
+        .arg(work)
+        .args(args)
+        .env_clear()
+        .env("DATABASE_URL", url)
+        .env("PATH", sked_worker::process::DEFAULT_PATH)
+        .uid(65534)
+        .gid(65534)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+#[tokio::test]
+async fn a_worker_not_running_as_root_runs_tasks_only_as_itself() {
+    let db = TestDb::new().await;
+    let work = std::env::temp_dir().join(format!("sked-nonroot-{}", Uuid::new_v4().simple()));
+    let refused = worker_as_nobody(&db.url, &work, &["--run-as", "daemon"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--run-as: this worker runs as uid 65534 (not root) and can run tasks only as itself"
+        ),
+        "a non-root worker refuses --run-as of another user at start: {stderr}"
+    );
+
+    let mut worker = worker_as_nobody(&db.url, &work, &[]).spawn().unwrap();
+    let itself = insert(&db.pool, "(command) values (array['id', '-u'])").await;
+    let named_itself = insert(
+        &db.pool,
+        "(command, run_as) values (array['id', '-u'], 'nobody')",
+    )
+    .await;
+    let other = insert(
+        &db.pool,
+        "(command, run_as, max_attempts) values (array['id', '-u'], 'daemon', 1)",
+    )
+    .await;
+    for id in [itself, named_itself] {
+        wait_for(&db.pool, id, &["succeeded"], 20 * SECS).await;
+        assert_eq!(result(&db.pool, id).await.3, "65534\n");
+    }
+    wait_for(&db.pool, other, &["failed"], 20 * SECS).await;
+    assert_eq!(
+        result(&db.pool, other).await.2.as_deref(),
+        Some(
+            "cannot run as user \"daemon\": this worker runs as uid 65534 (not root) and can run \
+             tasks only as itself; run the task on a worker started as root or as that user"
+        )
+    );
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(worker.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let status = tokio::time::timeout(10 * SECS, worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "the worker shuts down cleanly: {status}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 #[tokio::test]
 async fn tasks_run_as_the_configured_user() {
     let db = TestDb::new().await;
