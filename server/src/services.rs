@@ -28,8 +28,9 @@ pub struct ServiceParams {
     owner: Option<String>,
 }
 
-/// List the services that run (ended ones are tasks: `GET /api/v1/tasks?kind=…` shows
-/// them), oldest first, at most 1000, with the copies wanted and up; without their copies.
+/// List the services that run (an ended service is read as a task, `GET
+/// /api/v1/tasks/{id}`), oldest first, at most 1000, with the copies wanted and up; without
+/// their copies.
 #[utoipa::path(
     get, path = "/api/v1/services", operation_id = "list_services", tag = "services",
     params(ServiceParams),
