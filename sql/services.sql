@@ -435,9 +435,11 @@ as $$
 $$;
 
 -- Reconciles the running services that need it (at most `p_limit` per call), each by one
--- step of sked.service_reconcile, and stops the copies of services that have ended (a
--- copy was cancelled on its own, which ends its service as upstream_failed): a running
--- copy gets a cancel request, one that has not started ends cancelled. Workers call it on
+-- step of sked.service_reconcile, and stops the copies that no longer count: those of
+-- services that have ended (a copy cancelled on its own ends its service upstream_failed),
+-- and retired copies that run again (sked.task_retry of the service re-runs all its
+-- cancelled copies): a running copy gets a cancel request, one that has not started ends
+-- cancelled. Workers call it on
 -- their rescue tick; any number of callers at once is safe (SKIP LOCKED). Returns what was
 -- done (action `stopped` for an ended service's copy).
 create or replace function sked.services_reconcile(
@@ -465,7 +467,9 @@ begin
      where c.kind = 'service' and c.shard_of is not null
        and c.state in ('blocked', 'waiting', 'running', 'retry')
        and (c.state <> 'running' or c.cancel_requested_at is null)
-       and exists (select 1 from sked.tasks p where p.id = c.shard_of and p.state <> 'blocked')
+       and (exists (select 1 from sked.tasks p where p.id = c.shard_of and p.state <> 'blocked')
+            or not exists (select 1 from sked.task_edges e
+                            where e.depends_on = c.id and e.task_id = c.shard_of))
      limit p_limit
      for update of c skip locked
   ), stopped as (

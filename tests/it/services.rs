@@ -1224,6 +1224,48 @@ async fn cancelling_one_copy_ends_the_service_and_the_reconciler_stops_the_other
 }
 
 #[tokio::test]
+async fn retrying_a_stopped_service_runs_its_copies_again_but_not_its_retired_ones() {
+    let db = TestDb::new().await;
+    let t0 = db_now(&db.pool).await;
+    let service = submit(
+        &db.pool,
+        "sked.task_submit(kind => 'service', command => array['sleep', '300'])",
+    )
+    .await;
+    // No worker: the update replaces the waiting copy at once.
+    sqlx::query("select sked.service_update($1, '{\"args\": [\"1\"]}', $2)")
+        .bind(service)
+        .bind(t0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sked_db::task::cancel(&db.pool, service).await.unwrap();
+    let state: String = sqlx::query_scalar("select sked.task_retry($1)")
+        .bind(service)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "blocked", "the service runs again");
+    let live = |c: &[Copy]| {
+        c.iter()
+            .filter(|c| c.state == "waiting")
+            .map(|c| (c.generation, c.attached))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        live(&copies(&db.pool, service).await),
+        [(1, false), (2, true)],
+        "the retry re-ran every cancelled copy"
+    );
+    assert_eq!(reconcile(&db.pool, t0).await, ["stopped"]);
+    assert_eq!(
+        live(&copies(&db.pool, service).await),
+        [(2, true)],
+        "the retired copy was stopped again; the current one waits for a worker"
+    );
+}
+
+#[tokio::test]
 async fn a_copy_keeps_its_last_20_exits_and_records_only_its_own_attempt() {
     let db = TestDb::new().await;
     let worker = Uuid::new_v4();
