@@ -13,6 +13,7 @@ use sked_types::{
 };
 use uuid::Uuid;
 
+mod queues;
 mod schedules;
 mod services;
 pub use schedules::ScheduleQuery;

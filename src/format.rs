@@ -84,6 +84,9 @@ pub fn describe(detail: &TaskDetail) -> String {
     if !t.state.is_final() {
         line("next run:", time(Some(t.next_run_at)));
     }
+    if let Some(reason) = &detail.waiting_reason {
+        line("waits:", format!("{} ({})", reason.message, reason.code));
+    }
     line("started:", time(t.started_at));
     line("finished:", time(t.finished_at));
     if let Some(err) = &t.error {

@@ -4,6 +4,7 @@
 
 mod commands;
 mod format;
+mod queues;
 mod schedules;
 mod services;
 mod units;
@@ -56,6 +57,10 @@ enum Command {
     /// Show or change a service (stop it with `sked cancel ID`).
     #[command(subcommand)]
     Service(services::ServiceCommand),
+    /// Queues: list them, pause and resume them, limit how many of their tasks run at once
+    /// and start per second.
+    #[command(subcommand)]
+    Queue(queues::QueueCommand),
     /// Cron schedules: create, list, show, pause, resume, run now, delete.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -88,6 +93,7 @@ async fn main() -> ExitCode {
         Command::Service(cmd) => services::run(cmd).await,
         Command::Resubmit(args) => commands::resubmit(args).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
+        Command::Queue(cmd) => queues::run(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),
