@@ -9,6 +9,8 @@ mod dashboard_api;
 mod delayed;
 mod events;
 mod isolation;
+mod placement;
+mod queues;
 mod recovery;
 mod requests;
 mod schedules;
