@@ -291,7 +291,7 @@ pub(crate) async fn run_command(
             user: user.as_ref().map(|u| (u.uid, u.gid)),
             limits: applied.child(),
             memory_watch: applied.watchdog(),
-            max_output: runtime.max_output_of(task.max_output_bytes),
+            max_output: runtime.max_output_of(task.max_output_bytes, task.kind == "service"),
         };
         match process::run(spec, sink.clone(), stopper.token.clone()).await {
             Ok(report) => break Ok(report),

@@ -200,12 +200,18 @@ impl Runtime {
         }
     }
 
-    /// A task's cap on output: its own, else the worker's.
-    pub fn max_output_of(&self, max_output_bytes: Option<i64>) -> Option<u64> {
-        max_output_bytes
+    /// A task's cap on output: its own, else the worker's. A service's process gets only its
+    /// own (counted per run of the process): a service that logs steadily would otherwise be
+    /// stopped and restarted every few MiB.
+    pub fn max_output_of(&self, max_output_bytes: Option<i64>, service: bool) -> Option<u64> {
+        let own = max_output_bytes
             .and_then(|n| u64::try_from(n).ok())
-            .filter(|n| *n > 0)
-            .or(self.settings.max_output_bytes)
+            .filter(|n| *n > 0);
+        if service {
+            own
+        } else {
+            own.or(self.settings.max_output_bytes)
+        }
     }
 
     /// The environment a task starts from: PATH and HOME (its working directory), then the
