@@ -14,7 +14,7 @@ use crate::browser::{Browser, PATIENCE};
 use crate::support::{self, insert, wait_for};
 
 /// A `sked-server` process on a fixed port, which the test may kill and start again.
-struct Server {
+pub(crate) struct Server {
     addr: SocketAddr,
     url: String,
     database_url: String,
@@ -22,7 +22,7 @@ struct Server {
 }
 
 impl Server {
-    async fn start(db: &TestDb) -> Server {
+    pub(crate) async fn start(db: &TestDb) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -66,20 +66,20 @@ impl Server {
     }
 }
 
-async fn token_for(db: &TestDb, owner: &str, role: Role) -> String {
+pub(crate) async fn token_for(db: &TestDb, owner: &str, role: Role) -> String {
     token::create(&db.pool, owner, role, "dashboard test")
         .await
         .expect("create a token")
 }
 
 /// Opens the dashboard signed in through the `#token=` link.
-async fn open_signed_in(b: &Browser, server: &Server, path: &str, token: &str) {
+pub(crate) async fn open_signed_in(b: &Browser, server: &Server, path: &str, token: &str) {
     b.goto(&format!("{}{path}#token={token}", server.url)).await;
     b.wait(".who .owner").await;
     b.wait("[data-live=live]").await;
 }
 
-fn assert_quiet_console(errors: Vec<String>) {
+pub(crate) fn assert_quiet_console(errors: Vec<String>) {
     assert!(
         errors.is_empty(),
         "the browser console has errors or warnings: {errors:#?}"

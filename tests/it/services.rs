@@ -1326,3 +1326,42 @@ async fn a_copy_keeps_its_last_20_exits_and_records_only_its_own_attempt() {
         .unwrap();
     assert!(!started, "fenced by attempt");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_page_of_a_service_shows_its_copies() {
+    use crate::browser::{Browser, PATIENCE};
+    use crate::dashboard::{Server, assert_quiet_console, open_signed_in, token_for};
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", sked_db::token::Role::User).await;
+    let worker = start_worker(&db, config(&["default"]));
+    let service = submit(
+        &db.pool,
+        "sked.task_submit(kind => 'service', owner => 'alice', replicas => 2,
+                          command => array['sh', '-c', 'if [ \"$SKED_SHARD_INDEX\" = 1 ]; then exit 7; fi; sleep 300'])",
+    )
+    .await;
+    wait_copies(&db.pool, service, PATIENCE, "copy 1 restarted", |c| {
+        c.len() == 2 && c[0].up && c[1].restarts >= 1
+    })
+    .await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        worker.shutdown().await;
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/tasks/{service}"), &alice).await;
+    b.wait(&format!("[data-service='{service}'] table.copies tbody tr"))
+        .await;
+    b.wait_js(
+        "both copies, one up and one that exited with code 7",
+        "(() => { const t = document.querySelector('table.copies').textContent; \
+           return document.querySelectorAll('table.copies tbody tr').length === 2 \
+             && t.includes('exited with code 7'); })()",
+    )
+    .await;
+    b.screenshot("service-copies").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    sked_db::task::cancel(&db.pool, service).await.unwrap();
+    worker.shutdown().await;
+}

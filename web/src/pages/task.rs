@@ -451,6 +451,13 @@ fn Detail(
                 {task.error.clone().map(|e| view! { <dt>"Error"</dt> <dd class="bad">{e}</dd> })}
             </dl>
         </section>
+        {(task.kind == "service" && task.shard_of.is_none()).then(|| view! {
+            <super::service::ServiceCopies
+                id=task.id
+                running=!task.state.is_final()
+                tick=tick
+            />
+        })}
         {output.map(|json| view! {
             <section class="panel">
                 <h2>"Output"</h2>
