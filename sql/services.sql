@@ -413,26 +413,7 @@ begin
 end
 $$;
 
--- Does service `p_id` need a reconciling step? Some index below `replicas` has no attached
--- copy, or an attached copy that has not ended is at an index >= replicas, of an older
--- generation, or sees another number of replicas. Read without locks, so that reconcilers
--- lock (and so write) only the services that have something to do.
-create or replace function sked.service_needs_reconcile(
-  p_id uuid, p_replicas integer, p_generation integer)
-returns boolean
-language sql stable
-set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
-set jit = off
-as $$
-  select (select count(distinct x.shard_index)
-            from sked.task_edges e join sked.tasks x on x.id = e.depends_on
-           where e.task_id = p_id and x.shard_index < p_replicas) < p_replicas
-      or exists (select 1 from sked.task_edges e join sked.tasks x on x.id = e.depends_on
-                  where e.task_id = p_id
-                    and x.state in ('blocked', 'waiting', 'running', 'retry')
-                    and (x.shard_index >= p_replicas or x.generation < p_generation
-                         or x.shard_total <> p_replicas))
-$$;
+drop function if exists sked.service_needs_reconcile(uuid, integer, integer);
 
 -- Reconciles the running services that need it (at most `p_limit` per call), each by one
 -- step of sked.service_reconcile, and stops the copies that no longer count: those of
@@ -454,11 +435,22 @@ declare
   ids uuid[];
   running text;
 begin
+  -- The services that need a step, read without locks (so that reconcilers lock, and so
+  -- write, only those): some index below `replicas` has no attached copy, or an attached
+  -- copy that has not ended is at an index >= replicas, of an older generation, or sees
+  -- another number of replicas. One pass over each service's edges.
   return query
   select s.id, r.action, r.copy_id
     from (select t.id from sked.tasks t
+            left join lateral (
+              select count(distinct x.shard_index) filter (where x.shard_index < t.replicas) as have,
+                     bool_or(x.state in ('blocked', 'waiting', 'running', 'retry')
+                             and (x.shard_index >= t.replicas or x.generation < t.generation
+                                  or x.shard_total <> t.replicas)) as off
+                from sked.task_edges e join sked.tasks x on x.id = e.depends_on
+               where e.task_id = t.id) c on true
            where t.kind = 'service' and t.shard_of is null and t.state = 'blocked'
-             and sked.service_needs_reconcile(t.id, t.replicas, t.generation)
+             and (coalesce(c.have, 0) < t.replicas or c.off)
            order by t.id limit p_limit) s
    cross join lateral sked.service_reconcile(s.id, p_now, p_ready) r;
 
