@@ -200,15 +200,27 @@ begin
 end
 $$;
 
--- Is this copy ready to take over from the copy it replaces? It runs, its process has been
--- up for `p_ready`, and it passed its health check when it has one.
-create or replace function sked.service_copy_ready(
-  state text, up_since timestamptz, healthy_at timestamptz, health_check jsonb,
-  p_ready interval, p_now timestamptz)
+-- Is the copy's process up? It runs, and its process started in the current attempt (a
+-- copy taken over from a dead worker keeps the old attempt's start until its new worker
+-- starts it: the claim, `started_at`, comes first).
+create or replace function sked.service_copy_up(
+  state text, up_since timestamptz, started_at timestamptz)
 returns boolean
 language sql immutable parallel safe as $$
-  select state = 'running' and up_since is not null and up_since <= p_now - p_ready
-     and (health_check is null or healthy_at is not null)
+  select state = 'running' and coalesce(up_since >= started_at, false)
+$$;
+
+-- Is this copy ready to take over from the copy it replaces? Its process is up, has been
+-- for `p_ready`, and passed its health check when it has one.
+drop function if exists sked.service_copy_ready(text, timestamptz, timestamptz, jsonb, interval,
+                                                timestamptz);
+create or replace function sked.service_copy_ready(
+  state text, up_since timestamptz, started_at timestamptz, healthy_at timestamptz,
+  health_check jsonb, p_ready interval, p_now timestamptz)
+returns boolean
+language sql immutable parallel safe as $$
+  select sked.service_copy_up(state, up_since, started_at) and up_since <= p_now - p_ready
+     and (health_check is null or healthy_at >= up_since)
 $$;
 
 -- Makes a copy of service `p_service` (locked by the caller) at `p_index`, from its current
@@ -386,7 +398,7 @@ begin
           wake := true;
         end if;
       end if;
-    elsif sked.service_copy_ready(surge.state, surge.up_since, surge.healthy_at,
+    elsif sked.service_copy_ready(surge.state, surge.up_since, surge.started_at, surge.healthy_at,
                                   surge.health_check, p_ready, p_now) then
       perform 1 from sked.tasks x where x.id = old_id for update skip locked;
       if found then

@@ -155,8 +155,10 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
                 exists (select 1 from sked.task_edges e where e.task_id = $1 and e.depends_on = c.id)
                   as attached,
                 c.attempt, c.worker_id, w.host as worker_host, w.name as worker_name,
-                c.started_at, c.up_since,
-                case when c.state = 'running' and c.up_since is not null
+                c.started_at,
+                case when sked.service_copy_up(c.state, c.up_since, c.started_at)
+                     then c.up_since end as up_since,
+                case when sked.service_copy_up(c.state, c.up_since, c.started_at)
                      then extract(epoch from now() - c.up_since)::float8 end as uptime_secs,
                 c.healthy_at, c.restarts,
                 case when c.state = 'running' then c.backoff_until end as backoff_until,
@@ -249,7 +251,7 @@ pub async fn summaries(pool: &PgPool, rows: Vec<TaskRow>) -> Result<Vec<Service>
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let counts: Vec<(Uuid, i64)> = sqlx::query_as(
         "select c.shard_of, count(*) from sked.tasks c
-          where c.shard_of = any($1) and c.state = 'running' and c.up_since is not null
+          where c.shard_of = any($1) and sked.service_copy_up(c.state, c.up_since, c.started_at)
           group by c.shard_of",
     )
     .bind(&ids)

@@ -36,7 +36,7 @@ struct Copy {
 async fn copies(pool: &PgPool, service: Uuid) -> Vec<Copy> {
     sqlx::query_as(
         "select c.id, c.shard_index, c.generation, c.state, c.attempt, c.worker_id,
-                c.state = 'running' and c.up_since is not null as up,
+                sked.service_copy_up(c.state, c.up_since, c.started_at) as up,
                 exists (select 1 from sked.task_edges e
                          where e.task_id = $1 and e.depends_on = c.id) as attached,
                 coalesce(c.restarts, 0) as restarts
@@ -400,7 +400,7 @@ async fn up_counts(pool: &PgPool, service: Uuid) -> (i64, i64) {
         "select count(*), count(*) filter (where c.generation = s.generation)
            from sked.tasks c join sked.tasks s on s.id = c.shard_of
            join sked.task_edges e on e.task_id = s.id and e.depends_on = c.id
-          where c.shard_of = $1 and c.state = 'running' and c.up_since is not null",
+          where c.shard_of = $1 and sked.service_copy_up(c.state, c.up_since, c.started_at)",
     )
     .bind(service)
     .fetch_one(pool)
@@ -956,11 +956,13 @@ async fn reconcile(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
         .unwrap()
 }
 
-/// Marks the running copies of `service` as started (their process up) at `at`.
+/// Marks the running copies of `service` whose process is not up as started at `at`, as
+/// their worker does when it starts the process.
 async fn started(pool: &PgPool, service: Uuid, at: DateTime<Utc>) {
     sqlx::query(
         "select sked.service_copy_started(id, attempt, $2) from sked.tasks
-          where shard_of = $1 and state = 'running' and up_since is null",
+          where shard_of = $1 and state = 'running'
+            and not sked.service_copy_up(state, up_since, started_at)",
     )
     .bind(service)
     .bind(at)
@@ -1263,6 +1265,62 @@ async fn retrying_a_stopped_service_runs_its_copies_again_but_not_its_retired_on
         [(2, true)],
         "the retired copy was stopped again; the current one waits for a worker"
     );
+}
+
+#[tokio::test]
+async fn a_surge_taken_over_from_a_dead_worker_is_not_ready_until_its_new_process_is_up() {
+    let db = TestDb::new().await;
+    let t0 = db_now(&db.pool).await;
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    let worker = Uuid::new_v4();
+    sqlx::query(
+        "select sked.worker_register($1, 'w', 'host', 1, 'test', '{default}', '{}', 10,
+                                     '1 hour', $2)",
+    )
+    .bind(worker)
+    .bind(t0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let service = submit(
+        &db.pool,
+        "sked.task_submit(kind => 'service', command => array['sleep', '300'])",
+    )
+    .await;
+    assert_eq!(claim(&db.pool, worker, at(5)).await, 1);
+    started(&db.pool, service, at(5)).await;
+    sqlx::query("select sked.service_update($1, '{\"args\": [\"1\"]}', $2)")
+        .bind(service)
+        .bind(at(10))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(claim(&db.pool, worker, at(12)).await, 1, "the surge");
+    started(&db.pool, service, at(12)).await;
+    // Its worker dies before the surge is ready: the lease (30 s) expires, the rescue puts it
+    // back, and another claim takes it; its old process start is stale.
+    sqlx::query("select sked.tasks_rescue($1)")
+        .bind(at(50))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let old_copy_claimed_again = claim(&db.pool, worker, at(51)).await;
+    assert_eq!(
+        old_copy_claimed_again, 2,
+        "both copies were rescued and claimed again"
+    );
+    let up = copies(&db.pool, service)
+        .await
+        .iter()
+        .filter(|c| c.up)
+        .count();
+    assert_eq!(up, 0, "no process is up until the new worker starts it");
+    assert!(
+        reconcile(&db.pool, at(60)).await.is_empty(),
+        "the surge is not ready on its old process's start"
+    );
+    started(&db.pool, service, at(61)).await;
+    assert_eq!(reconcile(&db.pool, at(63)).await, ["retired"]);
 }
 
 #[tokio::test]
