@@ -28,6 +28,9 @@ pub enum Workload {
     /// Chromium's task list shows them (needs chromium, chromedriver and a built dashboard;
     /// run only when named).
     W9,
+    /// Placement and queue controls: claim throughput with CPU and memory requests against
+    /// without, in SQL and by a worker process.
+    W10,
 }
 
 impl Workload {
@@ -42,6 +45,7 @@ impl Workload {
             Workload::W7 => "W7",
             Workload::W8 => "W8",
             Workload::W9 => "W9",
+            Workload::W10 => "W10",
         }
     }
 }
@@ -52,7 +56,7 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w9); w1 to w8 when none is named (w9 needs a browser).
+    /// Workloads to run (w1 … w10); all but w9 when none is named (w9 needs a browser).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -132,6 +136,15 @@ pub struct Cli {
     /// State changes W9 commits and times (half inserts, half cancels).
     #[arg(long, default_value_t = 200)]
     pub w9_changes: usize,
+    /// Tasks claimed by each variant of W10's SQL part.
+    #[arg(long, default_value_t = 20_000)]
+    pub w10_tasks: usize,
+    /// Rounds of W10's SQL part (each runs every variant once, alternating the order).
+    #[arg(long, default_value_t = 5)]
+    pub w10_rounds: usize,
+    /// Tasks drained by the worker in each variant of W10's worker part.
+    #[arg(long, default_value_t = 50_000)]
+    pub w10_drain_tasks: usize,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -173,6 +186,9 @@ pub struct Config {
     pub w8_tasks: usize,
     pub w8_requests: usize,
     pub w9_changes: usize,
+    pub w10_tasks: usize,
+    pub w10_rounds: usize,
+    pub w10_drain_tasks: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -191,6 +207,7 @@ impl Cli {
                 Workload::W6,
                 Workload::W7,
                 Workload::W8,
+                Workload::W10,
             ];
         }
         workloads.sort();
@@ -261,6 +278,16 @@ impl Cli {
                 self.w9_changes
             ));
         }
+        if !(1_000..=10_000_000).contains(&self.w10_tasks)
+            || !(1..=100).contains(&self.w10_rounds)
+            || !(1_000..=10_000_000).contains(&self.w10_drain_tasks)
+        {
+            return Err(format!(
+                "--w10-tasks and --w10-drain-tasks must be between 1000 and 10000000 and \
+                 --w10-rounds between 1 and 100, got {}, {} and {}",
+                self.w10_tasks, self.w10_drain_tasks, self.w10_rounds
+            ));
+        }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
             None => default_worker_bin()?,
@@ -291,6 +318,9 @@ impl Cli {
             w8_tasks: self.w8_tasks,
             w8_requests: self.w8_requests,
             w9_changes: self.w9_changes,
+            w10_tasks: self.w10_tasks,
+            w10_rounds: self.w10_rounds,
+            w10_drain_tasks: self.w10_drain_tasks,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),

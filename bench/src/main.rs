@@ -9,6 +9,7 @@ mod delayed;
 mod drain;
 mod latency;
 mod pg;
+mod placement;
 mod process;
 mod reads;
 mod report;
@@ -70,6 +71,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W7 => schedules::run(&cfg).await,
                 Workload::W8 => reads::run(&cfg).await,
                 Workload::W9 => dashboard::run(&cfg).await,
+                Workload::W10 => placement::run(&cfg).await,
             };
             match result {
                 Ok(s) => {

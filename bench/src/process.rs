@@ -46,6 +46,16 @@ impl WorkerProcess {
     /// Starts `bin` on `db_url` with `concurrency` slots. The worker logs warnings and errors
     /// to a file next to its scratch directory, both private to this run.
     pub fn spawn(bin: &Path, db_url: &str, concurrency: usize) -> Result<WorkerProcess> {
+        Self::spawn_with(bin, db_url, concurrency, &[])
+    }
+
+    /// [`WorkerProcess::spawn`] with more flags.
+    pub fn spawn_with(
+        bin: &Path,
+        db_url: &str,
+        concurrency: usize,
+        flags: &[&str],
+    ) -> Result<WorkerProcess> {
         check_worker_bin(bin)?;
         let work_dir = std::env::temp_dir().join(format!(
             "sked-bench-worker-{}-{}",
@@ -62,6 +72,7 @@ impl WorkerProcess {
             .arg(&work_dir)
             .arg("--shutdown-grace-secs")
             .arg("10")
+            .args(flags)
             .env("DATABASE_URL", db_url)
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
