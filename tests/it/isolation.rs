@@ -349,7 +349,10 @@ async fn tasks_run_as_the_configured_user() {
     let db = TestDb::new().await;
     // The worker's default user, and a task naming its own.
     let mut c = config(&["default"]);
-    c.isolation.users = Users::new(0, Some("daemon".into()), false).unwrap();
+    c.isolation.users = Users::new(0, Some("daemon".into()), false)
+        .unwrap()
+        .allowing(vec!["nobody".into(), "2".into()])
+        .unwrap();
     let worker = start_worker(&db, c);
     let by_default = insert(&db.pool, "(command) values (array['id', '-un'])").await;
     let named = insert(
@@ -367,6 +370,11 @@ async fn tasks_run_as_the_configured_user() {
         "(command, run_as, max_attempts) values (array['true'], 'no_such_user', 1)",
     )
     .await;
+    let not_allowed = insert(
+        &db.pool,
+        "(command, run_as, max_attempts) values (array['true'], 'sys', 1)",
+    )
+    .await;
     for (id, who) in [(by_default, "daemon"), (named, "nobody"), (by_uid, "2")] {
         wait_for(&db.pool, id, &["succeeded"], 10 * SECS).await;
         assert_eq!(result(&db.pool, id).await.3, format!("{who}\n"));
@@ -378,6 +386,13 @@ async fn tasks_run_as_the_configured_user() {
             "cannot run as user \"no_such_user\": there is no user \"no_such_user\" on this \
              worker's machine"
         )
+    );
+    wait_for(&db.pool, not_allowed, &["failed"], 10 * SECS).await;
+    let error = result(&db.pool, not_allowed).await.2.unwrap_or_default();
+    assert!(
+        error.starts_with("cannot run as user \"sys\": this worker lets tasks run as its default")
+            && error.contains("--run-as-allow"),
+        "a user the worker does not allow is refused: {error}"
     );
     worker.shutdown().await;
 

@@ -49,6 +49,10 @@ pub struct IsolationArgs {
     /// Let a worker running as root run tasks as root (when a task or --run-as asks).
     #[arg(long, env = "SKED_ALLOW_ROOT_TASKS")]
     pub allow_root_tasks: bool,
+    /// Users a task's `run_as` may name besides the default, comma-separated (names or uids;
+    /// `*` for any user but root). A task naming another user fails.
+    #[arg(long, env = "SKED_RUN_AS_ALLOW", value_delimiter = ',')]
+    pub run_as_allow: Vec<String>,
     /// Variables of the worker's own environment passed to every task, comma-separated
     /// (tasks otherwise get only PATH, HOME, their own env and SKED_* variables).
     #[arg(long, env = "SKED_ENV_ALLOW", value_delimiter = ',')]
@@ -70,6 +74,7 @@ impl Default for IsolationArgs {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             run_as: None,
             allow_root_tasks: false,
+            run_as_allow: vec![],
             env_allow: vec![],
             sandbox: None,
         }
@@ -142,7 +147,11 @@ impl IsolationArgs {
             cgroup: self.cgroup,
             default_limits,
             max_output_bytes: (self.max_output_bytes > 0).then_some(self.max_output_bytes),
-            users: users::Users::for_this_process(self.run_as, self.allow_root_tasks)?,
+            users: users::Users::for_this_process(
+                self.run_as,
+                self.allow_root_tasks,
+                self.run_as_allow,
+            )?,
             env_pass,
             sandbox,
         })

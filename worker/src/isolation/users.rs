@@ -3,7 +3,10 @@
 //! running tasks as root (see `docs/runtime.md`, "Limits and isolation").
 //!
 //! - A worker running as root switches every task to a user: the task's `run_as`, else
-//!   `--run-as`, else `nobody`. Root itself (uid 0) only with `--allow-root-tasks`.
+//!   `--run-as`, else `nobody`. Root itself (uid 0) only with `--allow-root-tasks`. A task
+//!   may name a user other than the worker's default only when `--run-as-allow` lists it (or
+//!   is `*`): whoever can submit a task must not pick any account of the machine, such as
+//!   the database's.
 //! - A worker running as another user runs tasks as itself. A task (or `--run-as`) naming any
 //!   other user cannot be honoured: the attempt fails with an error saying so (the worker
 //!   refuses `--run-as` of another user at start).
@@ -93,6 +96,8 @@ pub struct Users {
     /// `--run-as` as given (looked up per attempt, so it follows the user database).
     default: Option<String>,
     allow_root: bool,
+    /// `--run-as-allow`: the users a task may name besides the default; `*` for any.
+    allowed: Vec<String>,
 }
 
 impl Users {
@@ -102,6 +107,7 @@ impl Users {
             worker_uid,
             default: run_as.filter(|u| !u.trim().is_empty()),
             allow_root,
+            allowed: Vec::new(),
         };
         if let Some(name) = &users.default {
             let user = lookup(name).map_err(|e| format!("--run-as: {e}"))?;
@@ -117,10 +123,29 @@ impl Users {
         Ok(users)
     }
 
+    /// Lets tasks name these users (`--run-as-allow`: names or uids, `*` for any user) besides
+    /// the worker's default. Names must exist; root still needs `--allow-root-tasks`.
+    pub fn allowing(mut self, users: Vec<String>) -> Result<Users, String> {
+        let users: Vec<String> = users
+            .into_iter()
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        for name in users.iter().filter(|u| *u != "*") {
+            lookup(name).map_err(|e| format!("--run-as-allow: {e}"))?;
+        }
+        self.allowed = users;
+        Ok(self)
+    }
+
     /// The users of a worker running as the current effective user.
-    pub fn for_this_process(run_as: Option<String>, allow_root: bool) -> Result<Users, String> {
+    pub fn for_this_process(
+        run_as: Option<String>,
+        allow_root: bool,
+        allowed: Vec<String>,
+    ) -> Result<Users, String> {
         // SAFETY: geteuid has no preconditions.
-        Users::new(unsafe { libc::geteuid() }, run_as, allow_root)
+        Users::new(unsafe { libc::geteuid() }, run_as, allow_root)?.allowing(allowed)
     }
 
     pub fn worker_is_root(&self) -> bool {
@@ -139,7 +164,36 @@ impl Users {
         let user = lookup(name).map_err(|e| format!("cannot run as user {name:?}: {e}"))?;
         self.check(&user)
             .map_err(|e| format!("cannot run as user {name:?}: {e}"))?;
+        if let Some(asked) = run_as
+            && self.worker_uid == 0
+        {
+            self.check_allowed(asked, &user)
+                .map_err(|e| format!("cannot run as user {name:?}: {e}"))?;
+        }
         Ok((self.worker_uid == 0).then_some(user))
+    }
+
+    /// Whether a task of a root worker may name `user` (looked up from `asked`): the worker's
+    /// default user always; root when `--allow-root-tasks`; others when `--run-as-allow` has
+    /// them or `*`.
+    fn check_allowed(&self, asked: &str, user: &User) -> Result<(), String> {
+        let default = self.default.as_deref().unwrap_or(ROOT_WORKER_DEFAULT);
+        let is_default = lookup(default).is_ok_and(|d| d.uid == user.uid);
+        let listed = self.allowed.iter().any(|a| {
+            a == "*" || a == asked || lookup(a).is_ok_and(|allowed| allowed.uid == user.uid)
+        });
+        if is_default || (user.uid == 0 && self.allow_root) || listed {
+            return Ok(());
+        }
+        Err(format!(
+            "this worker lets tasks run as its default user {default:?}{} only; start it with \
+             --run-as-allow naming the user to let tasks choose it",
+            if self.allowed.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", self.allowed.join(", "))
+            }
+        ))
     }
 
     /// Whether this worker may run tasks as `user`.
@@ -199,6 +253,50 @@ mod tests {
         assert_eq!(as_root.for_task(None).unwrap().unwrap().uid, 0);
         let err = Users::new(0, Some("root".into()), false).unwrap_err();
         assert!(err.starts_with("--run-as:"), "{err}");
+    }
+
+    #[test]
+    fn a_task_names_another_user_only_when_the_worker_allows_it() {
+        let users = Users::new(0, None, false).unwrap();
+        assert_eq!(
+            users.for_task(Some("nobody")).unwrap().unwrap().name,
+            "nobody"
+        );
+        let err = users.for_task(Some("daemon")).unwrap_err();
+        assert!(err.contains("--run-as-allow"), "{err}");
+
+        let users = Users::new(0, Some("daemon".into()), false)
+            .unwrap()
+            .allowing(vec!["nobody".into(), "2".into()])
+            .unwrap();
+        assert_eq!(
+            users.for_task(Some("daemon")).unwrap().unwrap().name,
+            "daemon"
+        );
+        assert_eq!(
+            users.for_task(Some("nobody")).unwrap().unwrap().name,
+            "nobody"
+        );
+        assert_eq!(users.for_task(Some("2")).unwrap().unwrap().uid, 2);
+        let err = users.for_task(Some("sys")).unwrap_err();
+        assert!(err.contains("\"daemon\" and nobody, 2 only"), "{err}");
+
+        let any = Users::new(0, None, false)
+            .unwrap()
+            .allowing(vec!["*".into()])
+            .unwrap();
+        assert_eq!(any.for_task(Some("bin")).unwrap().unwrap().name, "bin");
+        let err = any.for_task(Some("root")).unwrap_err();
+        assert!(
+            err.contains("--allow-root-tasks"),
+            "* does not let in root: {err}"
+        );
+
+        let err = Users::new(0, None, false)
+            .unwrap()
+            .allowing(vec!["no-such-user-here".into()])
+            .unwrap_err();
+        assert!(err.starts_with("--run-as-allow:"), "{err}");
     }
 
     #[test]
