@@ -142,21 +142,8 @@ pub struct SubmitArgs {
     /// Run once on every live worker that serves the queue and has the labels.
     #[arg(long, conflicts_with = "shards")]
     broadcast: bool,
-    /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
-    /// much free claims the task (see docs/runtime.md).
-    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = crate::units::parse_cpu)]
-    cpu: Option<i32>,
-    /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
-    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = crate::units::parse_memory_mb)]
-    memory: Option<i32>,
-    /// The most stdout and stderr may write together: 10M, 1G (a plain number is bytes).
-    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = crate::units::parse_output_bytes)]
-    max_output: Option<i64>,
-    /// The user to run as (a name or a uid); the worker's default when absent.
-    #[arg(long, value_name = "USER")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    resources: crate::units::ResourceFlags,
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
@@ -360,7 +347,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     } else {
         (None, args.command.clone())
     };
-    let task = SubmitTask {
+    let mut task = SubmitTask {
         command,
         args: task_args,
         kind: (kind != "command").then(|| kind.clone()),
@@ -377,15 +364,12 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         owner: args.owner.clone(),
         shards: args.shards,
         broadcast: args.broadcast,
-        cpu_millis: args.cpu,
-        memory_mb: args.memory,
-        max_output_bytes: args.max_output,
-        run_as: args.run_as.clone(),
         replicas: args.replicas,
         restart_policy: args.restart.clone(),
         health_check,
         ..SubmitTask::default()
     };
+    args.resources.apply(&mut task);
     let submitted = args.api.client()?.submit(&task).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&submitted)?);

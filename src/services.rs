@@ -124,16 +124,8 @@ pub struct UpdateArgs {
     /// Remove the health check.
     #[arg(long, conflicts_with_all = ["health_cmd", "health_url"])]
     no_health_check: bool,
-    /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m).
-    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = crate::units::parse_cpu)]
-    cpu: Option<i32>,
-    /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
-    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = crate::units::parse_memory_mb)]
-    memory: Option<i32>,
-    /// The user to run as (a name or a uid).
-    #[arg(long, value_name = "USER")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    resources: crate::units::ResourceFlags,
     /// Print the raw JSON answer.
     #[arg(long)]
     json: bool,
@@ -309,15 +301,7 @@ async fn update(args: UpdateArgs) -> anyhow::Result<()> {
     if args.no_health_check {
         changes.insert("health_check".into(), Value::Null);
     }
-    if let Some(c) = args.cpu {
-        changes.insert("cpu_millis".into(), json!(c));
-    }
-    if let Some(m) = args.memory {
-        changes.insert("memory_mb".into(), json!(m));
-    }
-    if let Some(u) = &args.run_as {
-        changes.insert("run_as".into(), json!(u));
-    }
+    changes.extend(args.resources.fields());
     if let Some((program, rest)) = args.command.split_first() {
         changes.insert("command".into(), json!([program]));
         changes.insert("args".into(), json!(rest));
