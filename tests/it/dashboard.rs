@@ -428,3 +428,67 @@ async fn every_page_renders_real_data_on_a_laptop_and_a_phone() {
     }
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_pauses_and_resumes_a_queue_from_the_queues_page() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "root", Role::Admin).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    insert(
+        &db.pool,
+        "(owner, kind, queue) values ('alice', 'noop', 'mail')",
+    )
+    .await;
+    sqlx::query("select sked.queue_set_limits('mail', 3, 10)")
+        .execute(&db.pool)
+        .await
+        .expect("limit the queue");
+    let paused = async || -> bool {
+        sqlx::query_scalar("select exists (select 1 from sked.queues where name = 'mail' and paused_at is not null)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/queues", &admin).await;
+    let row = "tr[data-queue=mail]";
+    b.wait(&format!("{row}[data-paused=false]")).await;
+    b.wait_js(
+        "the limits show",
+        &format!("document.querySelector('{row} .limits').textContent.includes('max 3 running')"),
+    )
+    .await;
+    b.wait(&format!("{row} [data-action=pause]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait(&format!("{row}[data-paused=true]")).await;
+    assert!(paused().await, "the button paused the queue");
+    b.screenshot("queues-paused").await;
+    b.wait(&format!("{row} [data-action=resume]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait(&format!("{row}[data-paused=false]")).await;
+    assert!(!paused().await, "the button resumed the queue");
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+
+    // A user sees the controls but no buttons.
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/queues", &alice).await;
+    b.wait(&format!("{row}[data-paused=false]")).await;
+    assert!(
+        !b.exists(&format!("{row} button")).await,
+        "a user gets no pause button"
+    );
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}
