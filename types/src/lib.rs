@@ -17,6 +17,7 @@ mod queue;
 mod schedule;
 pub mod secrets;
 pub mod service;
+pub mod shell;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 pub use queue::{QueueControls, QueueLimits, WaitingReason};
 pub use schedule::{

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use sked_types::shell::split_words;
+
 /// A parsed template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -71,69 +73,6 @@ impl Sandbox {
     }
 }
 
-/// Splits a command line into words: whitespace separates words; '…' keeps everything
-/// literally; "…" keeps everything but `\"` and `\\`; a backslash outside quotes escapes
-/// the next character.
-fn split_words(line: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => word.push(c),
-                        None => return Err("a single quote is not closed".to_owned()),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\')) => word.push(c),
-                            Some(c) => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                            None => return Err("a double quote is not closed".to_owned()),
-                        },
-                        Some(c) => word.push(c),
-                        None => return Err("a double quote is not closed".to_owned()),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => word.push(c),
-                    None => return Err("the template ends with a lone backslash".to_owned()),
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    Ok(words)
-}
-
 /// Splits one word into text and `{dir}` parts.
 fn placeholders(word: &str) -> Result<Vec<Part>, String> {
     let mut parts = Vec::new();
@@ -195,17 +134,6 @@ mod tests {
     use super::*;
 
     const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-    #[test]
-    fn words_split_like_a_shell_without_expansions() {
-        assert_eq!(
-            split_words(r#" a  'b c' "d \"e\" \n" f\ g '' "#).unwrap(),
-            ["a", "b c", r#"d "e" \n"#, "f g", ""]
-        );
-        assert!(split_words("a 'b").is_err());
-        assert!(split_words("a \"b").is_err());
-        assert!(split_words("a \\").is_err());
-    }
 
     #[test]
     fn dir_is_replaced_in_every_word_that_names_it() {
