@@ -566,3 +566,109 @@ begin
   return next_generation;
 end
 $$;
+
+-- Services first (docs/runtime.md, "Services first"). The copies of services come before
+-- every other task: each claim first takes the due copies of its queues (this pass), and a
+-- worker that cannot fit a due copy yet holds its CPU and memory for it (tasks_claim). When
+-- no worker has room for a copy for sked.preempt_after(), a worker running preemptible tasks
+-- claims it and stops some of them to make room (sked.copies_claim_preempting).
+
+-- How long a copy of a service waits for a worker with room before preemptible tasks are
+-- stopped for it: time for the workers with room to claim it first.
+create or replace function sked.preempt_after() returns interval
+language sql immutable parallel safe as $$
+  select interval '2 seconds'
+$$;
+
+-- Is this due copy of a service (its columns) one that worker p_worker may claim, apart from
+-- its capacity: its queue is not paused, the worker has its labels, and the shard rules
+-- (pinning, spreading copies over workers) let it.
+create or replace function sked.copy_claimable(
+  p_queue text, p_labels text[], p_shard_of uuid, p_pinned_worker uuid,
+  p_next_run_at timestamptz, p_worker uuid, p_worker_labels text[], p_now timestamptz)
+returns boolean
+language sql stable as $$
+  select (p_labels = '{}' or p_labels <@ p_worker_labels)
+     and sked.shard_claimable(p_shard_of, p_pinned_worker, p_next_run_at, p_worker, p_now)
+     and not exists (select 1 from sked.queues q where q.name = p_queue and q.paused_at is not null)
+$$;
+
+-- The first pass of a claim: up to p_limit due copies of services of these queues that fit
+-- the free capacity (the longest prefix in claim order whose running sums fit, as for
+-- other tasks), one copy of a service per claim while copies are new. Queue limits
+-- (max_running, rate) hold back other tasks, not copies: a service's replicas are its own
+-- limit, and its copies count towards the queue's running tasks. A paused queue starts no
+-- copy. Walks the index tasks_waiting_copies, which holds the waiting copies only.
+create or replace function sked.copies_claim(
+  p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
+  p_cpu_millis integer, p_memory_mb integer, p_now timestamptz)
+returns setof sked.tasks
+language sql
+set enable_seqscan = off -- see the note at the top of this file
+set jit = off
+as $$
+  with picked as materialized (
+    select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
+           sked.shard_is_new(t.next_run_at, p_now) as spread
+      from sked.tasks t
+     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
+       and t.queue = any(p_queues) and t.next_run_at <= p_now
+       and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                               p_worker, p_labels, p_now)
+       and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+     order by t.priority desc, t.next_run_at
+     limit p_limit
+     for update of t skip locked
+  )
+  update sked.tasks t
+     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+         stdout_tail = null, stderr_tail = null, output_sha256 = null
+    from picked
+   where t.id = picked.id
+     and picked.id in (select f.id
+                         from (select p.id, sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                 from picked p
+                               window w as (order by p.priority desc, p.next_run_at, p.id
+                                            rows unbounded preceding)) f
+                        where sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb))
+     and (not picked.spread
+          or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                            where q.spread order by q.shard_of, q.shard_index))
+  returning t.*
+$$;
+
+-- Preemption: claims the copy of a service that has waited longest (of the highest
+-- priority) for more than sked.preempt_after() and fits p_cpu_millis and p_memory_mb, the
+-- worker's free capacity plus what its running preemptible attempts hold. The worker then
+-- stops as few of those attempts as make room (lowest priority first, then the most recently
+-- started), and starts the copy once they have ended; each ends `interrupted` (not charged)
+-- and waits again. A worker calls this only while it runs preemptible attempts.
+create or replace function sked.copies_claim_preempting(
+  p_worker uuid, p_queues text[], p_labels text[], p_lease interval,
+  p_cpu_millis integer, p_memory_mb integer, p_now timestamptz default now())
+returns setof sked.tasks
+language sql
+set enable_seqscan = off -- see the note at the top of this file
+set jit = off
+as $$
+  with picked as materialized (
+    select t.id
+      from sked.tasks t
+     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
+       and t.queue = any(p_queues) and t.next_run_at <= p_now - sked.preempt_after()
+       and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                               p_worker, p_labels, p_now)
+       and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+     order by t.priority desc, t.next_run_at
+     limit 1
+     for update of t skip locked
+  )
+  update sked.tasks t
+     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+         stdout_tail = null, stderr_tail = null, output_sha256 = null
+    from picked
+   where t.id = picked.id
+  returning t.*
+$$;

@@ -87,6 +87,12 @@ $$;
 -- (its row in sked.workers) but not its free capacity is locked too, and the claim takes no
 -- task with requests behind it, so the worker's capacity drains until the big task fits.
 --
+-- Services first: while a copy of a service of the worker's queues is due, the claim takes
+-- the due copies first (sked.copies_claim, sql/services.sql) and returns them alone (the worker claims again
+-- at once). When none fits but one would fit the worker's whole capacity, the claim takes
+-- only tasks without requests, so the worker's CPU and memory drain until the copy fits.
+-- Claims while no copy waits pay one probe of the empty index tasks_waiting_copies.
+--
 -- Queue controls: when a queue of the worker has a row in sked.queues (paused or limited),
 -- sked.queues_allowance drops paused queues and gives each queue its allowance (locking the
 -- rows of limited ones); one ordered, locked scan per queue, each limited to its allowance,
@@ -110,6 +116,30 @@ begin
     select coalesce(w.cpu_millis, p_cpu_millis), coalesce(w.memory_mb, p_memory_mb)
       into whole_cpu, whole_mem
       from sked.workers w where w.id = p_worker;
+  end if;
+
+  if exists (select 1 from sked.tasks t
+              where t.kind = 'service' and t.shard_of is not null
+                and t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+                and t.next_run_at <= p_now) then
+    return query select * from sked.copies_claim(p_worker, p_queues, p_labels, p_limit, p_lease,
+                                                 p_cpu_millis, p_memory_mb, p_now);
+    if found then
+      return;
+    end if;
+    if (p_cpu_millis is not null or p_memory_mb is not null)
+       and exists (select 1 from sked.tasks t
+                    where t.kind = 'service' and t.shard_of is not null
+                      and t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+                      and t.next_run_at <= p_now
+                      and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker,
+                                              t.next_run_at, p_worker, p_labels, p_now)
+                      and not sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
+                      and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)) then
+      -- Hold the capacity for the copy: only tasks without requests fit from here on.
+      p_cpu_millis := case when p_cpu_millis is not null then 0 end;
+      p_memory_mb := case when p_memory_mb is not null then 0 end;
+    end if;
   end if;
 
   if exists (select 1 from sked.queues q where q.name = any(p_queues)) then

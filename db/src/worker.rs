@@ -106,6 +106,10 @@ pub struct Claimed {
     pub memory_mb: Option<i32>,
     pub max_output_bytes: Option<i64>,
     pub run_as: Option<String>,
+    /// The task's priority, and whether it may be stopped to make room for a copy of a
+    /// service (see "Services first" in `docs/runtime.md`).
+    pub priority: i32,
+    pub preemptible: bool,
 }
 
 impl Claimed {
@@ -183,7 +187,7 @@ pub async fn claim_within(
          select now() as claimed_at, c.id, c.attempt, c.queue, c.kind, c.command, c.args,
                 c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
                 c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
-                c.run_as,
+                c.run_as, c.priority, c.preemptible,
                 case when c.parents > 0 and c.kind = 'command'
                      then sked.task_parent_outputs(c.id) end as parent_outputs
            from (values (0)) as one(x) left join c on true",
@@ -207,6 +211,35 @@ pub async fn claim_within(
     }
     let at = at.ok_or(sqlx::Error::RowNotFound)?;
     Ok(Claim { at, tasks })
+}
+
+/// Claims the copy of a service that has waited longest for room, when it fits `reclaimable`:
+/// the worker's free capacity plus what its running preemptible attempts hold (see
+/// `sked.copies_claim_preempting`). The worker makes room by stopping some of them.
+pub async fn claim_copy_preempting(
+    pool: &PgPool,
+    worker: Uuid,
+    queues: &[String],
+    labels: &[String],
+    lease: Duration,
+    reclaimable: Free,
+) -> Result<Option<Claimed>> {
+    let row = sqlx::query(
+        "select c.id, c.attempt, c.queue, c.kind, c.command, c.args, c.artifact_url,
+                c.artifact_sha256, c.input, c.env, c.timeout, c.output_path, c.shard_index,
+                c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes, c.run_as,
+                c.priority, c.preemptible, null::jsonb as parent_outputs
+           from sked.copies_claim_preempting($1, $2, $3, $4, $5, $6) c",
+    )
+    .bind(worker)
+    .bind(queues)
+    .bind(labels)
+    .bind(pg_interval(lease))
+    .bind(reclaimable.cpu_millis)
+    .bind(reclaimable.memory_mb)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.as_ref().map(Claimed::from_row).transpose()?)
 }
 
 /// Seconds from now (the database's) until the earliest claimable task of these queues due at

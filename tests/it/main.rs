@@ -16,6 +16,7 @@ mod requests;
 mod schedules;
 mod schedules_api;
 mod services;
+mod services_first;
 mod shards;
 mod sql;
 mod support;

@@ -28,6 +28,8 @@ pub enum StopReason {
     Shutdown,
     /// The worker no longer holds the lease (another worker may run the task now).
     LeaseLost,
+    /// The task is preemptible and the worker makes room for this copy of a service.
+    Preempted(uuid::Uuid),
 }
 
 /// The handle to stop one running attempt; the first reason given wins.
@@ -131,6 +133,13 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
             Some(StopReason::LeaseLost) => {
                 finished.outcome = Outcome::Failed;
                 finished.error = Some("stopped: the worker lost the lease".to_owned());
+            }
+            Some(StopReason::Preempted(copy)) => {
+                // Not charged: the task waits again, as after a shutdown.
+                finished.outcome = Outcome::Interrupted;
+                finished.error = Some(format!(
+                    "preempted: stopped to make room for a copy of a service (task {copy})"
+                ));
             }
             _ => {
                 finished.outcome = Outcome::Cancelled;

@@ -74,6 +74,20 @@ struct Held {
     memory_mb: u64,
     /// The requests of the held attempts that have any, by task.
     requests: HashMap<Uuid, (u64, u64)>,
+    /// The held attempts of preemptible tasks not yet chosen to make room, by task.
+    preemptible: HashMap<Uuid, Preemptible>,
+    /// Counts claims, to order attempts by their start.
+    claims: u64,
+}
+
+/// A held attempt that may be stopped to make room for a copy of a service.
+#[derive(Debug, Clone, Copy)]
+struct Preemptible {
+    priority: i32,
+    /// When it was claimed, in the order of this worker's claims.
+    claimed: u64,
+    cpu_millis: u64,
+    memory_mb: u64,
 }
 
 impl Slots {
@@ -91,15 +105,91 @@ impl Slots {
     fn take(&self, tasks: &[sked_db::worker::Claimed]) {
         let mut held = self.held.lock().expect("slots");
         held.slots += tasks.len();
+        held.claims += 1;
+        let claimed = held.claims;
         for t in tasks {
+            let cpu = t.cpu_millis.unwrap_or(0).max(0) as u64;
+            let mem = t.memory_mb.unwrap_or(0).max(0) as u64;
             if t.cpu_millis.is_some() || t.memory_mb.is_some() {
-                let cpu = t.cpu_millis.unwrap_or(0).max(0) as u64;
-                let mem = t.memory_mb.unwrap_or(0).max(0) as u64;
                 held.cpu_millis += cpu;
                 held.memory_mb += mem;
                 held.requests.insert(t.id, (cpu, mem));
             }
+            if t.preemptible {
+                let p = Preemptible {
+                    priority: t.priority,
+                    claimed,
+                    cpu_millis: cpu,
+                    memory_mb: mem,
+                };
+                held.preemptible.insert(t.id, p);
+            }
         }
+    }
+
+    /// True while the worker runs a preemptible attempt not yet chosen to make room.
+    fn has_preemptible(&self) -> bool {
+        !self.held.lock().expect("slots").preemptible.is_empty()
+    }
+
+    /// The CPU and memory a copy of a service could have here if every preemptible attempt
+    /// stopped: the free capacity plus what those attempts hold, in the dimensions the worker
+    /// advertises (`None`: unbounded).
+    fn reclaimable(&self, capacity: capacity::Capacity) -> sked_db::worker::Free {
+        let held = self.held.lock().expect("slots");
+        let (cpu, mem) = held
+            .preemptible
+            .values()
+            .fold((0, 0), |(c, m), p| (c + p.cpu_millis, m + p.memory_mb));
+        sked_db::worker::Free {
+            cpu_millis: capacity
+                .cpu_millis
+                .map(|c| (c as u64).saturating_sub(held.cpu_millis.saturating_sub(cpu)) as i32),
+            memory_mb: capacity
+                .memory_mb
+                .map(|m| (m as u64).saturating_sub(held.memory_mb.saturating_sub(mem)) as i32),
+        }
+    }
+
+    /// Chooses the preemptible attempts to stop so that `copy` fits in a slot and in the
+    /// capacity: as few as needed, lowest priority first, then the most recently claimed.
+    /// They are no longer offered for later copies. `None` (and nothing chosen) when even
+    /// all of them would not make room.
+    fn make_room(
+        &self,
+        copy: &sked_db::worker::Claimed,
+        concurrency: usize,
+        capacity: capacity::Capacity,
+    ) -> Option<Vec<Uuid>> {
+        let mut held = self.held.lock().expect("slots");
+        let mut candidates: Vec<(Uuid, Preemptible)> =
+            held.preemptible.iter().map(|(id, p)| (*id, *p)).collect();
+        candidates.sort_by_key(|(_, p)| (p.priority, std::cmp::Reverse(p.claimed)));
+        let want_cpu = copy.cpu_millis.unwrap_or(0).max(0) as u64;
+        let want_mem = copy.memory_mb.unwrap_or(0).max(0) as u64;
+        let (mut slots, mut cpu, mut mem) = (held.slots, held.cpu_millis, held.memory_mb);
+        let fits = |slots: usize, cpu: u64, mem: u64| {
+            slots < concurrency
+                && capacity
+                    .cpu_millis
+                    .is_none_or(|c| cpu + want_cpu <= c as u64)
+                && capacity
+                    .memory_mb
+                    .is_none_or(|m| mem + want_mem <= m as u64)
+        };
+        let mut chosen = Vec::new();
+        let mut candidates = candidates.into_iter();
+        while !fits(slots, cpu, mem) {
+            let (id, p) = candidates.next()?;
+            slots -= 1;
+            cpu -= p.cpu_millis;
+            mem -= p.memory_mb;
+            chosen.push(id);
+        }
+        for id in &chosen {
+            held.preemptible.remove(id);
+        }
+        Some(chosen)
     }
 
     /// Releases the slots (and capacity) of these tasks' attempts.
@@ -109,6 +199,7 @@ impl Slots {
             let mut held = self.held.lock().expect("slots");
             for id in ids {
                 held.slots = held.slots.saturating_sub(1);
+                held.preemptible.remove(&id);
                 if let Some((cpu, mem)) = held.requests.remove(&id) {
                     held.cpu_millis -= cpu;
                     held.memory_mb -= mem;
@@ -277,8 +368,13 @@ impl Worker {
         // the first wish to claim: a busy worker claims in batches, not one task per slot.
         let batch = (self.config.concurrency / 4).clamp(1, MAX_CLAIM / 4);
         let mut claim_at: Option<Instant> = None;
+        // Set at each poll: look for a copy of a service to make room for.
+        let mut want_preempt = false;
 
         loop {
+            if std::mem::take(&mut want_preempt) && self.slots.has_preemptible() {
+                self.preempt(&mut tasks).await;
+            }
             let free = self.config.concurrency.saturating_sub(self.slots.held());
             if want_claim && free > 0 {
                 let window_over = claim_at.is_some_and(|at| at <= Instant::now());
@@ -303,14 +399,17 @@ impl Worker {
                             // A claim that took tasks with requests may have stopped at the
                             // first one that overflowed the free capacity (the claim takes a
                             // prefix): claim again at once with what is left.
-                            let took_requests = claim
-                                .tasks
-                                .iter()
-                                .any(|t| t.cpu_millis.is_some() || t.memory_mb.is_some());
+                            // A claim that took copies of services took them alone (services
+                            // first): claim again at once for the other tasks.
+                            let took_requests = claim.tasks.iter().any(|t| {
+                                t.cpu_millis.is_some()
+                                    || t.memory_mb.is_some()
+                                    || t.kind == "service"
+                            });
                             saturated = claim.tasks.len() == asked || took_requests;
                             self.slots.take(&claim.tasks);
                             for row in claim.tasks {
-                                self.spawn(&mut tasks, row);
+                                self.spawn(&mut tasks, row, Vec::new());
                             }
                             if saturated {
                                 want_claim = self.slots.held() < self.config.concurrency;
@@ -352,6 +451,7 @@ impl Worker {
                     let now = Instant::now();
                     if next_poll <= now {
                         want_claim = true;
+                        want_preempt = true;
                         next_poll = now + self.jittered_poll();
                     }
                     if next_due.is_some_and(|due| due <= now) {
@@ -364,7 +464,65 @@ impl Worker {
         self.shut_down(tasks).await
     }
 
-    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::worker::Claimed) {
+    /// Services first: claims a copy of a service that no worker had room for, when stopping
+    /// some of this worker's preemptible attempts makes room (`sked.copies_claim_preempting`),
+    /// stops them and starts the copy once they have ended.
+    async fn preempt(&self, tasks: &mut JoinSet<()>) {
+        let reclaimable = self.slots.reclaimable(self.config.capacity);
+        let copy = match sked_db::worker::claim_copy_preempting(
+            &self.pool,
+            self.id,
+            &self.config.queues,
+            &self.config.labels,
+            self.config.lease,
+            reclaimable,
+        )
+        .await
+        {
+            Ok(Some(copy)) => copy,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for a copy of a service to make room for failed");
+                return;
+            }
+        };
+        let victims = self
+            .slots
+            .make_room(&copy, self.config.concurrency, self.config.capacity);
+        self.slots.take(std::slice::from_ref(&copy));
+        let Some(victims) = victims else {
+            // The attempts it counted on ended meanwhile and others took their place: hand
+            // the copy back, uncharged, for a worker with room.
+            tracing::info!(copy = %copy.id, "no room for the copy of a service after all; handing it back");
+            let _ = self.done.send(sked_db::worker::Finished {
+                id: copy.id,
+                attempt: copy.attempt,
+                outcome: sked_db::worker::Outcome::Interrupted,
+                exit_code: None,
+                error: Some("handed back: the worker had no room for it after all".to_owned()),
+                stdout_tail: None,
+                stderr_tail: None,
+                output_sha256: None,
+                output: None,
+            });
+            return;
+        };
+        {
+            let running = self.running.lock().expect("running map");
+            for id in &victims {
+                if let Some((_, stopper)) = running.get(id) {
+                    stopper.stop(StopReason::Preempted(copy.id));
+                }
+            }
+        }
+        tracing::info!(copy = %copy.id, stopped = ?victims,
+            "preempting tasks to make room for a copy of a service");
+        self.spawn(tasks, copy, victims);
+    }
+
+    /// Runs a claimed attempt in its own task; it starts once the attempts in `after` (those
+    /// stopped to make room for it) have ended, or after the kill grace period and 10 s more.
+    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::worker::Claimed, after: Vec<Uuid>) {
         let stopper = Arc::new(Stopper::default());
         self.running
             .lock()
@@ -374,12 +532,23 @@ impl Worker {
         let done = self.done.clone();
         let running = self.running.clone();
         let slots = self.slots.clone();
+        let kill_grace = self.config.kill_grace;
         let span =
             tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
                 // Leaves the running map when the attempt ends, even by a panic: from then on
                 // the heartbeat no longer renews its lease, and the result is the completer's.
+                if !after.is_empty() {
+                    let deadline = Instant::now() + kill_grace + Duration::from_secs(10);
+                    while Instant::now() < deadline
+                        && after
+                            .iter()
+                            .any(|id| running.lock().expect("running map").contains_key(id))
+                    {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
                 let leave = LeaveRunning(running, row.id, slots);
                 tracing::debug!("attempt started");
                 let finished = executor::execute(&ctx, &row, stopper).await;
