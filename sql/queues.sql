@@ -236,8 +236,11 @@ declare
   ahead bigint;
   roomy integer;
   blocking boolean := false;
+  copy boolean;
+  copies bigint;
 begin
   select * into t from sked.tasks x where x.id = p_id;
+  copy := t.kind = 'service' and t.shard_of is not null;
   if not found or t.state not in ('blocked', 'waiting', 'retry') then
     return;
   end if;
@@ -328,7 +331,8 @@ begin
     blocking := true;
   end if;
 
-  if q.max_running is not null then
+  -- Queue limits hold back other tasks, not the copies of services (services first).
+  if q.max_running is not null and not copy then
     select count(*) into running from sked.tasks x
      where x.lease_expires_at is not null and x.state = 'running' and x.queue = t.queue;
     if running >= q.max_running then
@@ -340,7 +344,7 @@ begin
     end if;
   end if;
 
-  if q.rate_per_sec is not null then
+  if q.rate_per_sec is not null and not copy then
     tokens := sked.queue_tokens(q.rate_per_sec, q.burst, q.tokens, q.tokens_at, p_now);
     if tokens < 1 - 1e-9 then
       code := 'rate_limited';
@@ -356,12 +360,21 @@ begin
     return;
   end if;
 
-  -- Nothing stops it: it waits for room on a worker that fits it, behind the tasks ahead.
+  -- Nothing stops it: it waits for room on a worker that fits it, behind the tasks ahead
+  -- (for a copy of a service, only the copies ahead: services first).
   select count(*) into ahead
     from (select 1 from sked.tasks a
            where a.state in ('waiting', 'retry') and a.queue = t.queue and a.next_run_at <= p_now
              and (a.priority > t.priority or (a.priority = t.priority and a.next_run_at < t.next_run_at))
+             and (not copy or (a.kind = 'service' and a.shard_of is not null))
            limit 10000) x;
+  -- The due copies of services of its queue that wait for room: workers hold their CPU and
+  -- memory for them.
+  select count(*) into copies
+    from sked.tasks c
+   where c.kind = 'service' and c.shard_of is not null and c.state in ('waiting', 'retry')
+     and c.queue = t.queue and c.next_run_at <= p_now and c.id <> t.id
+     and (c.cpu_millis is not null or c.memory_mb is not null);
   select count(*) into roomy
     from sked.workers w
     left join lateral (
@@ -390,6 +403,16 @@ begin
     message := message || format('; %s%s task%s ahead of it in the queue',
                                  ahead, case when ahead >= 10000 then '+' else '' end,
                                  case when ahead = 1 then ' is' else 's are' end);
+  end if;
+  if copy then
+    message := message || format('; a copy of a service: it goes before other tasks, workers that could hold it keep their CPU and memory for it, and after %s s without room a worker stops preemptible tasks for it',
+                                 extract(epoch from sked.preempt_after())::integer);
+  elsif copies > 0 and (t.cpu_millis is not null or t.memory_mb is not null) then
+    message := message || format('; %s cop%s of services wait%s for room, and the workers that could hold %s claim no task with requests until %s started (services first)',
+                                 copies, case when copies = 1 then 'y' else 'ies' end,
+                                 case when copies = 1 then 's' else '' end,
+                                 case when copies = 1 then 'it' else 'them' end,
+                                 case when copies = 1 then 'it has' else 'they have' end);
   end if;
   if (t.cpu_millis is not null or t.memory_mb is not null)
      and t.next_run_at <= p_now - sked.claim_reserve_after() then

@@ -114,6 +114,29 @@ async fn a_worker_holds_its_capacity_for_a_due_copy_that_does_not_fit_yet() {
     .await
     .unwrap();
     assert_eq!(with_requests, 0);
+    // Why they wait says so.
+    let copy_says = crate::placement::reasons(&db.pool, copy, now).await;
+    assert!(
+        copy_says.len() == 1
+            && copy_says[0]
+                .1
+                .contains("a copy of a service: it goes before other tasks"),
+        "{copy_says:?}"
+    );
+    let waiting: Uuid = sqlx::query_scalar(
+        "select id from sked.tasks where cpu_millis = 100 and state = 'waiting' limit 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let batch_says = crate::placement::reasons(&db.pool, waiting, now).await;
+    assert!(
+        batch_says.len() == 1
+            && batch_says[0]
+                .1
+                .contains("1 copy of services waits for room"),
+        "{batch_says:?}"
+    );
 
     // A worker too small for the copy does not hold back for it.
     let small = register(&db.pool, &["default"], &[], Some(500), None, now).await;
