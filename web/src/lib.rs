@@ -103,6 +103,7 @@ fn Shell() -> impl IntoView {
                 <A href="/tasks">"Tasks"</A>
                 <A href="/workflows">"Workflows"</A>
                 <A href="/schedules">"Schedules"</A>
+                <A href="/services">"Services"</A>
                 <A href="/workers">"Workers"</A>
                 <A href="/queues">"Queues"</A>
                 <A href="/submit">"Submit"</A>
@@ -124,6 +125,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/workflows/:id") view=pages::workflows::WorkflowPage/>
                 <Route path=path!("/schedules") view=pages::schedules::ScheduleList/>
                 <Route path=path!("/schedules/:id") view=pages::schedules::SchedulePage/>
+                <Route path=path!("/services") view=pages::services::Services/>
                 <Route path=path!("/workers") view=pages::workers::Workers/>
                 <Route path=path!("/queues") view=pages::queues::Queues/>
                 <Route path=path!("/submit") view=pages::submit::Submit/>

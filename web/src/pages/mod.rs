@@ -4,6 +4,7 @@ pub mod overview;
 pub mod queues;
 pub mod schedules;
 pub mod service;
+pub mod services;
 pub mod signin;
 pub mod submit;
 pub mod task;
