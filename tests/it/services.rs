@@ -1,8 +1,8 @@
 //! Tests of long-running services (docs/services.md): copies spread over real workers and
 //! moved after kill -9 of one within the lease, restarts in place with a growing backoff,
 //! on_failure, health checks, a rolling update that never drops below N−1 running copies,
-//! stop, scaling, the REST API and CLI, rejected input, and the reconciler in SQL with time
-//! as an input.
+//! stop, scaling, the REST API and CLI, the dashboard (a service's copies, the services page),
+//! rejected input, and the reconciler in SQL with time as an input.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -1421,5 +1421,89 @@ async fn the_task_page_of_a_service_shows_its_copies() {
     assert_quiet_console(b.console_errors().await);
     b.close().await;
     sked_db::task::cancel(&db.pool, service).await.unwrap();
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_page_follows_a_service_from_down_to_up_to_stopped() {
+    use crate::browser::{Browser, PATIENCE};
+    use crate::dashboard::{Server, assert_quiet_console, open_signed_in, token_for};
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", sked_db::token::Role::User).await;
+    let service = submit(
+        &db.pool,
+        "sked.task_submit(kind => 'service', owner => 'alice',
+                          command => array['sleep', '300'], replicas => 2)",
+    )
+    .await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    // The nav leads to the page; without a worker no copy is up.
+    open_signed_in(&b, &server, "/", &alice).await;
+    b.wait("nav a[href='/services']")
+        .await
+        .click()
+        .await
+        .expect("click Services");
+    let row = format!("table.service-list tr[data-service-id='{service}']");
+    let short_id = service.simple().to_string()[20..].to_owned();
+    b.wait(&format!("{row}[data-health='down']")).await;
+    let text = b
+        .js(&format!("document.querySelector(\"{row}\").textContent"))
+        .await;
+    let text = text.as_str().unwrap_or_default();
+    assert!(
+        text.contains(&short_id)
+            && text.contains("sleep 300")
+            && text.contains("0 of 2 up")
+            && text.contains("down"),
+        "a service without a copy up is marked down: {text}"
+    );
+    let href = b
+        .js(&format!(
+            "document.querySelector(\"{row} a\").getAttribute('href')"
+        ))
+        .await;
+    assert_eq!(
+        href.as_str(),
+        Some(format!("/tasks/{service}").as_str()),
+        "the name links to the service's task page"
+    );
+
+    // A worker starts both copies: the page follows without a reload.
+    let worker = start_worker(&db, config(&["default"]));
+    wait_copies(&db.pool, service, PATIENCE, "both copies up", |c| {
+        c.len() == 2 && c.iter().all(|c| c.up)
+    })
+    .await;
+    b.wait(&format!("{row}[data-health='up'][data-running='2']"))
+        .await;
+    let text = b
+        .js(&format!("document.querySelector(\"{row}\").textContent"))
+        .await;
+    assert!(
+        text.as_str().unwrap_or_default().contains("2 of 2 up"),
+        "both copies up: {text}"
+    );
+    b.screenshot("services").await;
+
+    // Stopping the service takes it off the list.
+    sqlx::query("select sked.task_cancel($1)")
+        .bind(service)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    b.wait_js(
+        "the stopped service leaves the list and the page says none runs",
+        &format!(
+            "!document.querySelector(\"{row}\") \
+             && document.querySelector('main.page .empty')?.textContent.includes('No services run')"
+        ),
+    )
+    .await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
     worker.shutdown().await;
 }
