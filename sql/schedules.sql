@@ -528,7 +528,8 @@ begin
      where k not in ('command', 'args', 'queue', 'priority', 'input', 'env', 'max_attempts',
                      'timeout', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
                      'output_path', 'kind', 'backoff_base', 'backoff_max', 'shards',
-                     'broadcast', 'cpu_millis', 'memory_mb', 'max_output_bytes', 'run_as');
+                     'broadcast', 'cpu_millis', 'memory_mb', 'max_output_bytes', 'run_as',
+                     'preemptible');
     if bad is not null then
       raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner)',
         quote_literal(s.name), bad

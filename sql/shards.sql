@@ -61,9 +61,9 @@ $$;
 -- Gives the parents `p_ids` (just inserted, shard_total or broadcast set, no shards yet) their
 -- shards, set-based over all of them. A shard copies its parent's command, args, input, env,
 -- queue, priority, labels, timeout, retry policy, output_path, resource requests and limits
--- (cpu_millis, memory_mb, max_output_bytes, run_as), owner, workflow and start time,
--- and takes over the parent's own DAG parents (with its trigger rule): the parent then depends
--- on its shards only, with the rule `shards`. A broadcast gets one shard per live worker
+-- (cpu_millis, memory_mb, max_output_bytes, run_as), preemptible, owner, workflow and start
+-- time, and takes over the parent's own DAG parents (with its trigger rule): the parent then
+-- depends on its shards only, with the rule `shards`. A broadcast gets one shard per live worker
 -- (sked.worker_is_live at the parent's created_at) that serves its queue and has its labels,
 -- pinned to that worker; with no such worker the submission is rejected.
 create or replace function sked.shards_create(p_ids uuid[])
@@ -125,14 +125,15 @@ begin
                             max_attempts, backoff_base, backoff_max, state, next_run_at,
                             created_at, workflow_id, name, trigger_rule, parents, children,
                             parents_pending, shard_total, shard_index, shard_of, broadcast,
-                            pinned_worker, cpu_millis, memory_mb, max_output_bytes, run_as)
+                            pinned_worker, cpu_millis, memory_mb, max_output_bytes, run_as,
+                            preemptible)
     select s.id, p.owner, p.queue, p.priority, p.kind, p.command, p.args, p.artifact_url,
            p.artifact_sha256, p.input, p.env, p.labels, p.output_path, p.timeout,
            p.max_attempts, p.backoff_base, p.backoff_max,
            case when p.parents_pending > 0 then 'blocked' else 'waiting' end, p.next_run_at,
            p.created_at, p.workflow_id, p.name || '[' || s.idx || ']', p.trigger_rule,
            p.parents, 1, p.parents_pending, s.total, s.idx, p.id, p.broadcast, s.pinned,
-           p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as
+           p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as, p.preemptible
       from plan s join parent p on p.id = s.parent
      order by s.parent, s.idx
   ), edges as (

@@ -118,7 +118,8 @@ create or replace trigger tasks_after_insert_notify
 -- task (docs/shards.md). `cpu_millis` and `memory_mb` request capacity (docs/runtime.md),
 -- `max_output_bytes` caps stdout and stderr, `run_as` names the user the task runs as.
 -- `replicas`, `restart_policy` and `health_check` describe a service (kind 'service',
--- docs/services.md).
+-- docs/services.md). A `preemptible` task may be stopped while it runs to make room for a
+-- copy of a service, and waits again (docs/runtime.md, "Services first"); a service cannot be.
 drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
                                          interval, integer, interval, text, text, text[], text,
                                          text, text, text, interval, interval);
@@ -129,6 +130,10 @@ drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, j
                                          interval, integer, interval, text, text, text[], text,
                                          text, text, text, interval, interval, integer, boolean,
                                          integer, integer, bigint, text);
+drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
+                                         interval, integer, interval, text, text, text[], text,
+                                         text, text, text, interval, interval, integer, boolean,
+                                         integer, integer, bigint, text, integer, text, jsonb);
 create or replace function sked.task_submit(
   command         text[]      default null,
   args            text[]      default '{}',
@@ -157,7 +162,8 @@ create or replace function sked.task_submit(
   run_as          text        default null,
   replicas        integer     default null,
   restart_policy  text        default null,
-  health_check    jsonb       default null
+  health_check    jsonb       default null,
+  preemptible     boolean     default false
 ) returns uuid
 language plpgsql as $$
 #variable_conflict use_column
@@ -168,7 +174,7 @@ begin
                                timeout, owner, idempotency_key, labels, artifact_url,
                                artifact_sha256, output_path, kind, backoff_base, backoff_max,
                                shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                               run_as, replicas, restart_policy, health_check)
+                               run_as, replicas, restart_policy, health_check, preemptible)
   values (task_submit.command, task_submit.args, task_submit.queue, task_submit.priority,
           task_submit.input, task_submit.env,
           coalesce(task_submit.run_at, now()) + coalesce(task_submit.delay, interval '0'),
@@ -178,7 +184,8 @@ begin
           task_submit.backoff_base, task_submit.backoff_max, task_submit.shards,
           coalesce(task_submit.broadcast, false), task_submit.cpu_millis, task_submit.memory_mb,
           task_submit.max_output_bytes, task_submit.run_as, task_submit.replicas,
-          task_submit.restart_policy, task_submit.health_check)
+          task_submit.restart_policy, task_submit.health_check,
+          coalesce(task_submit.preemptible, false))
   on conflict (owner, idempotency_key)
     where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
     do nothing
@@ -192,11 +199,23 @@ begin
 end
 $$;
 
+-- Raises check_violation (tasks_preemptible_must_be_a_boolean) for a `preemptible` key
+-- whose JSON value is not a boolean; its return type lets a CASE of sked.tasks_from_json call it.
+create or replace function sked.task_preemptible_refuse(value jsonb) returns boolean
+language plpgsql as $$
+begin
+  raise exception 'sked.tasks: preemptible must be a boolean (true or false), not %', value
+    using errcode = 'check_violation', constraint = 'tasks_preemptible_must_be_a_boolean',
+          table = 'tasks', schema = 'sked';
+end
+$$;
+
 -- The rows a JSON array of task objects stands for (keys: the arguments of
 -- sked.task_submit), with the table's defaults filled in and a new id each, in input order
 -- (`ord` counts from 1). Objects without `owner` get `owner_`; `run_at` defaults to `p_now`.
 -- Shared by sked.tasks_submit and sked.workflow_submit. The key `shards` is the column
--- shard_total.
+-- shard_total. `preemptible` must be a JSON boolean (or null, which means false): the text
+-- reading of jsonb_to_record would take 1 or "yes" for true.
 drop function if exists sked.tasks_from_json(jsonb, text, timestamptz);
 create or replace function sked.tasks_from_json(
   tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
@@ -207,7 +226,7 @@ returns table (
   output_path text, kind text, backoff_base interval, backoff_max interval,
   shard_total integer, broadcast boolean, cpu_millis integer, memory_mb integer,
   max_output_bytes bigint, run_as text, replicas integer, restart_policy text,
-  health_check jsonb)
+  health_check jsonb, preemptible boolean)
 language sql volatile as $$
   select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
          coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
@@ -220,7 +239,11 @@ language sql volatile as $$
          coalesce(x.backoff_base, interval '1 second'),
          coalesce(x.backoff_max, interval '1 hour'),
          x.shards, coalesce(x.broadcast, false), x.cpu_millis, x.memory_mb,
-         x.max_output_bytes, x.run_as, x.replicas, x.restart_policy, x.health_check
+         x.max_output_bytes, x.run_as, x.replicas, x.restart_policy, x.health_check,
+         case coalesce(jsonb_typeof(r.elem -> 'preemptible'), 'null')
+           when 'boolean' then (r.elem -> 'preemptible')::boolean
+           when 'null' then false
+           else sked.task_preemptible_refuse(r.elem -> 'preemptible') end
     from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
          jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
                                       input jsonb, env jsonb, run_at timestamptz,
@@ -259,12 +282,12 @@ begin
                             max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
                             shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                            run_as, replicas, restart_policy, health_check)
+                            run_as, replicas, restart_policy, health_check, preemptible)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
            i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
-           i.replicas, i.restart_policy, i.health_check
+           i.replicas, i.restart_policy, i.health_check, i.preemptible
       from input i where i.idempotency_key is null order by i.ord
   ), keyed as (
     insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
@@ -272,12 +295,12 @@ begin
                                  artifact_url, artifact_sha256, output_path, kind, backoff_base,
                                  backoff_max, shard_total, broadcast, cpu_millis, memory_mb,
                                  max_output_bytes, run_as, replicas, restart_policy,
-                                 health_check)
+                                 health_check, preemptible)
     select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
            i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
            i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
            i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
-           i.replicas, i.restart_policy, i.health_check
+           i.replicas, i.restart_policy, i.health_check, i.preemptible
       from input i where i.idempotency_key is not null order by i.ord
     on conflict (owner, idempotency_key)
       where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
@@ -386,8 +409,9 @@ $$;
 -- Submit a new task with the definition of task p_id ("run again"): what it runs (kind,
 -- command or artifact, args), its input and environment (the real values, which API answers
 -- mask), queue, priority, labels, output path, timeout, max_attempts (as the task has it
--- now, which retries and interrupted attempts raise), backoff, and shards or broadcast (a
--- sharded task is submitted sharded again). The new task belongs to p_owner, waits from
+-- now, which retries and interrupted attempts raise), backoff, shards or broadcast (a
+-- sharded task is submitted sharded again), resource requests, output cap, user and
+-- whether it is preemptible. The new task belongs to p_owner, waits from
 -- p_now, and has no idempotency key. Tasks of a workflow and shards run as part of their
 -- workflow or parent and are refused (retry them, or resubmit the parent). Returns the new
 -- id, or null when there is no such task.
@@ -417,12 +441,12 @@ begin
                           artifact_sha256, input, env, labels, output_path, timeout,
                           max_attempts, backoff_base, backoff_max, shard_total, broadcast,
                           next_run_at, cpu_millis, memory_mb, max_output_bytes, run_as,
-                          replicas, restart_policy, health_check)
+                          replicas, restart_policy, health_check, preemptible)
   select p_owner, t.queue, t.priority, t.kind, t.command, t.args, t.artifact_url,
          t.artifact_sha256, t.input, t.env, t.labels, t.output_path, t.timeout,
          t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now,
          t.cpu_millis, t.memory_mb, t.max_output_bytes, t.run_as, t.replicas,
-         t.restart_policy, t.health_check
+         t.restart_policy, t.health_check, t.preemptible
     from sked.tasks t where t.id = p_id
   returning id into new_id;
   return new_id;

@@ -311,7 +311,7 @@ begin
                              'timeout', 'labels', 'artifact_url', 'artifact_sha256',
                              'output_path', 'kind', 'backoff_base', 'backoff_max', 'owner',
                              'shards', 'broadcast', 'cpu_millis', 'memory_mb',
-                             'max_output_bytes', 'run_as')
+                             'max_output_bytes', 'run_as', 'preemptible')
              limit 1) end,
          case jsonb_typeof(r.elem -> 'depends_on')
            when 'array' then array(select jsonb_array_elements_text(r.elem -> 'depends_on'))
@@ -436,13 +436,14 @@ begin
                             artifact_sha256, output_path, kind, backoff_base, backoff_max,
                             workflow_id, name, trigger_rule, parents, children, parents_pending,
                             state, created_at, shard_total, broadcast, cpu_millis, memory_mb,
-                            max_output_bytes, run_as)
+                            max_output_bytes, run_as, preemptible)
     select p.task_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
            p.max_attempts, p.timeout, p.owner, null, p.labels, p.artifact_url,
            p.artifact_sha256, p.output_path, p.kind, p.backoff_base, p.backoff_max,
            wf, p.name, p.trigger_rule, p.parents, p.children, p.parents,
            case when p.parents > 0 then 'blocked' else 'waiting' end, p_now,
-           p.shard_total, p.broadcast, p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as
+           p.shard_total, p.broadcast, p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as,
+           p.preemptible
       from parsed p order by p.ord
   )
   insert into sked.task_edges (task_id, depends_on)
