@@ -65,6 +65,7 @@ pub struct TaskRow {
     pub restart_policy: Option<String>,
     pub health_check: Option<Value>,
     pub generation: Option<i32>,
+    pub preemptible: bool,
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -150,6 +151,7 @@ impl TaskRow {
             restart_policy: self.restart_policy,
             health_check: self.health_check,
             generation: self.generation,
+            preemptible: self.preemptible,
         }
     }
 }
@@ -225,6 +227,8 @@ pub(crate) struct SubmitRow<'a> {
     restart_policy: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     health_check: Option<&'a Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    preemptible: bool,
 }
 
 impl<'a> SubmitRow<'a> {
@@ -258,6 +262,7 @@ impl<'a> SubmitRow<'a> {
             replicas: t.replicas,
             restart_policy: t.restart_policy.as_deref(),
             health_check: t.health_check.as_ref(),
+            preemptible: t.preemptible,
         })
     }
 }
@@ -342,6 +347,7 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         copy::opt(&mut buf, t.replicas.map(|v| v.to_string()).as_deref());
         copy::opt(&mut buf, t.restart_policy.as_deref());
         copy::json(&mut buf, t.health_check.as_ref());
+        copy::field(&mut buf, if t.preemptible { "t" } else { "f" });
         buf.pop();
         buf.push('\n');
     }
@@ -352,7 +358,7 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
                               artifact_url, artifact_sha256, output_path, timeout, max_attempts,
                               backoff_base, backoff_max, cpu_millis, memory_mb,
                               max_output_bytes, run_as, replicas, restart_policy,
-                              health_check) from stdin",
+                              health_check, preemptible) from stdin",
         )
         .await?;
     sink.send(buf.into_bytes()).await?;

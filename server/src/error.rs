@@ -241,6 +241,10 @@ const RULES: &[(&str, &str)] = &[
         "health_check is only for tasks of kind service",
     ),
     (
+        "tasks_services_are_not_preemptible",
+        "a service cannot be preemptible: its copies are what preemption makes room for",
+    ),
+    (
         "tasks_broadcast_needs_a_live_worker",
         "broadcast needs a live worker that serves the task's queue and has its labels; none does",
     ),

@@ -217,6 +217,10 @@ pub struct Task {
     /// On a service: the version of its definition; on a copy: the version it runs.
     #[serde(default)]
     pub generation: Option<i32>,
+    /// May be stopped while it runs to make room for a copy of a service; the attempt then
+    /// ends `interrupted` (not charged) and the task waits again (see `docs/runtime.md`).
+    #[serde(default)]
+    pub preemptible: bool,
 }
 
 fn default_trigger_rule() -> String {
@@ -334,6 +338,12 @@ pub struct SubmitTask {
     /// fails its check that many times in a row is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<serde_json::Value>,
+    /// May be stopped while it runs to make room for a copy of a service (services first):
+    /// the attempt ends `interrupted` with an error starting "preempted:", is not charged, and
+    /// the task waits again to be claimed. For short batch tasks that can start over; a
+    /// service cannot be preemptible.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
 }
 
 /// The answer to a submission: the ids in request order.
