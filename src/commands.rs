@@ -144,6 +144,11 @@ pub struct SubmitArgs {
     broadcast: bool,
     #[command(flatten)]
     resources: crate::units::ResourceFlags,
+    /// The task may be stopped while it runs to make room for a copy of a service; it then
+    /// waits again without losing an attempt. For short batch tasks that can start over; a
+    /// service cannot be preemptible (see docs/runtime.md, "Services first").
+    #[arg(long, conflicts_with = "service")]
+    preemptible: bool,
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
@@ -155,7 +160,8 @@ pub struct SubmitArgs {
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = [
         "command", "queue", "priority", "env", "input", "input_file", "delay", "at", "max_attempts",
         "timeout", "idempotency_key", "labels", "kind", "shards", "broadcast", "cpu", "memory",
-        "max_output", "run_as", "service", "replicas", "restart", "health_cmd", "health_url",
+        "max_output", "run_as", "preemptible", "service", "replicas", "restart", "health_cmd",
+        "health_url",
     ])]
     file: Option<PathBuf>,
 }
@@ -334,6 +340,12 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     if health_check.is_some() && kind != "service" {
         bail!("--health-cmd and --health-url are for services: add --service");
     }
+    if args.preemptible && kind == "service" {
+        bail!(
+            "--preemptible is not for services: a service cannot be preemptible, its copies are \
+             what preemption makes room for"
+        );
+    }
     let input = match (&args.input, &args.input_file) {
         (Some(v), _) => Some(v.clone()),
         (None, Some(path)) => Some(read_input(path)?),
@@ -367,6 +379,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         replicas: args.replicas,
         restart_policy: args.restart.clone(),
         health_check,
+        preemptible: args.preemptible,
         ..SubmitTask::default()
     };
     args.resources.apply(&mut task);

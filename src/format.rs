@@ -58,6 +58,12 @@ pub fn describe(detail: &TaskDetail) -> String {
     if let Some(user) = &t.run_as {
         line("runs as:", user.clone());
     }
+    if t.preemptible {
+        line(
+            "preemptible:",
+            "yes (may be stopped to make room for a service, then waits again)".to_owned(),
+        );
+    }
     match (t.shard_of, t.shard_index, t.shard_total) {
         (Some(parent), Some(index), Some(total)) => {
             line("shard:", format!("{index} of {total} (of task {parent})"))

@@ -142,6 +142,10 @@ struct TaskFlags {
     /// The user to run as (a name or a uid); the worker's default when absent.
     #[arg(long, value_name = "USER")]
     run_as: Option<String>,
+    /// Each occurrence may be stopped while it runs to make room for a copy of a service;
+    /// it then waits again without losing an attempt (see docs/runtime.md).
+    #[arg(long)]
+    preemptible: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -343,6 +347,7 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
         memory_mb: flags.memory,
         max_output_bytes: flags.max_output,
         run_as: flags.run_as.clone(),
+        preemptible: flags.preemptible,
         ..SubmitTask::default()
     })
 }
