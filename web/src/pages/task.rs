@@ -418,6 +418,10 @@ fn Detail(
                 <dd>{task.timeout_secs.map(ui::duration).unwrap_or_else(|| "none".into())}</dd>
                 {task.output_path.clone().map(|p| view! { <dt>"Output path"</dt> <dd class="mono">{p}</dd> })}
                 {requests(&task).map(|r| view! { <dt>"Requests"</dt> <dd>{r}</dd> })}
+                {task.preemptible.then(|| view! {
+                    <dt>"Preemptible"</dt>
+                    <dd>"yes" <span class="hint">" · may be stopped to make room for a service, then waits again"</span></dd>
+                })}
                 {task.max_output_bytes.map(|b| view! { <dt>"Max output"</dt> <dd>{format!("{b} bytes")}</dd> })}
                 {task.run_as.clone().map(|u| view! { <dt>"Runs as"</dt> <dd class="mono">{u}</dd> })}
                 {task.idempotency_key.clone().map(|k| view! { <dt>"Idempotency key"</dt> <dd class="mono">{k}</dd> })}
