@@ -171,6 +171,18 @@ pub async fn post<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> Ap
     send(request).await
 }
 
+/// `PATCH /api/v1{path}` with a JSON body.
+pub async fn patch<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> ApiResult<T> {
+    let token = token();
+    let request = with_auth(
+        gloo_net::http::Request::patch(&format!("/api/v1{path}")),
+        token.as_deref(),
+    )
+    .json(body)
+    .map_err(ApiError::network)?;
+    send(request).await
+}
+
 /// `POST /api/v1{path}` without a body.
 pub async fn post_empty<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
     post(path, &serde_json::json!({})).await

@@ -1,18 +1,21 @@
 //! The queues page (`/queues`): per queue, the tasks due now (its depth), delayed, running and
 //! retrying, how long its oldest due task has waited, and its controls (paused, concurrency
-//! and rate limits), with pause and resume buttons for admins.
+//! and rate limits), with pause and resume buttons and a form that edits the limits for
+//! admins.
 //!
 //! The numbers come from `GET /api/v1/overview`, the snapshot `GET /api/v1/queues` is built
 //! from: the overview tells due tasks from delayed ones, which `/queues` counts together as
 //! `waiting`. Live like the overview page. The controls come from `GET /api/v1/queues`,
 //! fetched at start, after an action and at most every few seconds while the overview
-//! changes; a queue with controls is listed even without tasks.
+//! changes; a queue with controls is listed even without tasks. Rows are keyed by the
+//! queue's name and follow its numbers in place, so an open limits form keeps what is typed
+//! in it while the numbers change.
 
 use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use sked_types::{QueueControls, QueueCounts, QueueOverview};
+use sked_types::{QueueControls, QueueCounts, QueueLimits, QueueOverview};
 
 use crate::api;
 use crate::pages::overview::{aged_secs, live_overview};
@@ -81,6 +84,8 @@ pub fn Queues() -> impl IntoView {
             .me
             .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
     });
+    // The limits form opens with the queue's limits: only once they are known.
+    let controls_ready = Signal::derive(move || controls.data.with(Option::is_some));
     let action_error = RwSignal::new(None::<String>);
     let queues = Memo::new(move |_| {
         let by_name: BTreeMap<String, QueueControls> = controls.data.with(|c| {
@@ -115,13 +120,8 @@ pub fn Queues() -> impl IntoView {
             load_controls();
         });
     };
-    let rows = move || {
-        queues
-            .get()
-            .into_iter()
-            .map(|(q, c)| queue_row(q, c, aged, is_admin, act))
-            .collect_view()
-    };
+    let names =
+        move || queues.with(|qs| qs.iter().map(|(q, _)| q.queue.clone()).collect::<Vec<_>>());
     view! {
         <h1>"Queues"</h1>
         {error}
@@ -161,7 +161,13 @@ pub fn Queues() -> impl IntoView {
                                 <th class="hide-narrow"></th>
                             </tr>
                         </thead>
-                        <tbody>{rows}</tbody>
+                        <tbody>
+                            <For
+                                each=names
+                                key=|name| name.clone()
+                                children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
+                            />
+                        </tbody>
                     </table>
                 </div>
             </Show>
@@ -181,54 +187,296 @@ fn controls_text(c: &QueueControls) -> Vec<String> {
     limits
 }
 
-fn queue_row(
-    q: QueueOverview,
-    c: QueueControls,
-    aged: Signal<f64>,
-    admin: Signal<bool>,
-    act: impl Fn(String, &'static str) + Copy + Send + Sync + 'static,
-) -> impl IntoView {
-    let paused = c.paused_at.is_some();
-    let limits = controls_text(&c).join(" · ");
-    let name = q.queue.clone();
-    let button = move || {
-        admin.get().then(|| {
-            let name = name.clone();
-            let (action, label) = if paused {
-                ("resume", "Resume")
-            } else {
-                ("pause", "Pause")
-            };
-            view! {
-                <button type="button" data-action=action on:click=move |_| act(name.clone(), action)>
-                    {label}
-                </button>
-            }
+/// The most a count limit or the rate may be, as the API says.
+const MOST: i64 = 1_000_000;
+
+/// The limits form's fields as typed. An empty field (or `none`) removes the limit; an empty
+/// burst is the rate rounded up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LimitsForm {
+    pub max_running: String,
+    pub rate_per_sec: String,
+    pub burst: String,
+}
+
+impl LimitsForm {
+    /// The form filled with a queue's controls. A burst that is the rate rounded up (the
+    /// default) is left empty, so that a new rate brings its own default burst.
+    pub fn of(c: &QueueControls) -> LimitsForm {
+        let default_burst = c.rate_per_sec.map(default_burst);
+        LimitsForm {
+            max_running: c.max_running.map(|n| n.to_string()).unwrap_or_default(),
+            rate_per_sec: c.rate_per_sec.map(|r| r.to_string()).unwrap_or_default(),
+            burst: c
+                .burst
+                .filter(|&b| Some(b) != default_burst)
+                .map(|b| b.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The `PATCH /api/v1/queues/{name}` body that sets all three limits as typed (`null` for
+    /// an empty field), or what is wrong with the first bad field. A burst without a rate is
+    /// left to the server, which refuses it with its own message.
+    pub fn parse(&self) -> Result<QueueLimits, String> {
+        Ok(QueueLimits {
+            max_running: Some(parse_count(&self.max_running, "Max running", "no limit")?),
+            rate_per_sec: Some(parse_rate(&self.rate_per_sec)?),
+            burst: Some(parse_count(&self.burst, "Burst", "the rate rounded up")?),
         })
-    };
-    let href = format!("/tasks?queue={}", api::enc(&q.queue));
-    let cell = |n: i64, class: &'static str| {
-        let class = if n == 0 {
+    }
+}
+
+/// The burst of a rate without one set: the rate rounded up, at least 1 (as
+/// `sked.queue_burst` computes it).
+fn default_burst(rate: f64) -> i32 {
+    rate.ceil().max(1.0) as i32
+}
+
+/// True for a field that means "no limit".
+fn unset(text: &str) -> bool {
+    text.is_empty() || text.eq_ignore_ascii_case("none")
+}
+
+/// A whole number from 1 to 1,000,000, or `None` for an empty field.
+fn parse_count(text: &str, field: &str, empty: &str) -> Result<Option<i32>, String> {
+    let t = text.trim();
+    if unset(t) {
+        return Ok(None);
+    }
+    match t.parse::<i64>() {
+        Ok(n) if (1..=MOST).contains(&n) => Ok(Some(n as i32)),
+        Ok(n) if n < 1 => Err(format!(
+            "{field} must be at least 1, got {n} (leave it empty for {empty})."
+        )),
+        _ if t.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("{field} must be at most {MOST}, got {t}."))
+        }
+        _ => Err(format!(
+            "{field} must be a whole number, got “{t}” (leave it empty for {empty})."
+        )),
+    }
+}
+
+/// Tasks per second, more than 0 and at most 1,000,000 (fractions allowed), or `None` for an
+/// empty field.
+fn parse_rate(text: &str) -> Result<Option<f64>, String> {
+    let t = text.trim();
+    if unset(t) {
+        return Ok(None);
+    }
+    match t.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= MOST as f64 => Ok(Some(r)),
+        Ok(r) if r.is_finite() && r <= 0.0 => Err(format!(
+            "Rate per second must be more than 0, got {t} (0.5 is one start every two seconds; leave it empty for no limit)."
+        )),
+        Ok(r) if r.is_finite() => Err(format!("Rate per second must be at most {MOST}, got {t}.")),
+        _ => Err(format!(
+            "Rate per second must be a number, got “{t}” (leave it empty for no limit)."
+        )),
+    }
+}
+
+/// A count cell that follows `n`; zero is muted.
+fn count_cell(
+    n: impl Fn() -> i64 + Copy + Send + Sync + 'static,
+    class: &'static str,
+) -> impl IntoView {
+    let class = move || {
+        if n() == 0 {
             format!("num zero {class}")
         } else {
             format!("num {class}")
-        };
-        view! { <td class=class>{ui::count(n)}</td> }
+        }
     };
-    let oldest = q.oldest_due_secs;
+    view! { <td class=class>{move || ui::count(n())}</td> }
+}
+
+/// A queue's row, which follows the queue in `queues`, and for admins its limits form in a
+/// row under it. The form is the row's own state: it stays open, with what is typed, while
+/// the numbers change, and closes when saved or cancelled.
+fn queue_row(
+    name: String,
+    queues: Memo<Vec<(QueueOverview, QueueControls)>>,
+    aged: Signal<f64>,
+    admin: Signal<bool>,
+    controls_ready: Signal<bool>,
+    act: impl Fn(String, &'static str) + Copy + Send + Sync + 'static,
+    reload: impl Fn() + Copy + Send + Sync + 'static,
+) -> impl IntoView {
+    let row = Memo::new({
+        let name = name.clone();
+        move |_| queues.with(|qs| qs.iter().find(|(q, _)| q.queue == name).cloned())
+    });
+    let count = move |f: fn(&QueueOverview) -> i64| {
+        move || row.with(|r| r.as_ref().map_or(0, |(q, _)| f(q)))
+    };
+    let paused =
+        Memo::new(move |_| row.with(|r| r.as_ref().is_some_and(|(_, c)| c.paused_at.is_some())));
+    let limits = move || {
+        row.with(|r| {
+            r.as_ref()
+                .map(|(_, c)| controls_text(c).join(" · "))
+                .unwrap_or_default()
+        })
+    };
+    let oldest = move || {
+        row.with(|r| r.as_ref().and_then(|(q, _)| q.oldest_due_secs))
+            .map(|s| ui::duration(s + aged.get()))
+            .unwrap_or_else(|| "—".to_owned())
+    };
+
+    let editing = RwSignal::new(false);
+    let form = RwSignal::new(LimitsForm::default());
+    let form_error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let open_form = move || {
+        form.set(row.with_untracked(|r| {
+            r.as_ref()
+                .map(|(_, c)| LimitsForm::of(c))
+                .unwrap_or_default()
+        }));
+        form_error.set(None);
+        editing.set(true);
+    };
+    let close_form = move || {
+        editing.set(false);
+        form_error.set(None);
+    };
+
+    let buttons = {
+        let name = name.clone();
+        move || {
+            admin.get().then(|| {
+                let name = name.clone();
+                let (action, label) = if paused.get() {
+                    ("resume", "Resume")
+                } else {
+                    ("pause", "Pause")
+                };
+                view! {
+                    <button type="button" data-action=action on:click=move |_| act(name.clone(), action)>
+                        {label}
+                    </button>
+                    " "
+                    <button
+                        type="button"
+                        data-action="edit-limits"
+                        aria-expanded=move || editing.get().to_string()
+                        disabled=move || editing.get() || !controls_ready.get()
+                        on:click=move |_| open_form()
+                    >
+                        "Edit limits"
+                    </button>
+                }
+            })
+        }
+    };
+
+    let save = {
+        let path = format!("/queues/{}", api::enc(&name));
+        move |ev: leptos::ev::SubmitEvent| {
+            ev.prevent_default();
+            if busy.get_untracked() {
+                return;
+            }
+            let limits = match form.with_untracked(LimitsForm::parse) {
+                Ok(limits) => limits,
+                Err(message) => {
+                    form_error.set(Some(message));
+                    return;
+                }
+            };
+            form_error.set(None);
+            busy.set(true);
+            let path = path.clone();
+            spawn_local(async move {
+                let result = api::patch::<QueueLimits, QueueControls>(&path, &limits).await;
+                busy.try_set(false);
+                match result {
+                    Ok(_) => {
+                        editing.try_set(false);
+                    }
+                    Err(e) => {
+                        form_error.try_set(Some(e.message));
+                    }
+                }
+                reload();
+            });
+        }
+    };
+    // Text inputs, not `type=number`: a number input reads as empty when what is typed is not
+    // a number, which would remove the limit instead of saying what is wrong.
+    let field = move |id: &'static str,
+                      label: &'static str,
+                      placeholder: &'static str,
+                      mode: &'static str,
+                      get: fn(&LimitsForm) -> &String,
+                      set: fn(&mut LimitsForm, String)| {
+        view! {
+            <label class="field">
+                {label}
+                <input
+                    name=id
+                    inputmode=mode
+                    autocomplete="off"
+                    placeholder=placeholder
+                    prop:value=move || form.with(|f| get(f).clone())
+                    on:input=move |ev| form.update(|f| set(f, event_target_value(&ev)))
+                />
+            </label>
+        }
+    };
+    let href = format!("/tasks?queue={}", api::enc(&name));
+    let form_of = name.clone();
+    let form_row = move || {
+        (admin.get() && editing.get()).then(|| {
+            view! {
+                <tr class="sub limits-edit" data-limits-of=form_of.clone()>
+                    <td colspan="9">
+                        <form
+                            class="limits-form"
+                            novalidate=true
+                            on:submit=save.clone()
+                            on:keydown=move |ev| {
+                                if ev.key() == "Escape" {
+                                    close_form()
+                                }
+                            }
+                        >
+                            {field("max_running", "Max running", "none", "numeric", |f| &f.max_running, |f, v| f.max_running = v)}
+                            {field("rate_per_sec", "Rate per second", "none", "decimal", |f| &f.rate_per_sec, |f, v| f.rate_per_sec = v)}
+                            {field("burst", "Burst", "rate rounded up", "numeric", |f| &f.burst, |f, v| f.burst = v)}
+                            <div class="actions">
+                                <button type="submit" class="primary" data-action="save-limits" disabled=move || busy.get()>
+                                    "Save"
+                                </button>
+                                <button type="button" data-action="cancel-limits" on:click=move |_| close_form()>
+                                    "Cancel"
+                                </button>
+                            </div>
+                            <p class="hint">
+                                "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up."
+                            </p>
+                            {move || form_error.get().map(|m| view! { <ErrorBox message=m/> })}
+                        </form>
+                    </td>
+                </tr>
+            }
+        })
+    };
+
     view! {
-        <tr data-queue=q.queue.clone() data-paused=paused.to_string()>
-            <td><a href=href.clone()>{q.queue.clone()}</a></td>
-            {cell(q.waiting_due, "")}
-            <td class="num">
-                {move || oldest.map(|s| ui::duration(s + aged.get())).unwrap_or_else(|| "—".to_owned())}
-            </td>
-            {cell(q.waiting_delayed, "")}
-            {cell(q.running, "")}
-            {cell(q.retry, "")}
-            {cell(q.blocked, "hide-narrow")}
+        <tr data-queue=name.clone() data-paused=move || paused.get().to_string()>
+            <td><a href=href.clone()>{name.clone()}</a></td>
+            {count_cell(count(|q| q.waiting_due), "")}
+            <td class="num">{oldest}</td>
+            {count_cell(count(|q| q.waiting_delayed), "")}
+            {count_cell(count(|q| q.running), "")}
+            {count_cell(count(|q| q.retry), "")}
+            {count_cell(count(|q| q.blocked), "hide-narrow")}
             <td class="controls">
-                {if paused {
+                {move || if paused.get() {
                     view! { <span class="badge schedule-paused">"paused"</span> }
                 } else {
                     view! { <span class="badge schedule-active">"active"</span> }
@@ -236,10 +484,11 @@ fn queue_row(
                 " "
                 <span class="limits">{limits}</span>
                 " "
-                {button}
+                {buttons}
             </td>
             <td class="hide-narrow"><a href=href>"tasks →"</a></td>
         </tr>
+        {form_row}
     }
 }
 
@@ -276,5 +525,111 @@ mod tests {
         assert_eq!(rows[1].0.running, 2, "counts stay with their queue");
         assert_eq!(controls_text(&rows[0].1), ["max 3 running"]);
         assert_eq!(controls_text(&rows[1].1), ["10/s, burst 10"]);
+    }
+
+    fn form(max_running: &str, rate_per_sec: &str, burst: &str) -> LimitsForm {
+        LimitsForm {
+            max_running: max_running.into(),
+            rate_per_sec: rate_per_sec.into(),
+            burst: burst.into(),
+        }
+    }
+
+    #[test]
+    fn the_limits_form_sends_every_field_and_null_for_an_empty_one() {
+        let limits = form(" 3 ", "0.5", "").parse().unwrap();
+        assert_eq!(
+            limits,
+            QueueLimits {
+                max_running: Some(Some(3)),
+                rate_per_sec: Some(Some(0.5)),
+                burst: Some(None),
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&limits).unwrap(),
+            serde_json::json!({"max_running": 3, "rate_per_sec": 0.5, "burst": null}),
+            "an empty field is sent as null, which removes the limit"
+        );
+        assert_eq!(
+            form("", "none", "NONE").parse().unwrap(),
+            QueueLimits {
+                max_running: Some(None),
+                rate_per_sec: Some(None),
+                burst: Some(None),
+            },
+            "empty and none both remove a limit"
+        );
+        assert_eq!(
+            form("1000000", "1000000", "7").parse().unwrap().burst,
+            Some(Some(7))
+        );
+        // A burst without a rate is the server's to refuse, with its own message.
+        assert!(form("", "", "5").parse().is_ok());
+    }
+
+    #[test]
+    fn the_limits_form_refuses_what_is_not_a_limit_and_names_the_field() {
+        for (f, field, says) in [
+            (form("-1", "", ""), "Max running", "at least 1"),
+            (form("0", "", ""), "Max running", "at least 1"),
+            (form("abc", "", ""), "Max running", "whole number"),
+            (form("2.5", "", ""), "Max running", "whole number"),
+            (form("1000001", "", ""), "Max running", "at most 1000000"),
+            (
+                form("99999999999999999999", "", ""),
+                "Max running",
+                "at most",
+            ),
+            (form("", "-5", ""), "Rate per second", "more than 0"),
+            (form("", "0", ""), "Rate per second", "more than 0"),
+            (form("", "fast", ""), "Rate per second", "a number"),
+            (form("", "inf", ""), "Rate per second", "a number"),
+            (form("", "NaN", ""), "Rate per second", "a number"),
+            (form("", "2e6", ""), "Rate per second", "at most"),
+            (form("", "5", "-2"), "Burst", "at least 1"),
+            (form("", "5", "x"), "Burst", "whole number"),
+        ] {
+            let e = f.parse().unwrap_err();
+            assert!(
+                e.starts_with(field) && e.contains(says),
+                "{f:?} is refused for {field} ({says}): {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_limits_form_opens_with_the_queues_limits() {
+        let c = QueueControls {
+            queue: "mail".into(),
+            max_running: Some(3),
+            rate_per_sec: Some(2.5),
+            burst: Some(3),
+            ..QueueControls::default()
+        };
+        assert_eq!(
+            LimitsForm::of(&c),
+            form("3", "2.5", ""),
+            "the default burst (the rate rounded up) is left empty"
+        );
+        let c = QueueControls {
+            burst: Some(20),
+            ..c
+        };
+        assert_eq!(
+            LimitsForm::of(&c).burst,
+            "20",
+            "a burst set on purpose is shown"
+        );
+        assert_eq!(
+            LimitsForm::of(&c).parse().unwrap(),
+            QueueLimits {
+                max_running: Some(Some(3)),
+                rate_per_sec: Some(Some(2.5)),
+                burst: Some(Some(20)),
+            },
+            "saving an unchanged form keeps the limits"
+        );
+        assert_eq!(LimitsForm::of(&QueueControls::default()), form("", "", ""));
     }
 }
