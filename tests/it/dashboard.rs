@@ -492,3 +492,175 @@ async fn an_admin_pauses_and_resumes_a_queue_from_the_queues_page() {
     assert_quiet_console(b.console_errors().await);
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_edits_a_queues_limits_from_the_queues_page() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "root", Role::Admin).await;
+    insert(
+        &db.pool,
+        "(owner, kind, queue) values ('alice', 'noop', 'mail')",
+    )
+    .await;
+    let limits = async || -> (Option<i32>, Option<f64>, Option<i32>) {
+        sqlx::query_as(
+            "select max_running, rate_per_sec, burst from sked.queues where name = 'mail'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+        .unwrap_or_default()
+    };
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/queues", &admin).await;
+    let row = "tr[data-queue=mail]";
+    let form = "tr[data-limits-of=mail]";
+    // Types `text` into a field of the form, replacing what it holds.
+    let fill = async |name: &str, text: &str| {
+        let css = format!("{form} input[name={name}]");
+        let input = b.wait(&css).await;
+        b.js(&format!(
+            "(e => {{ e.value = ''; e.dispatchEvent(new Event('input', {{bubbles: true}})); return true; }})(document.querySelector('{css}'))"
+        ))
+        .await;
+        if !text.is_empty() {
+            input.send_keys(text).await.unwrap();
+        }
+    };
+    let click = async |css: &str| b.wait(css).await.click().await.unwrap();
+    let limits_text = format!("document.querySelector('{row} .limits').textContent");
+    let form_error = async || {
+        b.wait(&format!("{form} .error"))
+            .await
+            .text()
+            .await
+            .unwrap()
+    };
+
+    // Max running 3 and 5/s: the row and the database follow.
+    b.wait(&format!("{row}[data-paused=false]")).await;
+    click(&format!("{row} [data-action=edit-limits]")).await;
+    fill("max_running", "3").await;
+    fill("rate_per_sec", "5").await;
+    // The live numbers change under the open form, which keeps what is typed.
+    insert(
+        &db.pool,
+        "(owner, kind, queue) values ('alice', 'noop', 'mail')",
+    )
+    .await;
+    b.wait_js(
+        "the depth follows the new task",
+        &format!("document.querySelector('{row} td:nth-child(2)').textContent === '2'"),
+    )
+    .await;
+    assert_eq!(
+        b.js(&format!(
+            "document.querySelector('{form} input[name=max_running]').value"
+        ))
+        .await,
+        "3",
+        "a live update keeps the open form and what is typed in it"
+    );
+    b.screenshot("queues-limits-form").await;
+    click(&format!("{form} [data-action=save-limits]")).await;
+    b.wait_js(
+        "the row shows the new limits",
+        &format!("{limits_text} === 'max 3 running · 5/s, burst 5'"),
+    )
+    .await;
+    assert!(!b.exists(form).await, "saving closes the form");
+    assert_eq!(
+        limits().await,
+        (Some(3), Some(5.0), None),
+        "the form set max running 3 and 5/s (the burst left to its default)"
+    );
+
+    // The form opens with the queue's limits.
+    click(&format!("{row} [data-action=edit-limits]")).await;
+    let value = async |name: &str| {
+        b.js(&format!(
+            "document.querySelector('{form} input[name={name}]').value"
+        ))
+        .await
+    };
+    assert_eq!(value("max_running").await, "3");
+    assert_eq!(value("rate_per_sec").await, "5");
+    assert_eq!(value("burst").await, "", "the default burst is left empty");
+
+    // A value that is not a limit is refused in the browser: a message, nothing sent.
+    fill("max_running", "-1").await;
+    click(&format!("{form} [data-action=save-limits]")).await;
+    let e = form_error().await;
+    assert!(
+        e.contains("Max running must be at least 1"),
+        "a negative count is refused with a message: {e}"
+    );
+    fill("max_running", "many").await;
+    click(&format!("{form} [data-action=save-limits]")).await;
+    b.wait_js(
+        "the message follows the field",
+        &format!("document.querySelector('{form} .error').textContent.includes('whole number')"),
+    )
+    .await;
+    b.screenshot("queues-limits-bad").await;
+    assert_eq!(
+        limits().await,
+        (Some(3), Some(5.0), None),
+        "a bad value changes nothing"
+    );
+
+    // What the server refuses (a burst without a rate) is shown with its message, and
+    // changes nothing either.
+    fill("max_running", "3").await;
+    fill("rate_per_sec", "").await;
+    fill("burst", "4").await;
+    click(&format!("{form} [data-action=save-limits]")).await;
+    b.wait_js(
+        "the server's message shows in the form",
+        &format!(
+            "document.querySelector('{form} .error')?.textContent.includes('burst needs rate_per_sec')"
+        ),
+    )
+    .await;
+    assert!(b.exists(form).await, "a refused form stays open");
+    assert_eq!(
+        limits().await,
+        (Some(3), Some(5.0), None),
+        "a refused request changes nothing"
+    );
+
+    // Cancel closes the form and changes nothing.
+    click(&format!("{form} [data-action=cancel-limits]")).await;
+    b.wait_js(
+        "cancel closes the form",
+        &format!("!document.querySelector('{form}')"),
+    )
+    .await;
+    assert_eq!(limits().await, (Some(3), Some(5.0), None));
+
+    // Empty fields remove the limits.
+    click(&format!("{row} [data-action=edit-limits]")).await;
+    fill("max_running", "").await;
+    fill("rate_per_sec", "").await;
+    click(&format!("{form} [data-action=save-limits]")).await;
+    b.wait_js("the row shows no limits", &format!("{limits_text} === ''"))
+        .await;
+    assert_eq!(
+        limits().await,
+        (None, None, None),
+        "empty fields removed the limits"
+    );
+
+    // The 422 of the burst without a rate is the only expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("422"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+}
