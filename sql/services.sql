@@ -603,10 +603,13 @@ create or replace function sked.copies_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
   p_cpu_millis integer, p_memory_mb integer, p_now timestamptz)
 returns setof sked.tasks
-language sql
-set enable_seqscan = off -- see the note at the top of this file
+-- PL/pgSQL keeps the statement's plan for the session; a SQL function plans it on every call.
+language plpgsql
+set enable_seqscan = off -- see the note at the top of sql/workers.sql
 set jit = off
 as $$
+begin
+  return query
   with picked as materialized (
     select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
            sked.shard_is_new(t.next_run_at, p_now) as spread
@@ -635,7 +638,8 @@ as $$
      and (not picked.spread
           or picked.id in (select distinct on (q.shard_of) q.id from picked q
                             where q.spread order by q.shard_of, q.shard_index))
-  returning t.*
+  returning t.*;
+end
 $$;
 
 -- Preemption: claims the copy of a service that has waited longest (of the highest
@@ -649,7 +653,7 @@ create or replace function sked.copies_claim_preempting(
   p_cpu_millis integer, p_memory_mb integer, p_now timestamptz default now())
 returns setof sked.tasks
 language sql
-set enable_seqscan = off -- see the note at the top of this file
+set enable_seqscan = off -- see the note at the top of sql/workers.sql
 set jit = off
 as $$
   with picked as materialized (
