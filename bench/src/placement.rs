@@ -11,7 +11,9 @@
 //!   64 MB, the capacity holds a whole batch), `on, binding` (the capacity holds half a
 //!   batch, so claims take 500), and `queue controls` (no requests, the queue has a
 //!   concurrency and a rate limit that never bind: the claim locks the queue's row, counts its
-//!   running tasks and charges its bucket).
+//!   running tasks and charges its bucket), and `copy waiting` (no requests, and a copy of a
+//!   service waits in the queue for a label the worker lacks: every claim runs the
+//!   services-first pass, which finds nothing to take).
 //! - **Worker**: one real `sked-worker` drains `--w10-drain-tasks` noop tasks without
 //!   requests (`off`) and then the same number requesting 1 millicore and 1 MB each (`on`,
 //!   with `--cpu-millis` and `--memory-mb` large enough for every slot).
@@ -41,6 +43,9 @@ struct Variant {
     free: Free,
     /// The queue has limits that never bind.
     controls: bool,
+    /// A copy of a service waits in the queue for a worker with a label this one lacks, so
+    /// every claim runs the services-first pass and finds nothing it may take.
+    copy_waiting: bool,
 }
 
 fn variants() -> Vec<Variant> {
@@ -54,18 +59,21 @@ fn variants() -> Vec<Variant> {
             requests: None,
             free: Free::default(),
             controls: false,
+            copy_waiting: false,
         },
         Variant {
             name: "advertised",
             requests: None,
             free: whole,
             controls: false,
+            copy_waiting: false,
         },
         Variant {
             name: "on",
             requests: Some((100, 64)),
             free: whole,
             controls: false,
+            copy_waiting: false,
         },
         Variant {
             name: "on, binding",
@@ -75,12 +83,21 @@ fn variants() -> Vec<Variant> {
                 memory_mb: Some(64 * BATCH as i32),
             },
             controls: false,
+            copy_waiting: false,
         },
         Variant {
             name: "queue controls",
             requests: None,
             free: whole,
             controls: true,
+            copy_waiting: false,
+        },
+        Variant {
+            name: "copy waiting",
+            requests: None,
+            free: whole,
+            controls: false,
+            copy_waiting: true,
         },
     ]
 }
@@ -178,6 +195,14 @@ async fn claim_all(
             .await?
         }
     };
+    if v.copy_waiting {
+        sqlx::query(
+            "select sked.task_submit(kind => 'service', command => array['sleep', '1'],
+                                     labels => array['elsewhere'])",
+        )
+        .execute(&db.pool)
+        .await?;
+    }
     if v.controls {
         sqlx::query("select sked.queue_set_limits('default', 1000000, 1000000, 1000000)")
             .execute(&db.pool)
