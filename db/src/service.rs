@@ -227,6 +227,26 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
         .iter()
         .filter(|c| c.state == sked_types::TaskState::Running && c.up_since.is_some())
         .count() as i32;
+    service.healthy = service.health_check.is_some().then(|| {
+        copies
+            .iter()
+            .filter(|c| c.up_since.is_some() && c.healthy_at.is_some())
+            .count() as i32
+    });
+    service.waiting = copies
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.state,
+                sked_types::TaskState::Waiting | sked_types::TaskState::Retry
+            )
+        })
+        .count() as i32;
+    service.restarts = copies
+        .iter()
+        .filter(|c| !c.retired)
+        .map(|c| i64::from(c.restarts))
+        .sum();
     service.copies = copies;
     Ok(service)
 }
@@ -249,9 +269,18 @@ const LAST_EXITS: usize = 20;
 /// A service without its copies; `running` counts the copies whose process is up.
 pub async fn summaries(pool: &PgPool, rows: Vec<TaskRow>) -> Result<Vec<Service>> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let counts: Vec<(Uuid, i64)> = sqlx::query_as(
-        "select c.shard_of, count(*) from sked.tasks c
-          where c.shard_of = any($1) and sked.service_copy_up(c.state, c.up_since, c.started_at)
+    // Per service: copies up, of them healthy, copies waiting, restarts of attached copies.
+    let counts: Vec<(Uuid, i64, i64, i64, i64)> = sqlx::query_as(
+        "select c.shard_of,
+                count(*) filter (where sked.service_copy_up(c.state, c.up_since, c.started_at)),
+                count(*) filter (where sked.service_copy_up(c.state, c.up_since, c.started_at)
+                                   and c.healthy_at is not null),
+                count(*) filter (where c.state in ('waiting', 'retry')),
+                coalesce(sum(c.restarts) filter (
+                  where exists (select 1 from sked.task_edges e
+                                 where e.task_id = c.shard_of and e.depends_on = c.id)), 0)::int8
+           from sked.tasks c
+          where c.shard_of = any($1) and c.state in ('waiting', 'running', 'retry')
           group by c.shard_of",
     )
     .bind(&ids)
@@ -260,13 +289,16 @@ pub async fn summaries(pool: &PgPool, rows: Vec<TaskRow>) -> Result<Vec<Service>
     Ok(rows
         .into_iter()
         .map(|r| {
-            let running = counts
+            let (running, healthy, waiting, restarts) = counts
                 .iter()
                 .find(|c| c.0 == r.id)
-                .map(|c| c.1 as i32)
-                .unwrap_or(0);
+                .map(|c| (c.1 as i32, c.2 as i32, c.3 as i32, c.4))
+                .unwrap_or_default();
             let mut s = summary(r);
             s.running = running;
+            s.healthy = s.health_check.is_some().then_some(healthy);
+            s.waiting = waiting;
+            s.restarts = restarts;
             s
         })
         .collect())
@@ -302,6 +334,9 @@ fn summary(row: TaskRow) -> Service {
         health_check,
         replicas,
         running: 0,
+        healthy: None,
+        waiting: 0,
+        restarts: 0,
         generation,
         created_at: task.created_at,
         finished_at: task.finished_at,

@@ -248,6 +248,13 @@ async fn a_crash_looping_copy_backs_off_longer_each_time_and_the_api_shows_it() 
     assert!(c["last_exits"].as_array().unwrap().len() >= 3, "{shown}");
     assert_eq!(shown["replicas"], 1);
     assert_eq!(shown["generation"], 1);
+    // The service sums its copies' restarts, in the listing too; it has no health check.
+    assert_eq!(shown["restarts"], c["restarts"], "{shown}");
+    assert!(shown["healthy"].is_null(), "{shown}");
+    assert_eq!(shown["waiting"], 0, "{shown}");
+    let (_, listed) = api.get("/api/v1/services", &api.alice).await;
+    let restarts = listed["services"][0]["restarts"].as_i64().unwrap();
+    assert!(restarts >= 3, "{listed}");
     // While it waits for its 4th start (8 s), the copy shows when it starts again.
     assert!(
         c["backing_off_until"].is_string() || c["up_since"].is_string(),
@@ -389,6 +396,11 @@ async fn a_failing_health_check_restarts_the_copy_and_a_passing_one_marks_it_hea
     );
     let healthy_copy = copies(&db.pool, healthy).await[0].clone();
     assert_eq!(healthy_copy.restarts, 0, "a healthy copy is left alone");
+    // The listing counts the copies up that passed their health check.
+    let rows = sked_db::service::running(&db.pool, None, 10).await.unwrap();
+    let listed = sked_db::service::summaries(&db.pool, rows).await.unwrap();
+    let shown = listed.iter().find(|s| s.id == healthy).unwrap();
+    assert_eq!((shown.running, shown.healthy), (1, Some(1)), "{shown:?}");
     server.abort();
     worker.shutdown().await;
 }

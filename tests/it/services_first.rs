@@ -337,9 +337,18 @@ async fn tasks_that_are_not_preemptible_are_never_stopped_for_a_copy() {
 
     // A copy that needs 1000 millicores: only stopping both tasks would make room, and one of
     // them is not preemptible.
-    let (_, copy) = service(&db.pool, Some(1000), db_now(&db.pool).await).await;
+    let (service_id, copy) = service(&db.pool, Some(1000), db_now(&db.pool).await).await;
     tokio::time::sleep(5 * SECS).await;
     assert_eq!(super::support::state(&db.pool, copy).await, "waiting");
+    let rows = sked_db::service::running(&db.pool, None, 10).await.unwrap();
+    let listed = sked_db::service::summaries(&db.pool, rows).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, service_id);
+    assert_eq!(
+        (listed[0].running, listed[0].waiting),
+        (0, 1),
+        "the listing shows the copy waiting"
+    );
     assert_eq!(super::support::state(&db.pool, a).await, "running");
     assert_eq!(super::support::state(&db.pool, b).await, "running");
     assert!(attempts(&db.pool, a).await.is_empty());

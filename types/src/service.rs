@@ -37,6 +37,15 @@ pub struct Service {
     pub replicas: i32,
     /// Copies whose process is up now (retired copies still stopping included).
     pub running: i32,
+    /// Copies up whose process has passed its health check; null for a service without one.
+    #[serde(default)]
+    pub healthy: Option<i32>,
+    /// Copies that wait for a worker (they go before other tasks: docs/runtime.md).
+    #[serde(default)]
+    pub waiting: i32,
+    /// How often the worker restarted the copies that count for the service, summed.
+    #[serde(default)]
+    pub restarts: i64,
     /// The version of the definition; copies of older ones are being rolled over.
     pub generation: i32,
     pub created_at: DateTime<Utc>,

@@ -246,6 +246,26 @@ pub fn Services() -> impl IntoView {
     }
 }
 
+/// What else the copies say, in words: how many passed their health check (when the service
+/// has one), how many wait for a worker, and their restarts; empty when there is nothing.
+fn copy_details(s: &Service) -> String {
+    let mut parts = Vec::new();
+    if let Some(healthy) = s.healthy {
+        parts.push(format!("{healthy} healthy"));
+    }
+    if s.waiting > 0 {
+        parts.push(format!("{} waiting for a worker", s.waiting));
+    }
+    if s.restarts > 0 {
+        parts.push(format!(
+            "{} restart{}",
+            s.restarts,
+            if s.restarts == 1 { "" } else { "s" }
+        ));
+    }
+    parts.join(" · ")
+}
+
 /// A service's row.
 fn service_row(s: Service, admin: bool, tick: ReadSignal<u64>) -> impl IntoView {
     let health = Health::of(s.running, s.replicas);
@@ -273,6 +293,7 @@ fn service_row(s: Service, admin: bool, tick: ReadSignal<u64>) -> impl IntoView 
         )
     };
     let created = s.created_at;
+    let details = copy_details(&s);
     view! {
         <tr
             data-service-id=s.id.to_string()
@@ -295,6 +316,7 @@ fn service_row(s: Service, admin: bool, tick: ReadSignal<u64>) -> impl IntoView 
                     <span class="slots-bar"><span style=format!("width: {percent:.0}%")></span></span>
                     {format!("{} of {} up", s.running, s.replicas)}
                 </span>
+                {(!details.is_empty()).then(|| view! { <div class="hint" data-copy-details="">{details.clone()}</div> })}
             </td>
             <td>{s.queue.clone()}</td>
             <td class="num hide-narrow">{s.generation}</td>
@@ -343,6 +365,9 @@ mod tests {
             health_check: None,
             replicas,
             running,
+            healthy: None,
+            waiting: 0,
+            restarts: 0,
             generation: 1,
             created_at: t,
             finished_at: None,
@@ -426,5 +451,22 @@ mod tests {
         s.artifact_url = Some("https://example.com/app".into());
         s.args = vec!["--port".into(), "8080 1".into()];
         assert_eq!(command_of(&s), "https://example.com/app --port '8080 1'");
+    }
+
+    #[test]
+    fn copy_details_name_health_waiting_copies_and_restarts_only_when_they_say_something() {
+        let mut s = service(2, 3);
+        assert_eq!(copy_details(&s), "");
+        s.healthy = Some(1);
+        s.waiting = 1;
+        s.restarts = 1;
+        assert_eq!(
+            copy_details(&s),
+            "1 healthy · 1 waiting for a worker · 1 restart"
+        );
+        s.healthy = None;
+        s.waiting = 0;
+        s.restarts = 7;
+        assert_eq!(copy_details(&s), "7 restarts");
     }
 }
