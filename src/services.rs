@@ -145,15 +145,17 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<36}  {:<10}  {:>7}  {:>3}  {:<10}  COMMAND",
-        "ID", "OWNER", "RUNNING", "GEN", "RESTART"
+        "{:<36}  {:<10}  {:>7}  {:>7}  {:>8}  {:>3}  {:<10}  COMMAND",
+        "ID", "OWNER", "RUNNING", "WAITING", "RESTARTS", "GEN", "RESTART"
     );
     for s in &page.services {
         println!(
-            "{:<36}  {:<10}  {:>7}  {:>3}  {:<10}  {}",
+            "{:<36}  {:<10}  {:>7}  {:>7}  {:>8}  {:>3}  {:<10}  {}",
             s.id,
             truncate(&s.owner, 10),
             format!("{}/{}", s.running, s.replicas),
+            s.waiting,
+            s.restarts,
             s.generation,
             s.restart_policy,
             truncate(&command_line(s), 60)
@@ -203,10 +205,15 @@ pub fn describe(s: &Service) -> String {
     line("owner:", s.owner.clone());
     line("queue:", s.queue.clone());
     line("command:", command_line(s));
-    line(
-        "replicas:",
-        format!("{} running of {} wanted", s.running, s.replicas),
-    );
+    let mut copies = format!("{} running of {} wanted", s.running, s.replicas);
+    if let Some(healthy) = s.healthy {
+        copies.push_str(&format!(", {healthy} healthy"));
+    }
+    if s.waiting > 0 {
+        copies.push_str(&format!(", {} waiting for a worker", s.waiting));
+    }
+    line("replicas:", copies);
+    line("restarts:", s.restarts.to_string());
     line("generation:", s.generation.to_string());
     line("restart:", s.restart_policy.clone());
     if let Some(check) = &s.health_check {

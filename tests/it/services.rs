@@ -578,6 +578,11 @@ async fn stopping_a_service_stops_every_copy_with_sigterm_and_its_process_is_gon
     assert!(listed.contains(&id) && listed.contains("2/2"), "{listed}");
     let shown = api.ok(&["service", "show", &id]).await;
     assert!(shown.contains("2 running of 2 wanted"), "{shown}");
+    assert!(
+        shown.contains(&format!("{:<15} 0\n", "restarts:")),
+        "{shown}"
+    );
+    assert!(listed.contains("RESTARTS"), "{listed}");
     assert!(shown.contains("[0]") && shown.contains("[1]"), "{shown}");
 
     api.ok(&["cancel", &id]).await;
