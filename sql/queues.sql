@@ -65,6 +65,10 @@ returns table (queue text, allowance integer)
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
 set jit = off
+-- Its statements find rows by primary key and one index; planning them anew for every claim
+-- (PostgreSQL's custom plans for the first calls, and whenever they look cheaper) cost more
+-- than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   perform 1 from sked.queues q
