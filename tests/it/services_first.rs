@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::placement::{db_now, register};
-use crate::support::{config, start_worker, wait_for};
+use crate::support::{TestWorker, config, start_worker, wait_for};
 
 const SECS: Duration = Duration::from_secs(1);
 
@@ -232,6 +232,33 @@ async fn sleeper(pool: &PgPool, priority: i32, preemptible: bool) -> Uuid {
     .unwrap()
 }
 
+/// A worker of 2 slots and 1000 millicores, filled with two sleepers of these priorities
+/// and preemptibility, once both run.
+async fn full_worker(db: &TestDb, sleepers: [(i32, bool); 2]) -> (TestWorker, [Uuid; 2]) {
+    let mut c = config(&["default"]);
+    c.concurrency = 2;
+    c.capacity.cpu_millis = Some(1000);
+    let worker = start_worker(db, c);
+    let mut ids = [Uuid::nil(); 2];
+    for (id, (priority, preemptible)) in ids.iter_mut().zip(sleepers) {
+        *id = sleeper(&db.pool, priority, preemptible).await;
+    }
+    for id in ids {
+        wait_for(&db.pool, id, &["running"], 20 * SECS).await;
+    }
+    (worker, ids)
+}
+
+/// Cancels every task that has not ended.
+async fn stop_all(pool: &PgPool) {
+    sqlx::query(
+        "select sked.task_cancel(id) from sked.tasks where state in ('running', 'waiting')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 #[derive(Debug, sqlx::FromRow)]
 struct Attempt {
     attempt: i32,
@@ -262,14 +289,7 @@ async fn copy_up(pool: &PgPool, copy: Uuid) -> bool {
 #[tokio::test]
 async fn a_full_worker_stops_its_lowest_priority_preemptible_task_for_a_copy() {
     let db = TestDb::new().await;
-    let mut c = config(&["default"]);
-    c.concurrency = 2;
-    c.capacity.cpu_millis = Some(1000);
-    let worker = start_worker(&db, c);
-    let low = sleeper(&db.pool, 0, true).await;
-    let high = sleeper(&db.pool, 5, true).await;
-    wait_for(&db.pool, low, &["running"], 20 * SECS).await;
-    wait_for(&db.pool, high, &["running"], 20 * SECS).await;
+    let (worker, [low, high]) = full_worker(&db, [(0, true), (5, true)]).await;
 
     let submitted = Instant::now();
     let (_, copy) = service(&db.pool, Some(500), db_now(&db.pool).await).await;
@@ -314,26 +334,14 @@ async fn a_full_worker_stops_its_lowest_priority_preemptible_task_for_a_copy() {
     tokio::time::sleep(SECS).await;
     assert_eq!(super::support::state(&db.pool, low).await, "waiting");
 
-    sqlx::query(
-        "select sked.task_cancel(id) from sked.tasks where state in ('running', 'waiting')",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    stop_all(&db.pool).await;
     worker.shutdown().await;
 }
 
 #[tokio::test]
 async fn tasks_that_are_not_preemptible_are_never_stopped_for_a_copy() {
     let db = TestDb::new().await;
-    let mut c = config(&["default"]);
-    c.concurrency = 2;
-    c.capacity.cpu_millis = Some(1000);
-    let worker = start_worker(&db, c);
-    let a = sleeper(&db.pool, 0, false).await;
-    let b = sleeper(&db.pool, 0, true).await;
-    wait_for(&db.pool, a, &["running"], 20 * SECS).await;
-    wait_for(&db.pool, b, &["running"], 20 * SECS).await;
+    let (worker, [a, b]) = full_worker(&db, [(0, false), (0, true)]).await;
 
     // A copy that needs 1000 millicores: only stopping both tasks would make room, and one of
     // them is not preemptible.
@@ -371,11 +379,6 @@ async fn tasks_that_are_not_preemptible_are_never_stopped_for_a_copy() {
     assert_eq!(super::support::state(&db.pool, b).await, "waiting");
     assert_eq!(attempts(&db.pool, b).await[0].outcome, "interrupted");
 
-    sqlx::query(
-        "select sked.task_cancel(id) from sked.tasks where state in ('running', 'waiting')",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    stop_all(&db.pool).await;
     worker.shutdown().await;
 }
