@@ -18,6 +18,7 @@ mod schedule;
 pub mod secrets;
 pub mod service;
 pub mod shell;
+pub mod units;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 pub use queue::{QueueControls, QueueLimits, WaitingReason};
 pub use schedule::{
