@@ -459,7 +459,7 @@ fn print_tasks(tasks: &[sked_types::Task]) {
             t.id,
             t.state.as_str(),
             truncate(&t.queue, 12),
-            format!("{}/{}", t.attempt, t.max_attempts),
+            sked_types::service::attempts_text(t.attempt, t.max_attempts),
             time(Some(t.created_at)),
             truncate(&what(t), 60)
         );

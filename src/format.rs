@@ -85,7 +85,10 @@ pub fn describe(detail: &TaskDetail) -> String {
     if let Some(worker) = t.pinned_worker {
         line("pinned to:", format!("worker {worker}"));
     }
-    line("attempt:", format!("{} of {}", t.attempt, t.max_attempts));
+    line(
+        "attempt:",
+        sked_types::service::attempts_text(t.attempt, t.max_attempts).replace('/', " of "),
+    );
     line("created:", time(Some(t.created_at)));
     if !t.state.is_final() {
         line("next run:", time(Some(t.next_run_at)));

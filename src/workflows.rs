@@ -197,7 +197,7 @@ pub fn describe(detail: &WorkflowDetail) -> String {
             "  {:<20}  {:<15}  {:>7}  {:<36}  {:<24}  {}\n",
             truncate(names.get(&t.id).map_or("", String::as_str), 20),
             t.state.as_str(),
-            format!("{}/{}", t.attempt, t.max_attempts),
+            sked_types::service::attempts_text(t.attempt, t.max_attempts),
             t.id,
             truncate(&format!("{after}{rule}"), 24),
             truncate(&what(t), 40)

@@ -583,6 +583,12 @@ async fn stopping_a_service_stops_every_copy_with_sigterm_and_its_process_is_gon
         "{shown}"
     );
     assert!(listed.contains("RESTARTS"), "{listed}");
+    // Copies never run out of attempts, and the task list says so rather than a huge number.
+    let running = api.ok(&["list", "--state", "running"]).await;
+    assert!(
+        running.contains("1/∞") && !running.contains("1000000000"),
+        "{running}"
+    );
     assert!(shown.contains("[0]") && shown.contains("[1]"), "{shown}");
 
     api.ok(&["cancel", &id]).await;

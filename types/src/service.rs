@@ -106,6 +106,20 @@ pub struct ServiceExit {
     pub restart_at: Option<DateTime<Utc>>,
 }
 
+/// The attempts a copy of a service has (`sked.service_copy_max_attempts()`): it never runs
+/// out of them, as workers restart it in place and a lost lease retries it at once.
+pub const COPY_MAX_ATTEMPTS: i32 = 1_000_000_000;
+
+/// A task's attempt out of its maximum as people read it, `2/3`; a copy of a service never
+/// runs out of attempts, so its maximum shows as `∞`.
+pub fn attempts_text(attempt: i32, max_attempts: i32) -> String {
+    if max_attempts >= COPY_MAX_ATTEMPTS {
+        format!("{attempt}/∞")
+    } else {
+        format!("{attempt}/{max_attempts}")
+    }
+}
+
 /// The answer of `GET /api/v1/services`: the services that run, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -144,4 +158,17 @@ pub struct ServiceUpdated {
     /// The generation after the change (unchanged when only `replicas` changed).
     pub generation: i32,
     pub replicas: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copys_endless_attempts_show_as_infinity() {
+        assert_eq!(attempts_text(2, 3), "2/3");
+        assert_eq!(attempts_text(1, COPY_MAX_ATTEMPTS), "1/∞");
+        // Interrupted attempts raise the maximum by one each.
+        assert_eq!(attempts_text(4, COPY_MAX_ATTEMPTS + 3), "4/∞");
+    }
 }

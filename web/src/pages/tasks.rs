@@ -547,7 +547,7 @@ fn TaskRow(
     };
     let attempt = {
         let t = t.clone();
-        move || t.with(|t| format!("{}/{}", t.attempt, t.max_attempts))
+        move || t.with(|t| sked_types::service::attempts_text(t.attempt, t.max_attempts))
     };
     let owner = {
         let t = t.clone();
