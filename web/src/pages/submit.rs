@@ -5,6 +5,11 @@
 //! lines and the input JSON before sending, and shows the API's message when it refuses.
 //! With "cron", the page creates a schedule (`POST /api/v1/schedules`) whose template is the
 //! task, and previews the expression's next fire times while it is typed.
+//!
+//! "Resources and limits" (folded by default) carries what the task asks of its worker: CPU
+//! and memory to reserve, an output cap, the user to run as, and whether it is preemptible.
+//! The amounts are read by [`sked_types::units`], as the CLI's `--cpu`, `--memory` and
+//! `--max-output` read them, and refused with the same sentences before anything is sent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +18,7 @@ use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_navigate;
+use sked_types::units;
 use sked_types::{CreateSchedule, CronPreview, QueueCounts, Schedule, SubmitTask, Submitted};
 
 use crate::{api, ui};
@@ -108,6 +114,41 @@ fn parse_secs(label: &str, text: &str) -> Result<Option<f64>, String> {
     }
 }
 
+/// An amount read by `parse` from a field, or `None` when it is blank.
+fn parse_amount<T>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    parse(text).map(Some)
+}
+
+/// The CPU field: cores (`0.5`) or millicores (`500m`), as `--cpu` reads them.
+fn parse_cpu(text: &str) -> Result<Option<i32>, String> {
+    parse_amount(text, |t| units::parse_cpu("CPU", t))
+}
+
+/// The memory field: a size (`512M`, `2G`; a plain number is MB), as `--memory` reads it.
+fn parse_memory(text: &str) -> Result<Option<i32>, String> {
+    parse_amount(text, |t| units::parse_memory_mb("Memory", t))
+}
+
+/// The output cap: a size (`10M`; a plain number is bytes), as `--max-output` reads it.
+fn parse_max_output(text: &str) -> Result<Option<i64>, String> {
+    parse_amount(text, |t| units::parse_output_bytes("Max output", t))
+}
+
+/// What a resource field is read as, said under it while it is typed (nothing when blank).
+fn reading<T>(
+    parsed: Result<Option<T>, String>,
+    say: impl Fn(T) -> String,
+) -> Option<Result<String, String>> {
+    parsed.map(|v| v.map(say)).transpose()
+}
+
 /// A `datetime-local` value (`2026-12-01T14:30`), read in the browser's time zone.
 fn local_input_time(text: &str) -> Option<DateTime<Utc>> {
     let ms = js_sys::Date::new(&wasm_bindgen::JsValue::from_str(text)).get_time();
@@ -155,6 +196,11 @@ struct Form {
     max_attempts: RwSignal<String>,
     timeout_secs: RwSignal<String>,
     labels: RwSignal<String>,
+    cpu: RwSignal<String>,
+    memory: RwSignal<String>,
+    max_output: RwSignal<String>,
+    run_as: RwSignal<String>,
+    preemptible: RwSignal<bool>,
     when: RwSignal<When>,
     delay: RwSignal<String>,
     delay_unit: RwSignal<String>,
@@ -166,6 +212,11 @@ struct Form {
 
 impl Form {
     fn new() -> Self {
+        Form::blank(browser_time_zone())
+    }
+
+    /// An empty form whose time zone field holds `time_zone`.
+    fn blank(time_zone: String) -> Self {
         let text = || RwSignal::new(String::new());
         Form {
             command: text(),
@@ -176,12 +227,17 @@ impl Form {
             max_attempts: text(),
             timeout_secs: text(),
             labels: text(),
+            cpu: text(),
+            memory: text(),
+            max_output: text(),
+            run_as: text(),
+            preemptible: RwSignal::new(false),
             when: RwSignal::new(When::Now),
             delay: text(),
             delay_unit: RwSignal::new("minutes".to_owned()),
             run_at: text(),
             cron: text(),
-            time_zone: RwSignal::new(browser_time_zone()),
+            time_zone: RwSignal::new(time_zone),
             name: text(),
         }
     }
@@ -201,6 +257,7 @@ impl Form {
             .map(|l| l.trim().to_owned())
             .filter(|l| !l.is_empty())
             .collect();
+        let run_as = self.run_as.get_untracked().trim().to_owned();
         Ok(SubmitTask {
             command: Some(argv),
             env: parse_env(&self.env.get_untracked())?,
@@ -210,6 +267,11 @@ impl Form {
             max_attempts: parse_int("Max attempts", &self.max_attempts.get_untracked())?,
             timeout_secs: parse_secs("Timeout", &self.timeout_secs.get_untracked())?,
             labels,
+            cpu_millis: parse_cpu(&self.cpu.get_untracked())?,
+            memory_mb: parse_memory(&self.memory.get_untracked())?,
+            max_output_bytes: parse_max_output(&self.max_output.get_untracked())?,
+            run_as: (!run_as.is_empty()).then_some(run_as),
+            preemptible: self.preemptible.get_untracked(),
             ..SubmitTask::default()
         })
     }
@@ -304,6 +366,21 @@ pub fn Submit() -> impl IntoView {
     let argv = Memo::new(move |_| form.command.with(|c| split_command(c)));
     let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err()));
     let env_problem = Memo::new(move |_| form.env.with(|e| parse_env(e).err()));
+    let cpu_reading = move || {
+        reading(form.cpu.with(|t| parse_cpu(t)), |m| {
+            format!("{m} millicores = {} cores", f64::from(m) / 1000.0)
+        })
+    };
+    let memory_reading = move || {
+        reading(form.memory.with(|t| parse_memory(t)), |mb| {
+            format!("{mb} MB")
+        })
+    };
+    let max_output_reading = move || {
+        reading(form.max_output.with(|t| parse_max_output(t)), |b| {
+            format!("{b} bytes")
+        })
+    };
     let when_is = move |w: When| move || form.when.get() == w;
 
     // Queue names for suggestions.
@@ -602,6 +679,79 @@ pub fn Submit() -> impl IntoView {
                 </div>
             </Show>
 
+            <details class="full resources" data-resources="">
+                <summary>"Resources and limits"</summary>
+                <div class="form submit">
+                    <label for="submit-cpu">"CPU"</label>
+                    <div>
+                        <input
+                            id="submit-cpu"
+                            name="cpu_millis"
+                            placeholder="e.g. 0.5 or 500m"
+                            autocomplete="off"
+                            prop:value=move || form.cpu.get()
+                            on:input=move |ev| form.cpu.set(event_target_value(&ev))
+                        />
+                        <span class="hint">" cores or millicores; only a worker with that much free runs it"</span>
+                        <Reading of=cpu_reading/>
+                    </div>
+
+                    <label for="submit-memory">"Memory"</label>
+                    <div>
+                        <input
+                            id="submit-memory"
+                            name="memory_mb"
+                            placeholder="e.g. 512M or 2G"
+                            autocomplete="off"
+                            prop:value=move || form.memory.get()
+                            on:input=move |ev| form.memory.set(event_target_value(&ev))
+                        />
+                        <span class="hint">" reserved, and its limit; a plain number is MB"</span>
+                        <Reading of=memory_reading/>
+                    </div>
+
+                    <label for="submit-max-output">"Max output"</label>
+                    <div>
+                        <input
+                            id="submit-max-output"
+                            name="max_output_bytes"
+                            placeholder="worker's default"
+                            autocomplete="off"
+                            prop:value=move || form.max_output.get()
+                            on:input=move |ev| form.max_output.set(event_target_value(&ev))
+                        />
+                        <span class="hint">" stdout and stderr together, e.g. 10M; a plain number is bytes"</span>
+                        <Reading of=max_output_reading/>
+                    </div>
+
+                    <label for="submit-run-as">"Run as"</label>
+                    <div>
+                        <input
+                            id="submit-run-as"
+                            name="run_as"
+                            placeholder="worker's default"
+                            autocomplete="off"
+                            spellcheck="false"
+                            prop:value=move || form.run_as.get()
+                            on:input=move |ev| form.run_as.set(event_target_value(&ev))
+                        />
+                        <span class="hint">" a user name or uid"</span>
+                    </div>
+
+                    <label for="submit-preemptible">"Preemptible"</label>
+                    <div>
+                        <input
+                            id="submit-preemptible"
+                            type="checkbox"
+                            name="preemptible"
+                            prop:checked=move || form.preemptible.get()
+                            on:change=move |ev| form.preemptible.set(event_target_checked(&ev))
+                        />
+                        <span class="hint">" may be stopped to make room for a service's copy; it then waits again, not charged"</span>
+                    </div>
+                </div>
+            </details>
+
             <span></span>
             <div>
                 <Show when=move || error.with(Option::is_some)>
@@ -614,6 +764,18 @@ pub fn Submit() -> impl IntoView {
                 </div>
             </div>
         </form>
+    }
+}
+
+/// What a resource field is read as, or why it cannot be, under the field.
+#[component]
+fn Reading(
+    of: impl Fn() -> Option<Result<String, String>> + Send + Sync + 'static,
+) -> impl IntoView {
+    move || match of() {
+        None => None,
+        Some(Ok(text)) => Some(view! { <p class="hint" data-reading="">{text}</p> }.into_any()),
+        Some(Err(e)) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
     }
 }
 
@@ -661,5 +823,99 @@ mod tests {
         let e = parse_input("{\"n\": }").unwrap_err();
         assert!(e.contains("line 1, column 7"), "{e}");
         assert!(!e.contains(" at line "), "the position is said once: {e}");
+    }
+
+    /// A form with `command` typed in it.
+    fn form(command: &str) -> Form {
+        let form = Form::blank("UTC".to_owned());
+        form.command.set(command.to_owned());
+        form
+    }
+
+    #[test]
+    fn resources_and_limits_go_into_the_task_under_the_apis_names() {
+        let form = form("sleep 1");
+        form.cpu.set("0.5".into());
+        form.memory.set(" 256M ".into());
+        form.max_output.set("10K".into());
+        form.run_as.set(" nobody ".into());
+        form.preemptible.set(true);
+        let task = form.task().unwrap();
+        assert_eq!(task.cpu_millis, Some(500));
+        assert_eq!(task.memory_mb, Some(256));
+        assert_eq!(task.max_output_bytes, Some(10 * 1024));
+        assert_eq!(task.run_as.as_deref(), Some("nobody"));
+        assert!(task.preemptible);
+        let json = serde_json::to_value(&task).unwrap();
+        assert_eq!(json["cpu_millis"], 500);
+        assert_eq!(json["memory_mb"], 256);
+        assert_eq!(json["max_output_bytes"], 10240);
+        assert_eq!(json["run_as"], "nobody");
+        assert_eq!(json["preemptible"], true);
+
+        form.cpu.set("250m".into());
+        form.memory.set("2G".into());
+        assert_eq!(form.task().unwrap().cpu_millis, Some(250));
+        assert_eq!(form.task().unwrap().memory_mb, Some(2048));
+    }
+
+    #[test]
+    fn blank_resource_fields_are_not_sent() {
+        let form = form("true");
+        form.cpu.set("  ".into());
+        form.run_as.set(" ".into());
+        let task = form.task().unwrap();
+        assert_eq!(task.cpu_millis, None);
+        assert_eq!(task.run_as, None);
+        let json = serde_json::to_value(&task).unwrap();
+        for name in [
+            "cpu_millis",
+            "memory_mb",
+            "max_output_bytes",
+            "run_as",
+            "preemptible",
+        ] {
+            assert!(json.get(name).is_none(), "{name} is left out: {json}");
+        }
+    }
+
+    #[test]
+    fn bad_amounts_are_refused_with_the_clis_sentences_naming_the_field() {
+        let form = form("true");
+        form.memory.set("12X".into());
+        assert_eq!(
+            form.task().unwrap_err(),
+            r#"Memory: unknown unit in "12X" (use K, M, G or T)"#
+        );
+        form.memory.set("256M".into());
+        form.cpu.set("2000".into());
+        assert_eq!(
+            form.task().unwrap_err(),
+            r#"CPU must be between 1m and 1000 cores (1 to 1000000 millicores), got "2000""#
+        );
+        form.cpu.set("half".into());
+        assert_eq!(
+            form.task().unwrap_err(),
+            r#"CPU must be cores (1, 0.5) or millicores (500m), got "half""#
+        );
+        form.cpu.set(String::new());
+        form.max_output.set("0".into());
+        assert_eq!(
+            form.task().unwrap_err(),
+            r#"Max output must be a positive size, got "0""#
+        );
+    }
+
+    #[test]
+    fn readings_say_what_a_field_is_read_as() {
+        assert_eq!(reading(parse_memory(""), |mb| format!("{mb} MB")), None);
+        assert_eq!(
+            reading(parse_memory("1.5G"), |mb| format!("{mb} MB")),
+            Some(Ok("1536 MB".to_owned()))
+        );
+        assert!(matches!(
+            reading(parse_cpu("x"), |m| m.to_string()),
+            Some(Err(e)) if e.starts_with("CPU must be")
+        ));
     }
 }
