@@ -664,3 +664,121 @@ async fn an_admin_edits_a_queues_limits_from_the_queues_page() {
     assert_quiet_console(errors);
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_submit_form_sends_resources_and_limits_and_refuses_a_bad_size() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let tasks = async || -> i64 {
+        sqlx::query_scalar("select count(*) from sked.tasks")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/submit", &alice).await;
+    // Types `text` into the field `id`, replacing what it holds.
+    let fill = async |id: &str, text: &str| {
+        let input = b.wait(&format!("#{id}")).await;
+        b.js(&format!(
+            "(e => {{ e.value = ''; e.dispatchEvent(new Event('input', {{bubbles: true}})); return true; }})(document.getElementById('{id}'))"
+        ))
+        .await;
+        if !text.is_empty() {
+            input.send_keys(text).await.unwrap();
+        }
+    };
+    let click = async |css: &str| b.wait(css).await.click().await.unwrap();
+    let submit = "form.submit [data-action=submit]";
+    let error_says = async |what: &str, text: &str| {
+        b.wait_js(
+            what,
+            &format!(
+                "document.querySelector('form.submit p.error')?.textContent.includes({})",
+                serde_json::json!(text)
+            ),
+        )
+        .await;
+    };
+
+    fill("submit-command", "echo hello").await;
+    // The resources are folded away until asked for.
+    let open = "document.querySelector('details[data-resources]').open";
+    assert_eq!(b.js(open).await, false, "the resources start folded");
+    click("details[data-resources] > summary").await;
+    assert_eq!(b.js(open).await, true, "the summary unfolds them");
+    fill("submit-cpu", "0.5").await;
+    b.wait_js(
+        "the CPU field says what it reads",
+        "document.querySelector('#submit-cpu ~ [data-reading]')?.textContent === '500 millicores = 0.5 cores'",
+    )
+    .await;
+
+    // A size with an unknown unit is refused in the browser with the CLI's sentence: a
+    // message, and nothing sent.
+    fill("submit-memory", "256X").await;
+    click(submit).await;
+    error_says(
+        "a bad memory size is refused",
+        r#"Memory: unknown unit in "256X" (use K, M, G or T)"#,
+    )
+    .await;
+    b.screenshot("submit-resources-bad").await;
+    assert_eq!(tasks().await, 0, "a bad size inserts nothing");
+
+    // What the server refuses (a user name with a space) shows its message and inserts
+    // nothing either.
+    fill("submit-memory", "256M").await;
+    fill("submit-run-as", "no body").await;
+    click(submit).await;
+    error_says("the server's message shows", "run_as must be a user name").await;
+    assert_eq!(tasks().await, 0, "a refused task inserts nothing");
+
+    fill("submit-run-as", "").await;
+    click("#submit-preemptible").await;
+    b.screenshot("submit-resources").await;
+    click(submit).await;
+    b.wait_js(
+        "the page moves to the new task",
+        "location.pathname.startsWith('/tasks/')",
+    )
+    .await;
+    let path = b.js("location.pathname").await;
+    let id: Uuid = path.as_str().unwrap()["/tasks/".len()..]
+        .parse()
+        .expect("the task's id in the address");
+    let row: (
+        Option<i32>,
+        Option<i32>,
+        bool,
+        Option<i64>,
+        Option<String>,
+        String,
+    ) = sqlx::query_as(
+        "select cpu_millis, memory_mb, preemptible, max_output_bytes, run_as, owner
+               from sked.tasks where id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .expect("the submitted task");
+    assert_eq!(
+        row,
+        (Some(500), Some(256), true, None, None, "alice".to_owned()),
+        "the task asks for 0.5 CPU and 256 MB, is preemptible, and leaves the rest unset"
+    );
+    assert_eq!(tasks().await, 1);
+
+    // The 422 of the refused user name is the only expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("422"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+}
