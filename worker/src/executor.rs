@@ -92,13 +92,22 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
     };
     if task.kind == "service" {
         // A copy of a service: its process is restarted in place until the copy is stopped.
-        crate::service::supervise(ctx, task, &stopper, &mut finished).await;
+        // Boxed, as the command below: their state machines are large, and an attempt's future
+        // is as large as its largest branch, so an inline one would cost every attempt, noops
+        // included, that much memory from its claim to its end.
+        Box::pin(crate::service::supervise(
+            ctx,
+            task,
+            &stopper,
+            &mut finished,
+        ))
+        .await;
         return finished;
     }
     let result = match task.kind.as_str() {
         "noop" => Ok(Ended::Exited(success())),
         "sleep" => sleep(task, timeout, &stopper.token).await,
-        _ => run_command(ctx, task, timeout, &stopper, &mut finished).await,
+        _ => Box::pin(run_command(ctx, task, timeout, &stopper, &mut finished)).await,
     };
     match result {
         Ok(Ended::Exited(status)) => {
