@@ -70,6 +70,9 @@ pub struct WorkerArgs {
     /// Limits and isolation of tasks (`docs/runtime.md`).
     #[command(flatten)]
     pub isolation: crate::isolation::IsolationArgs,
+    /// Where artifacts may come from and how much of them is kept.
+    #[command(flatten)]
+    pub artifacts: crate::artifact::ArtifactArgs,
     /// CPU this worker offers to tasks' requests, in millicores (1000 = one core); default:
     /// detected (the processors it may use, or its cgroup's CPU quota when lower).
     #[arg(long, env = "SKED_CPU_MILLIS", allow_hyphen_values = true)]
@@ -100,6 +103,8 @@ pub struct WorkerConfig {
     pub fire_schedules: bool,
     /// Limits, users, environment and sandbox of tasks.
     pub isolation: crate::isolation::Isolation,
+    /// Allowed directories, cache size and download limits of artifacts.
+    pub artifacts: crate::artifact::ArtifactSettings,
     /// The CPU and memory offered to tasks' requests (`docs/runtime.md`).
     pub capacity: crate::capacity::Capacity,
 }
@@ -153,6 +158,7 @@ impl WorkerArgs {
             tail_bytes: 4096,
             fire_schedules: self.fire_schedules,
             isolation: self.isolation.into_config()?,
+            artifacts: self.artifacts.into_settings()?,
             capacity,
         })
     }
@@ -196,6 +202,7 @@ impl WorkerConfig {
             work_dir: None,
             fire_schedules: true,
             isolation: Default::default(),
+            artifacts: Default::default(),
             cpu_millis: None,
             memory_mb: None,
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use sked_db::worker::{Claimed, Finished, Outcome};
 use tokio_util::sync::CancellationToken;
 
-use crate::artifact::Artifacts;
+use crate::artifact::{ArtifactError, Artifacts};
 use crate::isolation::Runtime;
 use crate::logs::Logs;
 use crate::process::{self, Ended, Spec};
@@ -231,15 +231,6 @@ pub(crate) async fn run_command(
     stopper: &Stopper,
     finished: &mut Finished,
 ) -> Result<Ended, String> {
-    let mut argv: Vec<String> = match (&task.command, &task.artifact_url, &task.artifact_sha256) {
-        (Some(command), _, _) => command.clone(),
-        (None, Some(url), Some(sha)) => {
-            let path = ctx.artifacts.get(url, sha).await?;
-            vec![path.to_string_lossy().into_owned()]
-        }
-        _ => return Err("the task has neither a command nor an artifact".to_owned()),
-    };
-    argv.extend(task.args.iter().cloned());
     let runtime = &ctx.runtime;
     let user = runtime.settings.users.for_task(task.run_as.as_deref())?;
 
@@ -248,6 +239,24 @@ pub(crate) async fn run_command(
         .dirs
         .create(task.id, task.attempt, user.as_ref())
         .map_err(|e| format!("creating the working directory: {e}"))?;
+    let mut argv: Vec<String> = match (&task.command, &task.artifact_url, &task.artifact_sha256) {
+        (Some(command), _, _) => command.clone(),
+        (None, Some(url), Some(sha)) => {
+            // The task runs its own copy, in its directory and owned by its user.
+            let owner = user.as_ref().map(|u| (u.uid, u.gid));
+            match ctx
+                .artifacts
+                .install(url, sha, dir.path(), owner, &stopper.token)
+                .await
+            {
+                Ok(path) => vec![path.to_string_lossy().into_owned()],
+                Err(ArtifactError::Stopped) => return Ok(Ended::Stopped),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        _ => return Err("the task has neither a command nor an artifact".to_owned()),
+    };
+    argv.extend(task.args.iter().cloned());
     let mut env = runtime.base_env(dir.path());
     env.extend(task.env_map());
     env.insert("SKED_TASK_ID".into(), task.id.to_string());

@@ -296,6 +296,9 @@ impl Worker {
         // Limits, task directories, users: set up (and logged) before the worker registers.
         let runtime = isolation::Runtime::start(config.isolation.clone(), &config.work_dir, id)
             .map_err(WorkerError::Setup)?;
+        let artifacts =
+            artifact::Artifacts::start(pool.clone(), &config.work_dir, config.artifacts.clone())
+                .map_err(WorkerError::Setup)?;
         sked_db::worker::register(&pool, &registration).await?;
         tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
             concurrency = config.concurrency, cpu_millis = ?config.capacity.cpu_millis,
@@ -307,7 +310,7 @@ impl Worker {
         let ctx = Arc::new(Context {
             pool: pool.clone(),
             logs: logs_handle,
-            artifacts: artifact::Artifacts::new(pool.clone(), config.work_dir.join("artifacts")),
+            artifacts,
             runtime,
             kill_grace: config.kill_grace,
             tail_bytes: config.tail_bytes,
