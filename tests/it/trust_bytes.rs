@@ -5,8 +5,10 @@
 //!
 //! To put the hostile result in the same batch as healthy ones, a test holds the table the
 //! batch writes to (`sked.task_attempts` for results, `sked.task_logs` for logs) with a lock
-//! while the tasks end, as a slow database would: the worker's writes wait, and the results
-//! that arrive meanwhile are written together when the lock is released.
+//! while the tasks end, as a slow database would: the worker's first write waits, and the
+//! results or chunks that arrive meanwhile are written together in the next one when the lock
+//! is released. A batch refused whole would show: its healthy tasks rescued as lost and run a
+//! second time, or their log lines missing.
 
 use std::time::Duration;
 
