@@ -21,5 +21,6 @@ mod shards;
 mod sql;
 mod support;
 mod trust_artifacts;
+mod trust_bytes;
 mod worker;
 mod workflows;

@@ -16,7 +16,9 @@ pub mod executor;
 pub mod heartbeat;
 pub mod isolation;
 pub mod logs;
+pub mod narrow;
 pub mod process;
+pub mod sanitize;
 pub mod service;
 
 pub use config::{WorkerArgs, WorkerConfig};

@@ -1,12 +1,19 @@
 //! Log shipping: the stdout/stderr chunks of every running task go through one channel to
 //! one writer, which appends them to `sked.task_logs` in batches at least every flush
 //! interval (250 ms by default), so the dashboard and `sked logs --follow` can tail them.
+//!
+//! One task's output never costs another its log lines: every chunk is made storable when it
+//! arrives (a NUL is written as `\0`, see [`crate::sanitize`]), and a batch the database still
+//! refuses for good is narrowed to the chunks that cause it ([`crate::narrow`]). Each refused
+//! chunk is replaced by one line saying how many bytes of which stream were lost and why.
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
+
+use crate::narrow::{self, Retry};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -105,7 +112,8 @@ async fn write_loop(pool: PgPool, mut rx: mpsc::Receiver<Msg>, flush_every: Dura
         let flush_now = tokio::select! {
             msg = rx.recv() => match msg {
                 None => { write(&pool, &mut pending).await; break; }
-                Some(Msg::Chunk { task, attempt, stream, data }) => {
+                Some(Msg::Chunk { task, attempt, stream, mut data }) => {
+                    crate::sanitize::text_in_place(&mut data);
                     buffered += data.len();
                     match pending.last_mut() {
                         Some(last) if last.0 == task && last.1 == attempt && last.2 == stream.as_str() => last.3.push_str(&data),
@@ -130,29 +138,62 @@ async fn write_loop(pool: PgPool, mut rx: mpsc::Receiver<Msg>, flush_every: Dura
     }
 }
 
-/// Writes the pending chunks, retrying transient errors a few times; a chunk that cannot be
-/// written is dropped with an error event (logs never block a task's result).
+/// Transient errors are retried a few times: logs never hold a task's result back for long.
+const RETRY: Retry = Retry {
+    tries: Some(5),
+    first_delay: Duration::from_millis(100),
+    max_delay: Duration::from_secs(2),
+};
+
+/// Writes the pending chunks; a chunk the database refuses is replaced by a line saying so,
+/// and chunks that still cannot be written are dropped with an error event (logs never block
+/// a task's result).
 async fn write(pool: &PgPool, pending: &mut Pending) {
     if pending.is_empty() {
         return;
     }
-    let mut delay = Duration::from_millis(100);
-    for attempt in 1..=5 {
-        match sked_db::worker::append_logs(pool, pending).await {
-            Ok(()) => {
-                pending.clear();
-                return;
-            }
-            Err(e) if e.is_transient() && attempt < 5 => {
-                tracing::warn!(error = %e, "writing task logs failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, chunks = pending.len(), "dropping task log chunks that could not be written");
-                pending.clear();
-                return;
-            }
-        }
+    let notices: Pending = append(pool, pending)
+        .await
+        .into_iter()
+        .map(|((task, attempt, stream, data), e)| {
+            tracing::error!(id = %task, attempt, stream, error = %e, bytes = data.len(),
+                "the database refused a chunk of this task's log; writing a line saying so instead");
+            let notice = format!(
+                "[sked: {} bytes of {stream} could not be stored: {e}]\n",
+                data.len()
+            );
+            (*task, *attempt, *stream, crate::sanitize::text(&notice).into_owned())
+        })
+        .collect();
+    pending.clear();
+    for ((task, attempt, stream, _), e) in append(pool, &notices).await {
+        tracing::error!(id = %task, attempt, stream, error = %e,
+            "the database refused the line saying a chunk of this task's log was lost");
     }
+}
+
+/// Appends chunks, narrowing a refused batch; returns the chunks refused for good, each with
+/// its error, and drops with an error event those whose transient errors outlasted the
+/// retries.
+async fn append<'a>(
+    pool: &PgPool,
+    chunks: &'a Pending,
+) -> Vec<(&'a (Uuid, i32, &'static str, String), sked_db::DbError)> {
+    if chunks.is_empty() {
+        return Vec::new();
+    }
+    let written = narrow::write(chunks.as_slice(), RETRY, |rows| async move {
+        sked_db::worker::append_logs(pool, rows)
+            .await
+            .map(|()| vec![(); rows.len()])
+    })
+    .await;
+    for (rows, e) in &written.given_up {
+        tracing::error!(error = %e, chunks = rows.len(), "dropping task log chunks that could not be written");
+    }
+    written
+        .refused
+        .into_iter()
+        .map(|(row, e)| (&chunks[row], e))
+        .collect()
 }
