@@ -134,6 +134,44 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, RunError> {
         })
 }
 
+/// Where `sked dev` keeps its task directories and artifact cache, under the current
+/// directory, next to its PostgreSQL cluster in `.sked/postgres`.
+pub const DEV_WORK_DIR: &str = ".sked/work";
+
+/// How many ports after a busy one `sked dev` tries.
+const DEV_PORT_TRIES: u16 = 20;
+
+/// `sked dev`'s listener: `addr`, else the first free one of the next [`DEV_PORT_TRIES`]
+/// ports, so that two users (or two projects) can run `sked dev` on one host.
+async fn bind_dev(addr: SocketAddr) -> Result<tokio::net::TcpListener, RunError> {
+    let first = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => return Ok(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 => e,
+        Err(source) => {
+            return Err(RunError::Io {
+                context: format!("listening on {addr} (choose another address with --listen)"),
+                source,
+            });
+        }
+    };
+    for step in 1..=DEV_PORT_TRIES {
+        let Some(port) = addr.port().checked_add(step) else {
+            break;
+        };
+        let next = SocketAddr::new(addr.ip(), port);
+        if let Ok(listener) = tokio::net::TcpListener::bind(next).await {
+            return Ok(listener);
+        }
+    }
+    Err(RunError::Io {
+        context: format!(
+            "listening on {addr}: it and the next {DEV_PORT_TRIES} ports are busy \
+             (choose another address with --listen)"
+        ),
+        source: first,
+    })
+}
+
 async fn connect(url: &str, app: &str, max: u32) -> Result<PgPool, RunError> {
     sked_db::connect(url, app, max)
         .await
@@ -156,7 +194,14 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
         .map_err(db("checking the database schema"))?;
     let listener = bind(cmd.server.listen).await?;
     info!(addr = %cmd.server.listen, "API listening");
-    let served = sked_server::serve(pool.clone(), listener, shutdown).await;
+    let served = sked_server::serve_configured(
+        pool.clone(),
+        listener,
+        shutdown,
+        sked_server::EventsConfig::default(),
+        cmd.server.quotas(),
+    )
+    .await;
     pool.close().await;
     served.map_err(|source| RunError::Io {
         context: "serving the API".into(),
@@ -185,14 +230,30 @@ pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
 /// `sked dev`: a private PostgreSQL (unless `DATABASE_URL` is set), migrated, with the API
 /// server and a worker in this process, until SIGINT/SIGTERM. Then the worker shuts down
 /// gracefully, the server stops, and the private cluster is stopped.
-pub async fn run_dev(cmd: DevCommand, path_var: Option<OsString>) -> Result<(), RunError> {
+pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<(), RunError> {
+    if cmd.worker.work_dir.is_none() {
+        let here = std::env::current_dir().map_err(|source| RunError::Io {
+            context: "reading the current directory".into(),
+            source,
+        })?;
+        cmd.worker.work_dir = Some(here.join(DEV_WORK_DIR));
+    }
     let config = cmd.worker.into_config().map_err(RunError::Config)?;
     let shutdown = shutdown_on_signal()?;
-    let listener = bind(cmd.server.listen).await?;
+    let listener = bind_dev(cmd.server.listen).await?;
     let api = listener
         .local_addr()
         .map(|a| format!("http://{a}"))
         .unwrap_or_else(|_| format!("http://{}", cmd.server.listen));
+    let asked = cmd.server.listen.port();
+    let taken = listener.local_addr().map(|a| a.port()).unwrap_or(asked);
+    let busy_note = (asked != 0 && taken != asked)
+        .then(|| format!("port {asked} was busy (another sked dev?): this one listens on {api}"));
+    let listening = Listening {
+        listener,
+        api,
+        busy_note,
+    };
     let Some(url) = cmd.database_url.clone() else {
         let bins = match cmd.pg_bin {
             Some(dir) => PgBinaries::at(dir),
@@ -216,8 +277,8 @@ pub async fn run_dev(cmd: DevCommand, path_var: Option<OsString>) -> Result<(), 
             serve_dev(
                 &cluster.url("sked"),
                 Some(info),
-                &api,
-                listener,
+                listening,
+                cmd.server.quotas(),
                 config,
                 shutdown,
             )
@@ -231,7 +292,8 @@ pub async fn run_dev(cmd: DevCommand, path_var: Option<OsString>) -> Result<(), 
         println!("Stopped.");
         return Ok(());
     };
-    serve_dev(&url, None, &api, listener, config, shutdown).await?;
+    let quotas = cmd.server.quotas();
+    serve_dev(&url, None, listening, quotas, config, shutdown).await?;
     println!("Stopped.");
     Ok(())
 }
@@ -255,11 +317,18 @@ impl ClusterInfo {
     }
 }
 
+/// `sked dev`'s listener, the URL it answers on, and a note when its port was busy.
+struct Listening {
+    listener: tokio::net::TcpListener,
+    api: String,
+    busy_note: Option<String>,
+}
+
 async fn serve_dev(
     url: &str,
     cluster: Option<ClusterInfo>,
-    api: &str,
-    listener: tokio::net::TcpListener,
+    listening: Listening,
+    quotas: sked_server::Quotas,
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
@@ -281,7 +350,19 @@ async fn serve_dev(
             .map_err(db("creating an admin token"))?;
         Some(secret)
     };
-    print_banner(url, cluster.as_ref(), api, version, new_token.as_deref());
+    let Listening {
+        listener,
+        api,
+        busy_note,
+    } = listening;
+    print_banner(
+        url,
+        cluster.as_ref(),
+        &api,
+        busy_note.as_deref(),
+        version,
+        new_token.as_deref(),
+    );
 
     // Each part cancels `shutdown` when it ends, so a part that fails stops the others.
     let worker_stop = CancellationToken::new();
@@ -297,7 +378,14 @@ async fn serve_dev(
     let server = tokio::spawn({
         let (pool, stop, shutdown) = (pool.clone(), server_stop.clone(), shutdown.clone());
         async move {
-            let result = sked_server::serve(pool, listener, stop).await;
+            let result = sked_server::serve_configured(
+                pool,
+                listener,
+                stop,
+                sked_server::EventsConfig::default(),
+                quotas,
+            )
+            .await;
             shutdown.cancel();
             result
         }
@@ -328,6 +416,7 @@ fn print_banner(
     url: &str,
     cluster: Option<&ClusterInfo>,
     api: &str,
+    busy_note: Option<&str>,
     version: i64,
     new_token: Option<&str>,
 ) {
@@ -339,6 +428,9 @@ fn print_banner(
     };
     out.push_str(&format!("  Dashboard:     {dashboard}\n"));
     out.push_str(&format!("  API:           {api}/api/v1\n"));
+    if let Some(note) = busy_note {
+        out.push_str(&format!("  Note:          {note}\n"));
+    }
     match cluster {
         Some(c) => {
             let state = if c.created {

@@ -70,6 +70,10 @@ pub struct TokenCreateArgs {
     /// A name to recognise the token by.
     #[arg(long, default_value = "")]
     name: String,
+    /// The token stops working this long after it is created (`12h`, `30d`, `1w`); by
+    /// default it works until it is revoked.
+    #[arg(long)]
+    expires_in: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -271,11 +275,19 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
     if args.owner.trim().is_empty() {
         bail!("--owner must not be empty");
     }
+    let expires_in = args
+        .expires_in
+        .as_deref()
+        .map(|s| crate::when::parse_duration(s, "--expires-in", 1.0))
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .map(Duration::from_secs_f64);
     let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
         .await
         .context("connecting to the database")?;
     sked_db::check_schema(&pool).await?;
-    let secret = sked_db::token::create(&pool, &args.owner, role, &args.name).await?;
+    let secret =
+        sked_db::token::create_expiring(&pool, &args.owner, role, &args.name, expires_in).await?;
     pool.close().await;
     eprintln!(
         "Created a {} token for owner {:?}. Its secret is shown only this once:",
@@ -294,19 +306,22 @@ async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
     let tokens = sked_db::token::list(&pool).await?;
     pool.close().await;
     println!(
-        "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  NAME",
-        "ID", "OWNER", "ROLE", "CREATED", "REVOKED"
+        "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {:<19}  NAME",
+        "ID", "OWNER", "ROLE", "CREATED", "REVOKED", "EXPIRES"
     );
+    let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_else(|| "-".into())
+    };
     for t in tokens {
         println!(
-            "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {}",
+            "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {:<19}  {}",
             t.id,
             t.owner,
             t.role,
             t.created_at.format("%Y-%m-%d %H:%M:%S"),
-            t.revoked_at
-                .map(|r| r.format("%Y-%m-%d %H:%M:%S").to_string())
-                .unwrap_or_else(|| "-".into()),
+            at(t.revoked_at),
+            at(t.expires_at),
             t.name
         );
     }

@@ -54,44 +54,104 @@ fn digest(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-/// Creates a token and returns its secret, which is shown once and never stored.
+/// Creates a token that never expires and returns its secret, which is shown once and never
+/// stored.
 pub async fn create(pool: &PgPool, owner: &str, role: Role, name: &str) -> Result<String> {
+    create_expiring(pool, owner, role, name, None).await
+}
+
+/// Creates a token that expires `expires_in` from now on the database clock (never when
+/// `None`) and returns its secret, which is shown once and never stored.
+pub async fn create_expiring(
+    pool: &PgPool,
+    owner: &str,
+    role: Role,
+    name: &str,
+    expires_in: Option<std::time::Duration>,
+) -> Result<String> {
+    let expires_in = expires_in
+        .map(|d| {
+            chrono::Duration::from_std(d)
+                .ok()
+                .filter(|d| *d > chrono::Duration::zero())
+                .ok_or_else(|| {
+                    DbError::InvalidInput(format!(
+                        "a token's lifetime must be positive and finite, got {d:?}"
+                    ))
+                })
+        })
+        .transpose()?;
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
     let token = format!("sked_{}", hex::encode(bytes));
     sqlx::query(
-        "insert into sked.api_tokens (token_sha256, owner, role, name) values ($1, $2, $3, $4)",
+        "insert into sked.api_tokens (token_sha256, owner, role, name, expires_at)
+         values ($1, $2, $3, $4, now() + $5)",
     )
     .bind(digest(&token))
     .bind(owner)
     .bind(role.as_str())
     .bind(name)
+    .bind(expires_in)
     .execute(pool)
     .await?;
     Ok(token)
 }
 
-/// The principal of a token, or `None` when the token is unknown or revoked.
-pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal>> {
-    let row: Option<(String, String)> = sqlx::query_as(
-        "select owner, role from sked.api_tokens where token_sha256 = $1 and revoked_at is null",
+/// Why a token is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No token has this secret, or it was revoked.
+    UnknownOrRevoked,
+    /// The token expired at this time.
+    Expired(chrono::DateTime<chrono::Utc>),
+}
+
+impl Refusal {
+    /// The sentence an API client is told.
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::UnknownOrRevoked => "unknown or revoked token".to_owned(),
+            Refusal::Expired(at) => format!(
+                "the token expired at {} (create a new one with `sked token create`)",
+                at.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+        }
+    }
+}
+
+/// The principal of a token, or why it is refused (unknown, revoked, or expired on the
+/// database clock).
+pub async fn check(pool: &PgPool, token: &str) -> Result<std::result::Result<Principal, Refusal>> {
+    type Row = (String, String, Option<chrono::DateTime<chrono::Utc>>, bool);
+    let row: Option<Row> = sqlx::query_as(
+        "select owner, role, expires_at, coalesce(expires_at <= now(), false) from sked.api_tokens
+          where token_sha256 = $1 and revoked_at is null",
     )
     .bind(digest(token))
     .fetch_optional(pool)
     .await?;
-    row.map(|(owner, role)| {
-        Ok(Principal {
+    Ok(match row {
+        None => Err(Refusal::UnknownOrRevoked),
+        Some((_, _, Some(at), true)) => Err(Refusal::Expired(at)),
+        Some((owner, role, _, _)) => Ok(Principal {
             owner,
             role: Role::parse(&role)?,
-        })
+        }),
     })
-    .transpose()
+}
+
+/// The principal of a token, or `None` when the token is unknown, revoked or expired.
+pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal>> {
+    Ok(check(pool, token).await?.ok())
 }
 
 /// True when at least one admin token exists.
 pub async fn admin_exists(pool: &PgPool) -> Result<bool> {
     Ok(sqlx::query_scalar(
-        "select exists (select 1 from sked.api_tokens where role = 'admin' and revoked_at is null)",
+        "select exists (select 1 from sked.api_tokens
+                         where role = 'admin' and revoked_at is null
+                           and (expires_at is null or expires_at > now()))",
     )
     .fetch_one(pool)
     .await?)
@@ -106,12 +166,14 @@ pub struct TokenInfo {
     pub name: String,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Every token, oldest first.
 pub async fn list(pool: &PgPool) -> Result<Vec<TokenInfo>> {
     Ok(sqlx::query_as(
-        "select id, owner, role, name, created_at, revoked_at from sked.api_tokens order by created_at",
+        "select id, owner, role, name, created_at, revoked_at, expires_at
+           from sked.api_tokens order by created_at",
     )
     .fetch_all(pool)
     .await?)

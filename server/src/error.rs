@@ -14,9 +14,10 @@ use sked_db::DbError;
 /// An API failure. The variant decides the status code and the stable `code` of the body.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No token, a malformed `Authorization` header, or an unknown or revoked token (401).
+    /// No token, a malformed `Authorization` header, or an unknown, revoked or expired token
+    /// (401).
     #[error("{0}")]
-    Unauthorized(&'static str),
+    Unauthorized(std::borrow::Cow<'static, str>),
     /// The token is valid but may not do this (403).
     #[error("{0}")]
     Forbidden(String),

@@ -72,6 +72,9 @@ const LAGGED: &str = "this client read too slowly; events were dropped";
 const LATE_OPEN: &str =
     "changes made while live events were being switched on may have been missed";
 
+/// Seconds between two checks of a connected client's token.
+const TOKEN_RECHECK_SECS: u64 = 5;
+
 /// How the live events run. The defaults are the server's; tests shrink them.
 #[derive(Debug, Clone)]
 pub struct EventsConfig {
@@ -95,6 +98,9 @@ pub struct EventsConfig {
     /// The row is deleted this long after the last client left, so that a page reload does
     /// not switch the triggers off and on.
     pub linger: Duration,
+    /// Each client's token is checked again this often; a token revoked or expired since
+    /// closes its socket (code 4401).
+    pub token_recheck: Duration,
 }
 
 impl Default for EventsConfig {
@@ -108,6 +114,7 @@ impl Default for EventsConfig {
             send_timeout: Duration::from_secs(30),
             listener_ttl: Duration::from_secs(60),
             linger: Duration::from_secs(10),
+            token_recheck: Duration::from_secs(TOKEN_RECHECK_SECS),
         }
     }
 }

@@ -22,7 +22,7 @@ impl FromRequestParts<AppState> for Auth {
             .headers
             .get(header::AUTHORIZATION)
             .ok_or(Error::Unauthorized(
-                "missing Authorization header (expected `Bearer <token>`)",
+                "missing Authorization header (expected `Bearer <token>`)".into(),
             ))?;
         let token = value
             .to_str()
@@ -32,11 +32,11 @@ impl FromRequestParts<AppState> for Auth {
             .map(|(_, token)| token.trim())
             .filter(|token| !token.is_empty())
             .ok_or(Error::Unauthorized(
-                "malformed Authorization header (expected `Bearer <token>`)",
+                "malformed Authorization header (expected `Bearer <token>`)".into(),
             ))?;
-        match sked_db::token::authenticate(&state.pool, token).await? {
-            Some(principal) => Ok(Auth(principal)),
-            None => Err(Error::Unauthorized("unknown or revoked token")),
+        match sked_db::token::check(&state.pool, token).await? {
+            Ok(principal) => Ok(Auth(principal)),
+            Err(refusal) => Err(Error::Unauthorized(refusal.message().into())),
         }
     }
 }

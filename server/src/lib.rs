@@ -12,6 +12,7 @@
 //!   rolling update, or scaling).
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `queues` — pause, resume and limit a queue (admin tokens only).
+//! - `quotas` — the task rows one request may create.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
 //! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
 //!   coalesced and filtered per client.
@@ -30,6 +31,7 @@ mod events;
 mod extract;
 mod openapi;
 mod queues;
+mod quotas;
 mod schedules;
 mod services;
 mod system;
@@ -51,6 +53,7 @@ use tower_http::trace::TraceLayer;
 pub use error::Error;
 pub use events::{EventsConfig, Hub};
 pub use openapi::ApiDoc;
+pub use quotas::{DEFAULT_MAX_ROWS_PER_REQUEST, Quotas};
 pub use tasks::{MAX_BATCH, MAX_PAGE};
 
 /// Command-line flags of `sked-server` (and of the server inside `sked dev`).
@@ -59,6 +62,21 @@ pub struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "SKED_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The most task rows one request may create: tasks, their shards and the copies of
+    /// services (a schedule's: per tick). A request over it is refused (413) and writes
+    /// nothing.
+    #[arg(long, env = "SKED_MAX_ROWS_PER_REQUEST", default_value_t = DEFAULT_MAX_ROWS_PER_REQUEST,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rows_per_request: u64,
+}
+
+impl ServerArgs {
+    /// The quotas these flags set.
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            max_rows_per_request: self.max_rows_per_request,
+        }
+    }
 }
 
 /// What every handler shares: the pool, and the hub of live events (the server keeps no
@@ -68,6 +86,7 @@ pub struct AppState {
     pub pool: PgPool,
     /// `None` in a router without a running hub, which refuses `/api/v1/events`.
     pub(crate) events: Option<Hub>,
+    pub(crate) quotas: Quotas,
 }
 
 /// The API router over a pool, without live events (those need [`serve`], which runs their
@@ -78,6 +97,11 @@ pub fn router(pool: PgPool) -> Router {
 
 /// The API router over a pool, with live events from `events` when given.
 pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
+    router_with(pool, events, Quotas::default())
+}
+
+/// The API router over a pool, with live events from `events` when given and `quotas`.
+pub fn router_with(pool: PgPool, events: Option<Hub>, quotas: Quotas) -> Router {
     let api = Router::new()
         .route("/tasks", get(tasks::list).post(tasks::submit))
         .route(
@@ -130,7 +154,11 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
         // The dashboard's files, gzipped for browsers that accept it (the .wasm shrinks 3×).
         .fallback(web::serve.layer(CompressionLayer::new()))
         .layer(TraceLayer::new_for_http())
-        .with_state(AppState { pool, events })
+        .with_state(AppState {
+            pool,
+            events,
+            quotas,
+        })
 }
 
 async fn method_not_allowed() -> Error {
@@ -156,6 +184,17 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     events: EventsConfig,
 ) -> std::io::Result<()> {
+    serve_configured(pool, listener, shutdown, events, Quotas::default()).await
+}
+
+/// [`serve`] with the live events configured by `events` and the quotas `quotas`.
+pub async fn serve_configured(
+    pool: PgPool,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+    events: EventsConfig,
+    quotas: Quotas,
+) -> std::io::Result<()> {
     sked_db::check_schema(&pool)
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -172,7 +211,7 @@ pub async fn serve_with(
     // hub stops with the server, and closes the sockets of its clients.
     let hub = Hub::new(pool.clone(), events, shutdown.child_token());
     let mut hub_service = tokio::spawn(hub.clone().run());
-    let served = axum::serve(listener, router_with_events(pool, Some(hub.clone())))
+    let served = axum::serve(listener, router_with(pool, Some(hub.clone()), quotas))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
     firing.abort();

@@ -74,6 +74,9 @@ pub async fn create(
         request.jitter_secs,
         &request,
     )?;
+    state
+        .quotas
+        .check(request.task.iter(), "this schedule's task, at every tick,")?;
     let id = sked_db::schedule::create(&state.pool, &request, &principal.owner)
         .await
         .map_err(schedule_error)?;

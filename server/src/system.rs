@@ -52,6 +52,9 @@ pub async fn overview(
 }
 
 /// List the worker registry with liveness and running counts.
+///
+/// Where workers run is for admins only: a user token gets `host` empty, `pid` null, and a
+/// worker whose name is its default (`host:pid`) named `worker-` and the start of its id.
 #[utoipa::path(
     get, path = "/api/v1/workers", operation_id = "list_workers", tag = "system",
     responses(
@@ -62,9 +65,28 @@ pub async fn overview(
 )]
 pub async fn workers(
     State(state): State<AppState>,
-    Auth(_): Auth,
+    Auth(principal): Auth,
 ) -> Result<axum::Json<Vec<Worker>>> {
-    Ok(axum::Json(sked_db::worker::list(&state.pool).await?))
+    let mut workers = sked_db::worker::list(&state.pool).await?;
+    if !principal.is_admin() {
+        workers.iter_mut().for_each(hide_location);
+    }
+    Ok(axum::Json(workers))
+}
+
+/// Removes from a worker what says where it runs: its host and pid, and its name when that
+/// is the default `host:pid`.
+fn hide_location(worker: &mut Worker) {
+    let default_name = match worker.pid {
+        Some(pid) => format!("{}:{pid}", worker.host),
+        None => worker.host.clone(),
+    };
+    if worker.name == default_name || worker.name.contains(&worker.host) {
+        let id = worker.id.simple().to_string();
+        worker.name = format!("worker-{}", &id[..8]);
+    }
+    worker.host.clear();
+    worker.pid = None;
 }
 
 /// Task counts per queue and state, with each queue's controls.

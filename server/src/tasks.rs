@@ -101,6 +101,12 @@ async fn submit_tasks(
     for (index, task) in tasks.iter().enumerate() {
         validate(principal, task).map_err(|err| in_batch(err, index, tasks.len()))?;
     }
+    let what = if tasks.len() == 1 {
+        "this task"
+    } else {
+        "this batch"
+    };
+    state.quotas.check(tasks, what)?;
     let ids = sked_db::task::submit(&state.pool, tasks, &principal.owner).await?;
     Ok((StatusCode::CREATED, axum::Json(Submitted { ids })))
 }

@@ -59,6 +59,9 @@ pub async fn submit(
     for task in &workflow.tasks {
         validate(&principal, &task.task).map_err(|err| in_task(err, &task.name))?;
     }
+    state
+        .quotas
+        .check(workflow.tasks.iter().map(|t| &t.task), "this workflow")?;
     let id = sked_db::workflow::submit(&state.pool, &workflow, &principal.owner).await?;
     Ok((StatusCode::CREATED, axum::Json(WorkflowSubmitted { id })))
 }

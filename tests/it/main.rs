@@ -22,5 +22,6 @@ mod sql;
 mod support;
 mod trust_artifacts;
 mod trust_bytes;
+mod trust_users;
 mod worker;
 mod workflows;

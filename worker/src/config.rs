@@ -60,8 +60,10 @@ pub struct WorkerArgs {
     /// Worker name shown in the registry (default: host:pid).
     #[arg(long, env = "SKED_WORKER_NAME")]
     pub name: Option<String>,
-    /// Directory for task working directories and the artifact cache
-    /// (default: a `sked-worker` folder in the system temp directory).
+    /// Directory for task working directories and the artifact cache, private to the
+    /// worker's user (default: `sked-worker-<uid>` in the system temp directory; `sked dev`:
+    /// `.sked/work` in the current directory). Refused when it is a symbolic link, belongs to
+    /// another user or others may write in it.
     #[arg(long, env = "SKED_WORK_DIR")]
     pub work_dir: Option<PathBuf>,
     /// Also fire due cron ticks (any number of workers and servers may; each tick fires once).
@@ -151,9 +153,7 @@ impl WorkerArgs {
             shutdown_grace: seconds(self.shutdown_grace_secs, "shutdown-grace-secs", 0.0)?,
             kill_grace: seconds(self.kill_grace_secs, "kill-grace-secs", 0.0)?,
             name: self.name,
-            work_dir: self
-                .work_dir
-                .unwrap_or_else(|| std::env::temp_dir().join("sked-worker")),
+            work_dir: self.work_dir.unwrap_or_else(default_work_dir),
             log_flush: Duration::from_millis(250),
             tail_bytes: 4096,
             fire_schedules: self.fire_schedules,
@@ -162,6 +162,14 @@ impl WorkerArgs {
             capacity,
         })
     }
+}
+
+/// The work directory of a worker not given one: `sked-worker-<uid>` in the system temp
+/// directory, one per user of the host, so that users never share (or plant) each other's.
+pub fn default_work_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("sked-worker-{uid}"))
 }
 
 /// The capacity given by the flags, each dimension detected when not given.

@@ -253,8 +253,21 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     sked_db::check_schema(&pool).await?;
+    forbid_inspection();
     let worker = Worker::start(pool, config).await?;
     worker.run(shutdown).await
+}
+
+/// Makes this process non-dumpable: a task running as the worker's own user (a worker not
+/// running as root) can then neither read `/proc/<worker>/environ`, `mem` or `fd/`, where the
+/// database URL and its password are, nor attach to the worker with ptrace. The tasks
+/// themselves are dumpable again: `execve` resets the flag.
+fn forbid_inspection() {
+    // SAFETY: PR_SET_DUMPABLE takes plain integers and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(),
+            "could not make the worker non-dumpable: tasks running as its user may read its environment");
+    }
 }
 
 struct Worker {

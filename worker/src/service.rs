@@ -14,13 +14,18 @@ use rand::Rng;
 use sked_db::worker::{Claimed, Finished, Outcome};
 use tokio::time::Instant;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::executor::{self, Context, StopReason, Stopper};
-use crate::process::Ended;
+use crate::logs::LogSink;
+use crate::process::{self, Ended, Spec};
 
 /// The first restart waits this long; each one after a short run waits twice the last.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The longest wait before a restart.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// The most bytes a health check's command may print; past it the probe is stopped and fails.
+const PROBE_MAX_OUTPUT: u64 = 1 << 20;
 /// A process that ran this long was healthy: the next restart waits `BACKOFF_BASE` again.
 pub const STABLE_AFTER: Duration = Duration::from_secs(60);
 
@@ -309,47 +314,54 @@ async fn probe(
             }
         }
         Probe::Command(argv) => {
-            // As the copy's own user, in its directory, with its environment.
-            let user = ctx
-                .runtime
-                .settings
-                .users
-                .for_task(task.run_as.as_deref())?;
+            let runtime = &ctx.runtime;
+            let user = runtime.settings.users.for_task(task.run_as.as_deref())?;
             let cwd = if dir.is_dir() { dir } else { Path::new("/") };
-            let mut cmd = tokio::process::Command::new(&argv[0]);
-            if let Some(user) = &user {
-                cmd.uid(user.uid).gid(user.gid);
-            }
-            cmd.args(&argv[1..])
-                .current_dir(cwd)
-                .env_clear()
-                .envs(ctx.runtime.base_env(cwd))
-                .envs(task.env_map())
-                .env("SKED_TASK_ID", task.id.to_string())
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .process_group(0)
-                .kill_on_drop(true);
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("cannot start {:?}: {e}", argv[0]))?;
-            match tokio::time::timeout(timeout, child.wait()).await {
-                Ok(Ok(status)) if status.success() => Ok(()),
-                Ok(Ok(status)) => Err(format!("{:?} ended with {status}", argv[0])),
-                Ok(Err(e)) => Err(format!("waiting for {:?}: {e}", argv[0])),
-                Err(_) => {
-                    if let Some(pid) = child.id() {
-                        // The probe's whole process group.
-                        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-                    }
-                    let _ = child.wait().await;
-                    Err(format!(
-                        "{:?} did not answer within {:.1} s",
-                        argv[0],
-                        timeout.as_secs_f64()
-                    ))
-                }
+            let mut env = runtime.base_env(cwd);
+            env.extend(task.env_map());
+            env.insert("SKED_TASK_ID".into(), task.id.to_string());
+            let argv = match &runtime.settings.sandbox {
+                Some(sandbox) => sandbox.wrap(cwd, argv.clone()),
+                None => argv.clone(),
+            };
+            // The copy's own limits, in a cgroup (or watchdog entry) of the probe's own.
+            let applied = runtime
+                .limiter
+                .prepare(
+                    &format!("{}-{}-health", task.id, task.attempt),
+                    runtime.limits_of(task.memory_mb, task.cpu_millis),
+                )
+                .map_err(|e| format!("setting up the health check's limits: {e}"))?;
+            // The same spawn as the task's process: its user, sandbox, limits, process group
+            // and parent-death signal; its output is not kept.
+            let spec = Spec {
+                argv: &argv,
+                env: &env,
+                dir: cwd,
+                stdin: None,
+                timeout: Some(timeout),
+                kill_grace: Duration::ZERO,
+                tail_bytes: 0,
+                user: user.as_ref().map(|u| (u.uid, u.gid)),
+                limits: applied.child(),
+                memory_watch: applied.watchdog(),
+                max_output: Some(PROBE_MAX_OUTPUT),
+            };
+            let ran = process::run(spec, LogSink::discard(), CancellationToken::new()).await;
+            applied.finish().await;
+            let name = &argv[0];
+            match ran.map(|report| report.ended) {
+                Ok(Ended::Exited(status)) if status.success() => Ok(()),
+                Ok(Ended::Exited(status)) => Err(format!("{name:?} ended with {status}")),
+                Ok(Ended::TimedOut) => Err(format!(
+                    "{name:?} did not answer within {:.1} s",
+                    timeout.as_secs_f64()
+                )),
+                Ok(ended) => Err(format!(
+                    "{name:?} was stopped: {}",
+                    executor::limit_error(&ended).unwrap_or_else(|| "stopped".to_owned())
+                )),
+                Err(e) => Err(format!("cannot start {name:?}: {e}")),
             }
         }
     }

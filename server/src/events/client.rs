@@ -1,5 +1,7 @@
 //! The websocket of one client of the live events: authentication, then the pump that
-//! writes the frames the hub queued for it, pings it, and closes it when the hub stops.
+//! writes the frames the hub queued for it, pings it, checks its token again every few
+//! seconds (closing the socket once the token is revoked or expired), and closes it when the
+//! hub stops.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use sked_db::token::Principal;
+use sked_db::token::{Principal, Refusal};
 use sked_types::events::{CLOSE_UNAUTHORIZED, ClientMessage, ServerEvent};
 use tokio::time::Instant;
 
@@ -58,31 +60,52 @@ fn bearer(headers: &HeaderMap) -> Option<Result<String, &'static str>> {
 }
 
 async fn client(mut socket: WebSocket, hub: Hub, token: Option<Result<String, &'static str>>) {
-    let principal = match authenticate(&mut socket, &hub, token).await {
-        Ok(principal) => principal,
+    let (token, principal) = match authenticate(&mut socket, &hub, token).await {
+        Ok(authenticated) => authenticated,
         Err((code, reason)) => {
             close(&mut socket, code, reason).await;
             return;
         }
     };
     let subscription = hub.subscribe(principal.clone());
-    pump(socket, &hub.shared, principal, subscription).await;
+    pump(socket, &hub.shared, &token, principal, subscription).await;
+}
+
+/// Checks a connected client's token again: `Ok` while it is valid, else the close code and
+/// reason. A database that does not answer keeps the client connected: the next check
+/// decides.
+async fn recheck(shared: &Shared, token: &str) -> Result<(), (u16, &'static str)> {
+    match sked_db::token::check(&shared.pool, token).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(refusal)) => Err((CLOSE_UNAUTHORIZED, refusal_reason(&refusal))),
+        Err(e) => {
+            tracing::warn!(error = %e, "live events: checking a client's token failed");
+            Ok(())
+        }
+    }
+}
+
+fn refusal_reason(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::UnknownOrRevoked => "unknown or revoked token",
+        Refusal::Expired(_) => "the token expired",
+    }
 }
 
 /// Who the client is: the header's token, else the one of its first frame within the auth
-/// timeout. On failure, the close code and reason.
+/// timeout, with the token. On failure, the close code and reason.
 async fn authenticate(
     socket: &mut WebSocket,
     hub: &Hub,
     token: Option<Result<String, &'static str>>,
-) -> Result<Principal, (u16, &'static str)> {
+) -> Result<(String, Principal), (u16, &'static str)> {
     let token = match token {
         Some(header) => header.map_err(|reason| (CLOSE_UNAUTHORIZED, reason))?,
         None => first_frame_token(socket, hub.shared.config.auth_timeout).await?,
     };
-    match sked_db::token::authenticate(&hub.shared.pool, &token).await {
-        Ok(Some(principal)) => Ok(principal),
-        Ok(None) => Err((CLOSE_UNAUTHORIZED, "unknown or revoked token")),
+    match sked_db::token::check(&hub.shared.pool, &token).await {
+        Ok(Ok(principal)) => Ok((token, principal)),
+        Ok(Err(refusal)) => Err((CLOSE_UNAUTHORIZED, refusal_reason(&refusal))),
         Err(e) => {
             tracing::warn!(error = %e, "live events: checking a client's token failed");
             Err((CLOSE_INTERNAL, "the database is unavailable"))
@@ -126,6 +149,7 @@ async fn first_frame_token(
 async fn pump(
     mut socket: WebSocket,
     shared: &Shared,
+    token: &str,
     principal: Principal,
     mut subscription: Subscription,
 ) {
@@ -154,6 +178,8 @@ async fn pump(
     let mut ping =
         tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
     let mut last_heard = Instant::now();
+    let mut recheck_timer =
+        tokio::time::interval_at(Instant::now() + config.token_recheck, config.token_recheck);
     loop {
         let message = tokio::select! {
             _ = shared.stop.cancelled() => {
@@ -177,6 +203,14 @@ async fn pump(
                     None
                 }
             },
+            _ = recheck_timer.tick() => {
+                if let Err((code, reason)) = recheck(shared, token).await {
+                    tracing::info!(owner = %principal.owner, reason, "live events: closing the socket of a token no longer valid");
+                    close(&mut socket, code, reason).await;
+                    return;
+                }
+                None
+            }
             _ = ping.tick() => {
                 if last_heard.elapsed() > 2 * config.ping_interval {
                     tracing::debug!(owner = %principal.owner, "live events: dropping a client that stopped answering pings");

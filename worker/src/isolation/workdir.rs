@@ -6,6 +6,12 @@
 //! runs. At start a worker removes the directories of workers whose lock nobody holds, so
 //! what a killed worker left behind goes at the next start of any worker sharing the
 //! work dir, while the directories of running workers are left alone.
+//!
+//! The work dir itself must be private to the worker's user: a directory (not a symbolic
+//! link) that this user owns and nobody else may write in. A worker creates it so (mode
+//! 0711: others may pass through to their own task directory, not list or write) and refuses
+//! one that is not, so a directory planted by another user of the host, or a link to a place
+//! of its choice, never receives the worker's files.
 
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
@@ -26,6 +32,7 @@ impl WorkDirs {
     /// Creates `<work_dir>/tasks/<worker>`, takes its lock and removes the task directories
     /// of workers that are gone.
     pub fn start(work_dir: &Path, worker: uuid::Uuid) -> std::io::Result<WorkDirs> {
+        ensure_private(work_dir)?;
         let tasks = work_dir.join("tasks");
         std::fs::create_dir_all(&tasks)?;
         // Users the tasks run as pass through to their own directory; they cannot list
@@ -127,6 +134,49 @@ impl Drop for TaskDir {
             tracing::warn!(error = %e, dir = %self.path.display(), "could not remove the task's working directory");
         }
     }
+}
+
+/// Creates `dir` (mode 0711, its missing parents as usual) unless it exists, then refuses it
+/// unless it is a directory, not a symbolic link, owned by this process's user, and not
+/// writable by its group or others.
+pub fn ensure_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o711).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let refuse = |why: String| {
+        Err(std::io::Error::other(format!(
+            "{} {why}: a work directory must be a directory of this worker's user that \
+             nobody else may write in (remove it, or choose another with --work-dir)",
+            dir.display()
+        )))
+    };
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return refuse("is a symbolic link".to_owned());
+    }
+    if !meta.is_dir() {
+        return refuse("is not a directory".to_owned());
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return refuse(format!(
+            "is owned by uid {}, not by this worker's user (uid {me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "is not private: others may write in it (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 fn chown(path: &Path, user: &User) -> std::io::Result<()> {
