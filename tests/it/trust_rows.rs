@@ -1,0 +1,187 @@
+//! Rows an operator can leave behind: a task requeued with no attempt left never stops a
+//! queue.
+
+use std::time::Duration;
+
+use sked_db::testing::TestDb;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::support::{config, insert, start_worker, wait_for};
+
+/// The rule that keeps an unfinished task runnable.
+const ATTEMPT_LEFT: &str = "tasks_waiting_task_must_have_an_attempt_left";
+
+/// A command task that failed at its last attempt, as a worker leaves it.
+async fn exhausted(pool: &PgPool, queue: &str) -> Uuid {
+    insert(
+        pool,
+        &format!(
+            "(command, queue, priority, state, attempt, max_attempts, started_at, finished_at, error)
+             values (array['true'], '{queue}', 100, 'failed', 1, 1, now(), now(), 'exit code 1')"
+        ),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_operator_requeue_of_an_exhausted_task_is_refused_with_the_rule() {
+    let db = TestDb::new().await;
+    let id = exhausted(&db.pool, "default").await;
+
+    let err =
+        sqlx::query("update sked.tasks set state = 'waiting', finished_at = null where id = $1")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .expect_err("requeueing a task with no attempt left must be refused");
+    let db_err = err.as_database_error().expect("a database error");
+    assert_eq!(
+        db_err.constraint(),
+        Some(ATTEMPT_LEFT),
+        "the refusal names the rule: {db_err}"
+    );
+    assert!(
+        db_err.message().contains("attempt"),
+        "the message says what is wrong: {db_err}"
+    );
+    let (state, attempt, max): (String, i32, i32) =
+        sqlx::query_as("select state, attempt, max_attempts from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (state.as_str(), attempt, max),
+        ("failed", 1, 1),
+        "a refused requeue changes nothing"
+    );
+
+    // A plain INSERT of a claimable row with no attempt left is refused the same way.
+    let err = sqlx::query(
+        "insert into sked.tasks (command, state, attempt, max_attempts, started_at)
+         values (array['true'], 'retry', 2, 2, now())",
+    )
+    .execute(&db.pool)
+    .await
+    .expect_err("inserting a retrying task with no attempt left must be refused");
+    assert_eq!(
+        err.as_database_error().and_then(|e| e.constraint()),
+        Some(ATTEMPT_LEFT),
+        "the refusal names the rule: {err}"
+    );
+
+    // The way to run it again gives it one more attempt.
+    let state: String = sqlx::query_scalar("select sked.task_retry($1)")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .expect("retrying a failed task");
+    assert_eq!(state, "waiting", "sked.task_retry requeues a failed task");
+}
+
+/// Drops the rule (a database that holds rows from before it), then requeues `id` as an
+/// operator would.
+async fn requeue_without_the_rule(pool: &PgPool, id: Uuid) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter table sked.tasks drop constraint if exists {ATTEMPT_LEFT}"
+    )))
+    .execute(pool)
+    .await
+    .expect("dropping the rule");
+    sqlx::query("update sked.tasks set state = 'waiting', finished_at = null where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .expect("requeueing without the rule");
+}
+
+#[tokio::test]
+async fn a_row_without_an_attempt_left_is_passed_over_by_every_claim() {
+    let db = TestDb::new().await;
+    let bad = exhausted(&db.pool, "a").await;
+    requeue_without_the_rule(&db.pool, bad).await;
+    let good_a = insert(&db.pool, "(command, queue) values (array['true'], 'a')").await;
+    let good_b = insert(&db.pool, "(command, queue) values (array['true'], 'b')").await;
+
+    let claim = |queues: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Uuid>(
+                "select id from sked.tasks_claim(gen_random_uuid(), $1::text[], '{}', 10, '30 s')",
+            )
+            .bind(queues)
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("a claim of {queues} must not fail for one row: {e}"))
+        }
+    };
+    // One queue, then two queues, then a queue with controls: each shape of the claim.
+    assert_eq!(
+        claim("{a}").await,
+        vec![good_a],
+        "the claim of one queue skips the row"
+    );
+    sqlx::query("update sked.tasks set state = 'waiting', attempt = 0, worker_id = null, lease_expires_at = null, started_at = null where id = $1")
+        .bind(good_a)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut both = claim("{a,b}").await;
+    both.sort();
+    let mut want = vec![good_a, good_b];
+    want.sort();
+    assert_eq!(both, want, "the claim of several queues skips the row");
+    sqlx::query("select sked.queue_set_limits('a', 5, null, null)")
+        .execute(&db.pool)
+        .await
+        .expect("limiting queue a");
+    let c = insert(&db.pool, "(command, queue) values (array['true'], 'a')").await;
+    assert_eq!(
+        claim("{a}").await,
+        vec![c],
+        "the claim of a limited queue skips the row"
+    );
+
+    // The row stays where it was, and says why it waits.
+    assert_eq!(crate::support::state(&db.pool, bad).await, "waiting");
+    let reasons: Vec<(String, String)> =
+        sqlx::query_as("select code, message from sked.task_waiting_reasons($1)")
+            .bind(bad)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        reasons.iter().any(|(code, _)| code == "no_attempt_left"),
+        "a task no claim takes says so: {reasons:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_requeued_exhausted_task_stops_no_queue() {
+    let db = TestDb::new().await;
+    let bad = exhausted(&db.pool, "a").await;
+    requeue_without_the_rule(&db.pool, bad).await;
+    let mut others = Vec::new();
+    for queue in ["a", "b"] {
+        for _ in 0..4 {
+            others.push(
+                insert(
+                    &db.pool,
+                    &format!("(command, queue) values (array['true'], '{queue}')"),
+                )
+                .await,
+            );
+        }
+    }
+    let worker = start_worker(&db, config(&["a", "b"]));
+    for id in &others {
+        wait_for(&db.pool, *id, &["succeeded"], Duration::from_secs(5)).await;
+    }
+    worker.shutdown().await;
+    assert_eq!(
+        crate::support::state(&db.pool, bad).await,
+        "waiting",
+        "the row no claim can take is left as it is"
+    );
+}
