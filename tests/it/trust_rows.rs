@@ -1,8 +1,10 @@
 //! Rows an operator can leave behind: a task requeued with no attempt left never stops a
-//! queue.
+//! queue, and a cron tick fires at most once whatever re-arms its schedule. Time is an input
+//! where the SQL takes one.
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sked_db::testing::TestDb;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -183,5 +185,201 @@ async fn a_requeued_exhausted_task_stops_no_queue() {
         crate::support::state(&db.pool, bad).await,
         "waiting",
         "the row no claim can take is left as it is"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cron ticks
+// ---------------------------------------------------------------------------------------------
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s)
+        .unwrap_or_else(|e| panic!("{s}: {e}"))
+        .with_timezone(&Utc)
+}
+
+async fn hourly(pool: &PgPool, overlap: &str, now: &str) -> Uuid {
+    sqlx::query_scalar(
+        "select sked.schedule_create(name => $1, cron => '0 * * * *',
+                                     task => '{\"command\": [\"true\"]}',
+                                     overlap_policy => $1, p_now => $2)",
+    )
+    .bind(overlap)
+    .bind(at(now))
+    .fetch_one(pool)
+    .await
+    .expect("creating a schedule")
+}
+
+/// Fires as a firing loop does: `horizon` ahead of `now`.
+async fn fire(pool: &PgPool, now: DateTime<Utc>, horizon: &str) -> i32 {
+    sqlx::query_scalar("select sked.schedules_fire($1, $2::interval)")
+        .bind(now)
+        .bind(horizon)
+        .fetch_one(pool)
+        .await
+        .expect("firing")
+}
+
+/// Every task the test's one schedule inserted, recorded in its runs or not: the database
+/// holds no other task.
+async fn occurrences(pool: &PgPool) -> Vec<(String, DateTime<Utc>)> {
+    sqlx::query_as("select state, next_run_at from sked.tasks order by id")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn fired_runs(pool: &PgPool, id: Uuid) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from sked.schedule_runs where schedule_id = $1 and outcome = 'fired'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_cron_tick_fires_once_across_a_pause_and_resume() {
+    for overlap in ["allow", "replace"] {
+        let db = TestDb::new().await;
+        let id = hourly(&db.pool, overlap, "2026-06-01T10:20:00Z").await;
+        let tick = at("2026-06-01T11:00:00Z");
+        // A firing loop fires the tick 100 ms ahead.
+        let before = tick - chrono::Duration::milliseconds(50);
+        assert_eq!(fire(&db.pool, before, "100 ms").await, 1);
+        for (f, now) in [("schedule_pause", 40), ("schedule_resume", 30)] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("select sked.{f}($1, $2)")))
+                .bind(id)
+                .bind(tick - chrono::Duration::milliseconds(now))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+        let next: DateTime<Utc> =
+            sqlx::query_scalar("select next_run_at from sked.schedules where id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert!(
+            next > tick,
+            "overlap {overlap}: a resume never re-arms a tick that fired ({next})"
+        );
+        fire(&db.pool, tick, "100 ms").await;
+        fire(
+            &db.pool,
+            tick + chrono::Duration::milliseconds(10),
+            "100 ms",
+        )
+        .await;
+        let occ = occurrences(&db.pool).await;
+        assert_eq!(
+            occ,
+            vec![("waiting".to_string(), tick)],
+            "overlap {overlap}: the tick fired once and its occurrence was not cancelled"
+        );
+        assert_eq!(fired_runs(&db.pool, id).await, 1);
+    }
+}
+
+/// Creates a schedule whose next tick is a year boundary, fires it as a firing loop would on
+/// the real clock (the trigger that re-arms a changed schedule reads the clock), and returns
+/// (schedule, tick).
+async fn fired_yearly(pool: &PgPool) -> (Uuid, DateTime<Utc>) {
+    let id: Uuid = sqlx::query_scalar(
+        "insert into sked.schedules (name, cron, task, overlap_policy)
+         values ('yearly', '0 0 1 1 *', '{\"command\": [\"true\"]}', 'allow') returning id",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let tick: DateTime<Utc> =
+        sqlx::query_scalar("select next_run_at from sked.schedules where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(fire_until(pool, tick).await, 1);
+    (id, tick)
+}
+
+/// Fires every tick due up to one hour past `tick`, from the real clock.
+async fn fire_until(pool: &PgPool, tick: DateTime<Utc>) -> i32 {
+    sqlx::query_scalar("select sked.schedules_fire(now(), $1 - now() + interval '1 hour')")
+        .bind(tick)
+        .fetch_one(pool)
+        .await
+        .expect("firing")
+}
+
+#[tokio::test]
+async fn a_cron_tick_fires_once_across_an_equivalent_time_zone() {
+    let db = TestDb::new().await;
+    let (id, tick) = fired_yearly(&db.pool).await;
+    sqlx::query("update sked.schedules set time_zone = 'Etc/UTC' where id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    fire_until(&db.pool, tick).await;
+    assert_eq!(
+        occurrences(&db.pool).await,
+        vec![("waiting".to_string(), tick)],
+        "a change of time zone right after a fire never fires that tick again"
+    );
+    assert_eq!(fired_runs(&db.pool, id).await, 1);
+}
+
+#[tokio::test]
+async fn a_cron_tick_fires_once_across_a_change_of_cron() {
+    let db = TestDb::new().await;
+    let (id, tick) = fired_yearly(&db.pool).await;
+    // Monthly at midnight of the 1st: the year boundary is one of its ticks.
+    sqlx::query("update sked.schedules set cron = '0 0 1 * *' where id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    fire_until(&db.pool, tick).await;
+    assert_eq!(
+        occurrences(&db.pool).await,
+        vec![("waiting".to_string(), tick)],
+        "a change of cron that includes the fired tick never fires it again"
+    );
+    assert_eq!(fired_runs(&db.pool, id).await, 1);
+}
+
+#[tokio::test]
+async fn a_cron_tick_set_back_by_hand_is_claimed_before_its_task() {
+    let db = TestDb::new().await;
+    let id = hourly(&db.pool, "allow", "2026-06-01T10:20:00Z").await;
+    let tick = at("2026-06-01T11:00:00Z");
+    assert_eq!(fire(&db.pool, tick, "0").await, 1);
+    // An operator moves next_run_at back to the tick that fired.
+    sqlx::query("update sked.schedules set next_run_at = $2 where id = $1")
+        .bind(id)
+        .bind(tick)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    fire(&db.pool, tick + chrono::Duration::seconds(1), "0").await;
+    assert_eq!(
+        occurrences(&db.pool).await,
+        vec![("waiting".to_string(), tick)],
+        "a tick already recorded inserts no second task"
+    );
+    assert_eq!(fired_runs(&db.pool, id).await, 1);
+    let next: DateTime<Utc> =
+        sqlx::query_scalar("select next_run_at from sked.schedules where id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        next,
+        at("2026-06-01T12:00:00Z"),
+        "the schedule moves on past the tick"
     );
 }
