@@ -1,10 +1,12 @@
-//! Rows an operator can leave behind: a task requeued with no attempt left never stops a
-//! queue, and a cron tick fires at most once whatever re-arms its schedule. Time is an input
-//! where the SQL takes one.
+//! Rows an operator or a race can leave behind: a task requeued with no attempt left never
+//! stops a queue, a cron tick fires at most once whatever re-arms its schedule, and a re-run
+//! beside a parent's finish never leaves a child blocked. Time is an input where the SQL
+//! takes one; the race runs on two real connections.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use rand::Rng;
 use sked_db::testing::TestDb;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -382,4 +384,124 @@ async fn a_cron_tick_set_back_by_hand_is_claimed_before_its_task() {
         at("2026-06-01T12:00:00Z"),
         "the schedule moves on past the tick"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Re-run beside a finish
+// ---------------------------------------------------------------------------------------------
+
+async fn claim_all(pool: &PgPool, queue: &str) -> Vec<(Uuid, i32, String)> {
+    sqlx::query_as(
+        "select c.id, c.attempt, c.name from sked.tasks_claim(gen_random_uuid(), array[$1], '{}', 10, '1 min') c",
+    )
+    .bind(queue)
+    .fetch_all(pool)
+    .await
+    .expect("claiming")
+}
+
+const FINISH: &str =
+    "select count(*) from sked.tasks_finish(array[$1]::uuid[], array[$2]::integer[],
+                          array[$3]::text[], array[0]::integer[], array[null]::text[],
+                          array[null]::text[], array[null]::text[], array[null]::text[],
+                          array[null]::jsonb[])";
+
+#[tokio::test]
+async fn a_rerun_beside_a_parents_finish_never_leaves_a_child_blocked() {
+    let db = TestDb::new().await;
+    for round in 0..24 {
+        let queue = format!("q{round}");
+        // a and b run side by side; c needs both. a fails for good, so c ends upstream_failed
+        // while b still runs.
+        let spec = serde_json::json!({
+            "name": format!("race {round}"),
+            "tasks": [
+                {"name": "a", "command": ["true"], "queue": queue, "max_attempts": 1},
+                {"name": "b", "command": ["true"], "queue": queue},
+                {"name": "c", "command": ["true"], "queue": queue, "depends_on": ["a", "b"]},
+            ]
+        });
+        sqlx::query("select sked.workflow_submit($1)")
+            .bind(&spec)
+            .execute(&db.pool)
+            .await
+            .expect("submitting the workflow");
+        let claimed = claim_all(&db.pool, &queue).await;
+        let find = |name: &str| {
+            claimed
+                .iter()
+                .find(|c| c.2 == name)
+                .map(|c| (c.0, c.1))
+                .unwrap_or_else(|| panic!("{name} claimed: {claimed:?}"))
+        };
+        let (a, a_attempt) = find("a");
+        let (b, b_attempt) = find("b");
+        sqlx::query(FINISH)
+            .bind(a)
+            .bind(a_attempt)
+            .bind("failed")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let c: Uuid =
+            sqlx::query_scalar("select id from sked.tasks where queue = $1 and name = 'c'")
+                .bind(&queue)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(crate::support::state(&db.pool, c).await, "upstream_failed");
+
+        // b's finish and a's retry at once, on two connections.
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::query(FINISH)
+            .bind(b)
+            .bind(b_attempt)
+            .bind("succeeded")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let pool = db.pool.clone();
+        let retry = tokio::spawn(async move {
+            sqlx::query_scalar::<_, String>("select sked.task_retry($1)")
+                .bind(a)
+                .fetch_one(&pool)
+                .await
+        });
+        let pause = rand::rng().random_range(0..20);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        tx.commit().await.unwrap();
+        let retried = tokio::time::timeout(Duration::from_secs(10), retry)
+            .await
+            .expect("the retry ends once the finish commits")
+            .unwrap()
+            .expect("retrying a");
+        assert_eq!(retried, "waiting");
+
+        // a runs again and succeeds: c must be released.
+        let again = claim_all(&db.pool, &queue).await;
+        assert_eq!(
+            again.len(),
+            1,
+            "round {round}: only a is claimable: {again:?}"
+        );
+        sqlx::query(FINISH)
+            .bind(a)
+            .bind(again[0].1)
+            .bind("succeeded")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let (state, pending): (String, i32) =
+            sqlx::query_as("select state, parents_pending from sked.tasks where id = $1")
+                .bind(c)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (state.as_str(), pending),
+            ("waiting", 0),
+            "round {round} (finish committed {pause} ms after the retry started): a child whose \
+             parents have all succeeded is released, never left blocked"
+        );
+    }
 }
