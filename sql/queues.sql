@@ -258,6 +258,16 @@ begin
     return;
   end if;
 
+  -- A row from before tasks_waiting_task_must_have_an_attempt_left: no claim takes it.
+  if t.attempt >= t.max_attempts then
+    code := 'no_attempt_left';
+    message := format('no claim takes it: it has used %s of its %s attempts '
+                      '(raise max_attempts above %s to run it again)',
+                      t.attempt, t.max_attempts, t.attempt);
+    return next;
+    return;
+  end if;
+
   if t.next_run_at > p_now then
     code := 'due_later';
     message := format('%s at %s (in %s s)',

@@ -573,8 +573,21 @@ exception when sqlstate '22023' then
 end
 $$;
 
+-- The tick a schedule is armed with when re-armed at `now` (a change of expression or time
+-- zone, a resume): the first tick after both `now` and the latest tick it has handled
+-- (`last_tick_at`), so that no tick fires twice, even one fired a moment ahead of its time
+-- or one that an equivalent time zone or a new expression names again. Null when the
+-- expression has no such tick within eight years.
+create or replace function sked.schedule_rearm(
+  spec sked.cron_spec, tz text, last_tick_at timestamptz, now_ timestamptz)
+returns timestamptz
+language sql stable as $$
+  select sked.cron_next(spec, tz, greatest(now_, last_tick_at))
+$$;
+
 -- Parses the expression, checks the time zone and the template, and arms next_run_at: on
--- insert (unless given), when the expression or time zone changes, and on resume.
+-- insert (unless given), when the expression or time zone changes, and on resume (see
+-- sked.schedule_rearm).
 create or replace function sked.schedules_before_write() returns trigger
 language plpgsql as $$
 declare
@@ -586,12 +599,12 @@ begin
      or new.time_zone is distinct from old.time_zone then
     new.spec := sked.schedule_spec(new.name, new.cron, new.time_zone);
     if tg_op = 'UPDATE' or new.next_run_at is null then
-      new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
+      new.next_run_at := sked.schedule_rearm(new.spec, new.time_zone, new.last_tick_at, now_);
     end if;
   elsif old.paused_at is not null and new.paused_at is null
         and new.next_run_at is not distinct from old.next_run_at then
     -- Resumed: ticks that passed while paused were paused on purpose, not missed.
-    new.next_run_at := sked.cron_next(new.spec, new.time_zone, now_);
+    new.next_run_at := sked.schedule_rearm(new.spec, new.time_zone, new.last_tick_at, now_);
   end if;
   if new.next_run_at is null then
     raise exception 'schedule %: cron expression % never fires (no tick within eight years)',
@@ -677,14 +690,15 @@ end
 $$;
 
 -- Resume a paused schedule at its next future tick: ticks that passed while it was paused are
--- not missed ticks and do not fire. Returns false when there is no such schedule.
+-- not missed ticks and do not fire, and no tick it has handled fires again (see
+-- sked.schedule_rearm). Returns false when there is no such schedule.
 create or replace function sked.schedule_resume(p_id uuid, p_now timestamptz default now())
 returns boolean
 language plpgsql as $$
 begin
   update sked.schedules
      set next_run_at = case when paused_at is null then next_run_at
-                            else sked.cron_next(spec, time_zone, p_now) end,
+                            else sked.schedule_rearm(spec, time_zone, last_tick_at, p_now) end,
          paused_at = null
    where id = p_id;
   return found;
@@ -730,6 +744,13 @@ $$;
 -- are locked with SKIP LOCKED, and a tick's occurrence, its sked.schedule_runs row (keyed by
 -- schedule and fire time) and the schedule's new next_run_at commit together.
 --
+-- A tick fires at most once, ever. Its sked.schedule_runs row is the claim: the runs are
+-- inserted first, and only a tick whose row this call inserted (or moved on from `queued`)
+-- gets its occurrence, cancels a replaced one, or submits a workflow. A tick recorded
+-- already (a schedule whose next_run_at was set back by hand) does nothing, and the
+-- schedule moves on past it. The schedule keeps the latest tick it handled in last_tick_at,
+-- from which re-arming starts (sked.schedule_rearm).
+--
 -- A firing loop passes a small horizon so that occurrences are queued a moment ahead with
 -- next_run_at = the tick, and workers start them on time. A tick older than misfire_grace
 -- when it is seen was missed, and the misfire policy decides:
@@ -754,22 +775,28 @@ declare
   r record;
   handled integer := 0;
   until_ timestamptz := p_now + p_horizon;
-  -- What the loop decides, applied after it by one statement each: the task occurrences (one
-  -- insert), the runs (one insert; run_occ[i] indexes occ for a fired task), the schedules.
+  -- What the loop decides, applied after it: the runs first (one insert, the claim of their
+  -- ticks), then for the claimed ones the cancels, the task occurrences (one insert) and the
+  -- workflows, then the schedules (one update). Per run i: run_occ[i] indexes occ for a task
+  -- occurrence, run_wf[i] is a workflow to submit with its owner run_wf_owner[i], and
+  -- run_cancel_task[i] / run_cancel_wf[i] the occurrence it replaces. Read by subscript only.
   occ jsonb[] := '{}';
   n_occ integer := 0;
   runs sked.schedule_runs[] := '{}';
   run_occ integer[] := '{}';
+  run_wf jsonb[] := '{}';
+  run_wf_owner text[] := '{}';
+  run_cancel_task uuid[] := '{}';
+  run_cancel_wf uuid[] := '{}';
   n_run integer := 0;
   upd_id uuid[] := '{}';
   upd_next timestamptz[] := '{}';
   upd_last_fire timestamptz[] := '{}';
+  upd_last_tick timestamptz[] := '{}';
   upd_last_occ integer[] := '{}';
-  upd_last_wf uuid[] := '{}';
+  upd_last_wf_run integer[] := '{}';
   upd_queued timestamptz[] := '{}';
-  upd_keep_last boolean[] := '{}';
   upd_paused timestamptz[] := '{}';
-  cancel_ids uuid[] := '{}';
   ticks timestamptz[];
   tick timestamptz;
   nxt timestamptz;
@@ -779,14 +806,23 @@ declare
   busy boolean;
   queued timestamptz;
   last_occ integer;
-  last_wf uuid;
+  last_wf_run integer;
   last_fire timestamptz;
+  last_tick timestamptz;
   prev_task uuid;
-  wf_id uuid;
   detail text;
   late_detail text;
   late_missed integer;
-  task_ids uuid[];
+  -- After the claim: the claimed runs (indexes into runs) and their row ids, the tasks
+  -- inserted (by occ index) and the workflows submitted (by run index).
+  claimed integer[];
+  claimed_row bigint[];
+  i integer;
+  sub jsonb[] := '{}';
+  sub_occ integer[] := '{}';
+  sub_ids uuid[];
+  task_ids uuid[] := '{}';
+  wf_ids uuid[] := '{}';
 begin
   for r in
     select s.*, coalesce(pt.state in ('blocked', 'waiting', 'running', 'retry'), false) as task_busy
@@ -806,8 +842,9 @@ begin
                 and sked.schedule_occurrence_unfinished(null, r.last_workflow_id));
     queued := r.queued_fire_at;
     last_occ := null;
-    last_wf := null;
+    last_wf_run := null;
     last_fire := r.last_fire_at;
+    last_tick := r.last_tick_at;
     prev_task := r.last_task_id;
     nxt := r.next_run_at;
     late_detail := null;
@@ -824,6 +861,7 @@ begin
     if r.next_run_at <= until_ then
       if r.next_run_at >= p_now - r.misfire_grace then
         ticks := ticks || r.next_run_at;
+        last_tick := greatest(last_tick, r.next_run_at);
         nxt := sked.cron_next(r.spec, r.time_zone, r.next_run_at);
       else
         -- Missed ticks: from next_run_at up to now (counted up to 10,000).
@@ -838,6 +876,7 @@ begin
             missed := missed + 1;
             missed_from := coalesce(missed_from, t);
           end if;
+          last_tick := greatest(last_tick, t);
           t := sked.cron_next(r.spec, r.time_zone, t);
         end loop;
         nxt := sked.cron_next(r.spec, r.time_zone, p_now);
@@ -853,7 +892,6 @@ begin
                                     case when missed >= 10000 then 'at least ' else '' end,
                                     missed, missed_from, r.misfire_policy),
                              p_now)::sked.schedule_runs;
-          run_occ[n_run] := null;
         else
           late_detail := format('late (misfire policy %s)', r.misfire_policy);
         end if;
@@ -863,7 +901,6 @@ begin
     foreach tick in array ticks loop
       detail := case when tick < p_now - r.misfire_grace then late_detail end;
       n_run := n_run + 1;
-      run_occ[n_run] := null;
       if busy and r.overlap_policy = 'skip' then
         runs[n_run] := row(null, r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
@@ -883,14 +920,15 @@ begin
       else
         if busy and r.overlap_policy = 'replace' then
           if prev_task is not null then
-            cancel_ids := cancel_ids || prev_task;
-          elsif last_wf is null and r.last_workflow_id is not null then
-            perform sked.workflow_cancel(r.last_workflow_id, p_now);
+            run_cancel_task[n_run] := prev_task;
+          elsif last_wf_run is null and r.last_workflow_id is not null then
+            run_cancel_wf[n_run] := r.last_workflow_id;
           end if;
           detail := concat_ws('; ', detail,
                               'replaced the unfinished previous occurrence (overlap policy replace)');
         end if;
-        -- Fire: a task occurrence joins the insert below; a workflow is submitted here.
+        -- Fire: a task occurrence joins the insert below; a workflow is submitted after the
+        -- claim.
         if r.task is not null then
           n_occ := n_occ + 1;
           occ[n_occ] := r.task || jsonb_build_object('owner', r.owner,
@@ -898,12 +936,12 @@ begin
           last_occ := n_occ;
           run_occ[n_run] := n_occ;
           prev_task := null; -- the previous occurrence is now one of this call's
-          wf_id := null;
         else
-          wf_id := sked.workflow_submit(r.workflow, r.owner, p_now);
-          last_wf := wf_id;
+          run_wf[n_run] := r.workflow;
+          run_wf_owner[n_run] := r.owner;
+          last_wf_run := n_run;
         end if;
-        runs[n_run] := row(null, r.id, tick, 'fired', null, wf_id, coalesce(late_missed, 0), detail,
+        runs[n_run] := row(null, r.id, tick, 'fired', null, null, coalesce(late_missed, 0), detail,
                            p_now)::sked.schedule_runs;
         last_fire := tick;
         busy := true;
@@ -915,7 +953,6 @@ begin
     if nxt is null then
       -- No tick within eight years: the schedule has run out; it is paused where it ended.
       n_run := n_run + 1;
-      run_occ[n_run] := null;
       runs[n_run] := row(null, r.id, coalesce(last_fire, r.next_run_at) + interval '1 microsecond',
                          'missed', null, null, 0,
                          'the expression has no tick within eight years: the schedule was paused',
@@ -925,47 +962,83 @@ begin
     upd_next[handled] := coalesce(nxt, r.next_run_at);
     upd_paused[handled] := case when nxt is null then p_now end;
     upd_last_fire[handled] := last_fire;
+    upd_last_tick[handled] := last_tick;
     upd_last_occ[handled] := last_occ;
-    upd_last_wf[handled] := last_wf;
+    upd_last_wf_run[handled] := last_wf_run;
     upd_queued[handled] := queued;
-    upd_keep_last[handled] := last_occ is null and last_wf is null;
   end loop;
 
   if handled = 0 then
     return 0;
   end if;
 
-  -- Replaced occurrences are cancelled before their successors are inserted.
-  perform sked.task_cancel(c, p_now) from unnest(cancel_ids) c;
-
-  -- All task occurrences in one statement (one insert notification).
-  if n_occ > 0 then
-    select array_agg(x.id) into task_ids from sked.tasks_submit(to_jsonb(occ)) x;
-  end if;
-
-  insert into sked.schedule_runs as sr (schedule_id, fire_at, outcome, task_id, workflow_id,
-                                        missed_ticks, detail, recorded_at)
-  select u.schedule_id, u.fire_at, u.outcome, task_ids[run_occ[u.i]], u.workflow_id,
-         u.missed_ticks, u.detail, u.recorded_at
+  -- The claim: every run in one statement. A tick recorded already is not claimed again,
+  -- except a queued one, which fires now.
+  with inserted as (
+    insert into sked.schedule_runs as sr (schedule_id, fire_at, outcome, task_id, workflow_id,
+                                          missed_ticks, detail, recorded_at)
+    select u.schedule_id, u.fire_at, u.outcome, null, null, u.missed_ticks, u.detail,
+           u.recorded_at
+      from unnest(runs) as u
+    on conflict (schedule_id, fire_at) where outcome <> 'manual' do update
+       set outcome = excluded.outcome, task_id = null, workflow_id = null,
+           detail = excluded.detail, recorded_at = excluded.recorded_at
+     where sr.outcome = 'queued'
+    returning sr.id, sr.schedule_id, sr.fire_at
+  )
+  select coalesce(array_agg(u.i order by u.i), '{}'), coalesce(array_agg(n.id order by u.i), '{}')
+    into claimed, claimed_row
     from unnest(runs) with ordinality
          as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
               recorded_at, i)
-  on conflict (schedule_id, fire_at) where outcome <> 'manual' do update
-     set outcome = excluded.outcome, task_id = excluded.task_id,
-         workflow_id = excluded.workflow_id, detail = excluded.detail,
-         recorded_at = excluded.recorded_at
-   where sr.outcome = 'queued';
+    join inserted n on n.schedule_id = u.schedule_id and n.fire_at = u.fire_at;
+
+  -- Replaced occurrences are cancelled before their successors are inserted.
+  foreach i in array claimed loop
+    if run_cancel_task[i] is not null then
+      perform sked.task_cancel(run_cancel_task[i], p_now);
+    elsif run_cancel_wf[i] is not null then
+      perform sked.workflow_cancel(run_cancel_wf[i], p_now);
+    end if;
+    if run_occ[i] is not null then
+      sub := sub || occ[run_occ[i]];
+      sub_occ := sub_occ || run_occ[i];
+    end if;
+  end loop;
+
+  -- All claimed task occurrences in one statement (one insert notification).
+  if cardinality(sub) > 0 then
+    select array_agg(x.id) into sub_ids from sked.tasks_submit(to_jsonb(sub)) x;
+    for i in 1 .. cardinality(sub_occ) loop
+      task_ids[sub_occ[i]] := sub_ids[i];
+    end loop;
+  end if;
+  foreach i in array claimed loop
+    if run_wf[i] is not null then
+      wf_ids[i] := sked.workflow_submit(run_wf[i], run_wf_owner[i], p_now);
+    end if;
+  end loop;
+
+  -- The claimed runs name their occurrences.
+  update sked.schedule_runs sr
+     set task_id = task_ids[run_occ[c.i]], workflow_id = wf_ids[c.i]
+    from unnest(claimed, claimed_row) as c(i, id)
+   where sr.id = c.id and (run_occ[c.i] is not null or run_wf[c.i] is not null);
 
   update sked.schedules s
      set next_run_at = u.nxt,
          last_fire_at = u.last_fire,
-         last_task_id = case when u.keep then s.last_task_id else task_ids[u.occ] end,
-         last_workflow_id = case when u.keep then s.last_workflow_id else u.wf end,
+         last_tick_at = u.last_tick,
+         -- The latest occurrence this call inserted, if it claimed one.
+         last_task_id = case when task_ids[u.occ] is null and wf_ids[u.wf_run] is null
+                             then s.last_task_id else task_ids[u.occ] end,
+         last_workflow_id = case when task_ids[u.occ] is null and wf_ids[u.wf_run] is null
+                                 then s.last_workflow_id else wf_ids[u.wf_run] end,
          queued_fire_at = u.queued,
          paused_at = coalesce(u.paused, s.paused_at)
-    from unnest(upd_id, upd_next, upd_last_fire, upd_last_occ, upd_last_wf, upd_queued,
-                upd_keep_last, upd_paused)
-         as u(id, nxt, last_fire, occ, wf, queued, keep, paused)
+    from unnest(upd_id, upd_next, upd_last_fire, upd_last_tick, upd_last_occ, upd_last_wf_run,
+                upd_queued, upd_paused)
+         as u(id, nxt, last_fire, last_tick, occ, wf_run, queued, paused)
    where s.id = u.id;
   return handled;
 end

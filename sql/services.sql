@@ -615,7 +615,7 @@ begin
            sked.shard_is_new(t.next_run_at, p_now) as spread
       from sked.tasks t
      where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
-       and t.queue = any(p_queues) and t.next_run_at <= p_now
+       and t.queue = any(p_queues) and t.next_run_at <= p_now and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                p_worker, p_labels, p_now)
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
@@ -661,6 +661,7 @@ as $$
       from sked.tasks t
      where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
        and t.queue = any(p_queues) and t.next_run_at <= p_now - sked.preempt_after()
+       and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                p_worker, p_labels, p_now)
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)

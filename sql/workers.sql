@@ -87,6 +87,12 @@ $$;
 -- (its row in sked.workers) but not its free capacity is locked too, and the claim takes no
 -- task with requests behind it, so the worker's capacity drains until the big task fits.
 --
+-- A row with no attempt left (attempt = max_attempts) is passed over: the claim charges an
+-- attempt, and one such row would make every claim of its worker fail on a constraint. The
+-- schema refuses such rows (tasks_waiting_task_must_have_an_attempt_left); one left from
+-- before the rule waits, and sked.task_waiting_reasons says why. The test is a filter on the
+-- row the index scan already visits.
+--
 -- Services first: while a copy of a service of the worker's queues is due, the claim takes
 -- the due copies first (sked.copies_claim, sql/services.sql) and returns them alone (the worker claims again
 -- at once). When none fits but one would fit the worker's whole capacity, the claim takes
@@ -161,7 +167,7 @@ begin
                       or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
             from sked.tasks t
            where t.state in ('waiting', 'retry') and t.queue = q.name
-             and t.next_run_at <= p_now
+             and t.next_run_at <= p_now and t.attempt < t.max_attempts
              and (t.labels = '{}' or t.labels <@ p_labels)
              and (t.shard_of is null
                   or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
@@ -215,7 +221,7 @@ begin
                   or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
         from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
-         and t.next_run_at <= p_now
+         and t.next_run_at <= p_now and t.attempt < t.max_attempts
          and (t.labels = '{}' or t.labels <@ p_labels)
          and (t.shard_of is null
               or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
@@ -255,7 +261,7 @@ begin
                   or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
         from sked.tasks t
        where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
-         and t.next_run_at <= p_now
+         and t.next_run_at <= p_now and t.attempt < t.max_attempts
          and (t.labels = '{}' or t.labels <@ p_labels)
          and (t.shard_of is null
               or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))

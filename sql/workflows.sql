@@ -178,6 +178,18 @@ $$;
 -- (max_attempts is raised to allow one more) and a successful attempt is moved to the
 -- history first (a parent of shards never ran and has none). Their workflows run again.
 -- Returns the queues that got claimable tasks.
+--
+-- Lock order. The parents of the tasks run again are locked (FOR SHARE, in id order) before
+-- they are counted and before any task or workflow is changed. A parent's finish locks the
+-- parent, then its blocked children, then its workflow; its settle passes over a child that
+-- is not blocked yet. Without the lock, a parent finishing while this function ran was
+-- counted as pending by one side and its finish missed by the other, and the child stayed
+-- blocked for ever. With it, the count waits for a finish in flight and reads its result,
+-- and a finish that comes later waits for this transaction and then finds the child blocked.
+-- Callers lock nothing a finish waits for before calling (the finished tasks they re-run,
+-- never a workflow row). Should a finish of several of these parents in one batch lock them
+-- in the other order, PostgreSQL ends one side with a deadlock error, which is transient:
+-- the worker writes its batch again.
 create or replace function sked.tasks_rerun(p_ids uuid[], p_now timestamptz default now())
 returns text
 language plpgsql
@@ -199,6 +211,11 @@ begin
      where t.state in ('upstream_failed', 'skipped')
   )
   select array_agg(c.id order by c.id) into ids from closure c;
+
+  perform 1 from sked.tasks p
+   where p.id in (select e.depends_on from sked.task_edges e where e.task_id = any(ids))
+   order by p.id
+   for share;
 
   insert into sked.task_attempts (task_id, attempt, worker_id, started_at, finished_at, outcome,
                                   exit_code, error, stdout_tail, stderr_tail)
@@ -508,7 +525,9 @@ $$;
 -- Re-run a workflow from where it failed: its failed and cancelled tasks run again, and the
 -- tasks after them that ended upstream_failed or skipped wait for them again (see
 -- sked.tasks_rerun). Returns how many failed or cancelled tasks run again (0: nothing to
--- re-run), or null when there is no such workflow.
+-- re-run), or null when there is no such workflow. The workflow's row is not locked first:
+-- its failed and cancelled tasks are, and sked.tasks_rerun then locks the workflow after the
+-- tasks, in the order a finish takes them.
 create or replace function sked.workflow_retry(p_id uuid, p_now timestamptz default now())
 returns integer
 language plpgsql
@@ -518,7 +537,7 @@ declare
   ids uuid[];
   queues text;
 begin
-  perform 1 from sked.workflows w where w.id = p_id for update;
+  perform 1 from sked.workflows w where w.id = p_id;
   if not found then
     return null;
   end if;

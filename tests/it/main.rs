@@ -23,5 +23,6 @@ mod support;
 mod trust_artifacts;
 mod trust_bytes;
 mod trust_users;
+mod trust_rows;
 mod worker;
 mod workflows;
