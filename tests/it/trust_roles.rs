@@ -850,3 +850,30 @@ async fn migrate_sets_up_the_roles_and_runs_again_safely() {
         "trigger functions and the roles' functions run as their owner on a fixed search path"
     );
 }
+
+#[tokio::test]
+async fn the_api_answers_a_refused_row_without_its_values() {
+    // The server's pool is the schema's owner here, to whom PostgreSQL sends the failing
+    // row's DETAIL: the answer must still carry nothing of the row.
+    let db = TestDb::new().await;
+    let alice = sked_db::token::create(&db.pool, "alice", Role::User, "test")
+        .await
+        .unwrap();
+    let router = sked_server::router(db.pool.clone());
+    for body in [
+        json!({"command": ["true"], "max_attempts": 0, "env": {"K": "s3cr3t-value"}}),
+        json!({"command": ["true"], "cpu_millis": 0, "env": {"K": "s3cr3t-value"}}),
+    ] {
+        let (status, answer) =
+            call(&router, Method::POST, "/api/v1/tasks", &alice, Some(body)).await;
+        assert!(
+            status.is_client_error(),
+            "a task the schema refuses is answered 4xx: {status} {answer}"
+        );
+        let text = answer.to_string();
+        assert!(
+            !text.contains("s3cr3t-value") && !text.contains("Failing row"),
+            "the API never passes the database's DETAIL of a refused row on: {text}"
+        );
+    }
+}
