@@ -6,8 +6,8 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use sked_db::DbError;
 use sked_db::token::{self, Role};
+use sked_db::{DbError, GroupRole};
 use sked_server::ServerArgs;
 use sked_worker::{WorkerArgs, WorkerConfig, WorkerError};
 use sqlx::PgPool;
@@ -178,6 +178,23 @@ async fn connect(url: &str, app: &str, max: u32) -> Result<PgPool, RunError> {
         .map_err(db("connecting to the database"))
 }
 
+/// A pool whose connections act as `role` when the login role may (see
+/// [`sked_db::connect_as`]): servers and workers hold only their part's rights by default.
+async fn connect_as(url: &str, app: &str, max: u32, role: GroupRole) -> Result<PgPool, RunError> {
+    let (pool, narrowed) = sked_db::connect_as(url, app, max, role)
+        .await
+        .map_err(db("connecting to the database"))?;
+    if narrowed {
+        info!(role = role.name(), "acting as the database role");
+    } else {
+        warn!(
+            role = role.name(),
+            "the login role is not a member of the database role: running with the login's own rights (see docs/security.md)"
+        );
+    }
+    Ok(pool)
+}
+
 fn worker_pool_size(config: &WorkerConfig) -> u32 {
     u32::try_from(config.concurrency)
         .unwrap_or(u32::MAX)
@@ -188,7 +205,7 @@ fn worker_pool_size(config: &WorkerConfig) -> u32 {
 /// The API server until SIGINT/SIGTERM.
 pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
     let shutdown = shutdown_on_signal()?;
-    let pool = connect(&cmd.db.database_url, "sked-server", 16).await?;
+    let pool = connect_as(&cmd.db.database_url, "sked-server", 16, GroupRole::Server).await?;
     sked_db::check_schema(&pool)
         .await
         .map_err(db("checking the database schema"))?;
@@ -213,10 +230,11 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
 pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
     let config = cmd.worker.into_config().map_err(RunError::Config)?;
     let shutdown = shutdown_on_signal()?;
-    let pool = connect(
+    let pool = connect_as(
         &cmd.db.database_url,
         "sked-worker",
         worker_pool_size(&config),
+        GroupRole::Worker,
     )
     .await?;
     sked_db::check_schema(&pool)
@@ -363,12 +381,23 @@ async fn serve_dev(
         version,
         new_token.as_deref(),
     );
+    // Migrating and the admin token needed the owner; the worker and the server each act as
+    // their own role from here.
+    pool.close().await;
+    let worker_pool = connect_as(
+        url,
+        "sked-dev-worker",
+        worker_pool_size(&config),
+        GroupRole::Worker,
+    )
+    .await?;
+    let server_pool = connect_as(url, "sked-dev-server", 12, GroupRole::Server).await?;
 
     // Each part cancels `shutdown` when it ends, so a part that fails stops the others.
     let worker_stop = CancellationToken::new();
     let server_stop = CancellationToken::new();
     let worker = tokio::spawn({
-        let (pool, stop, shutdown) = (pool.clone(), worker_stop.clone(), shutdown.clone());
+        let (pool, stop, shutdown) = (worker_pool.clone(), worker_stop.clone(), shutdown.clone());
         async move {
             let result = sked_worker::run(pool, config, stop).await;
             shutdown.cancel();
@@ -376,7 +405,7 @@ async fn serve_dev(
         }
     });
     let server = tokio::spawn({
-        let (pool, stop, shutdown) = (pool.clone(), server_stop.clone(), shutdown.clone());
+        let (pool, stop, shutdown) = (server_pool.clone(), server_stop.clone(), shutdown.clone());
         async move {
             let result = sked_server::serve_configured(
                 pool,
@@ -405,7 +434,8 @@ async fn serve_dev(
         }),
         Err(_) => Err(RunError::Panicked("server")),
     };
-    pool.close().await;
+    worker_pool.close().await;
+    server_pool.close().await;
     if let Err(e) = &worker_result {
         warn!(error = %e, "worker");
     }

@@ -7,7 +7,9 @@ pub type Result<T, E = DbError> = std::result::Result<T, E>;
 #[derive(Debug, Error)]
 pub enum DbError {
     /// A row was rejected by a constraint of the schema (bad input). `constraint` is the
-    /// constraint's name, which reads as the rule that was broken.
+    /// constraint's name, which reads as the rule that was broken; `message` is PostgreSQL's
+    /// primary message. Its DETAIL, which for the schema's owner holds the failing row's
+    /// values (secrets in `env` included), is never read into a `DbError`.
     #[error("rejected by the schema: {constraint}")]
     Rejected { constraint: String, message: String },
     /// A unique constraint (such as an idempotency key) holds another row.

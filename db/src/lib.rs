@@ -42,6 +42,9 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
     ("sql/events.sql", include_str!("../../sql/events.sql")),
+    ("sql/worker_io.sql", include_str!("../../sql/worker_io.sql")),
+    // Last: it sets the rights of every function above (see the file's opening comment).
+    ("sql/roles.sql", include_str!("../../sql/roles.sql")),
 ];
 
 /// Advisory lock key held while migrating, so concurrent `sked migrate` runs queue up.
@@ -63,6 +66,67 @@ pub async fn connect(url: &str, app: &str, max_connections: u32) -> Result<PgPoo
         .connect_with(options)
         .await?;
     Ok(pool)
+}
+
+/// The group roles of the SQL contract (`sql/roles.sql`, `docs/security.md`): a process may
+/// act as the one of its part instead of its login role ([`connect_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupRole {
+    /// `sked_worker`: the worker's functions only.
+    Worker,
+    /// `sked_server`: what the REST API needs.
+    Server,
+}
+
+impl GroupRole {
+    /// The role's name in PostgreSQL.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupRole::Worker => "sked_worker",
+            GroupRole::Server => "sked_server",
+        }
+    }
+}
+
+/// Connects a pool as [`connect`] does, whose connections act as `role` (`SET ROLE` on each
+/// new connection) when the login role may (it is a member of `role`, or a superuser): a
+/// worker or server started with a broader login then holds only its part's rights. Answers
+/// whether it does; a login that may not keeps its own rights.
+pub async fn connect_as(
+    url: &str,
+    app: &str,
+    max_connections: u32,
+    role: GroupRole,
+) -> Result<(PgPool, bool)> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))?
+        .application_name(app);
+    let mut probe = sqlx::PgConnection::connect_with(&options).await?;
+    // CASE keeps pg_has_role from being asked about a role that does not exist.
+    let may: bool = sqlx::query_scalar(
+        "select case when exists (select 1 from pg_roles where rolname = $1)
+                     then pg_has_role(current_user, $1, 'MEMBER') else false end",
+    )
+    .bind(role.name())
+    .fetch_one(&mut probe)
+    .await?;
+    probe.close().await.ok();
+    let mut pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10));
+    if may {
+        pool = pool.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "set role {}",
+                    role.name()
+                ))))
+                .await?;
+                Ok(())
+            })
+        });
+    }
+    Ok((pool.connect_with(options).await?, may))
 }
 
 /// Applies the migrations and then the SQL contract, under an advisory lock.

@@ -22,7 +22,7 @@ pub struct CopySpec {
 /// The restart policy and health check of copy `id`.
 pub async fn copy_spec(pool: &PgPool, id: Uuid) -> Result<CopySpec> {
     let (policy, check): (Option<String>, Option<Value>) =
-        sqlx::query_as("select restart_policy, health_check from sked.tasks where id = $1")
+        sqlx::query_as("select restart_policy, health_check from sked.service_copy_spec($1)")
             .bind(id)
             .fetch_one(pool)
             .await?;

@@ -275,7 +275,7 @@ pub fn submit_json(t: &SubmitTask) -> Result<Value> {
 /// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
 /// name no owner get `owner`.
 pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
-    if tasks.len() >= COPY_FROM && tasks.iter().all(copyable) {
+    if tasks.len() >= COPY_FROM && tasks.iter().all(copyable) && !row_security_active(pool).await? {
         return submit_by_copy(pool, tasks, owner).await;
     }
     let rows = tasks
@@ -290,7 +290,19 @@ pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<
     Ok(ids)
 }
 
-/// Batches at least this large go in by `COPY` when [`copyable`].
+/// True when row-level security applies to this connection's role on `sked.tasks` (the
+/// `sked_server` and `sked_submitter` roles, see `docs/security.md`): PostgreSQL refuses
+/// `COPY … FROM` into such a table, so their batches go through `sked.tasks_submit`.
+async fn row_security_active(pool: &PgPool) -> Result<bool> {
+    Ok(
+        sqlx::query_scalar("select row_security_active('sked.tasks')")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Batches at least this large go in by `COPY` when [`copyable`] and row-level security
+/// does not apply.
 const COPY_FROM: usize = 64;
 
 /// A task `COPY` can insert: no idempotency key (which needs `ON CONFLICT`), no start time

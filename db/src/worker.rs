@@ -63,7 +63,7 @@ pub async fn deregister(pool: &PgPool, id: Uuid) -> Result<()> {
 
 /// Marks the worker as stopping (it claims nothing more).
 pub async fn mark_stopping(pool: &PgPool, id: Uuid) -> Result<()> {
-    sqlx::query("update sked.workers set stopping_at = now() where id = $1")
+    sqlx::query("select sked.worker_stopping($1)")
         .bind(id)
         .execute(pool)
         .await?;
@@ -380,40 +380,33 @@ pub async fn append_logs(
     if chunks.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "insert into sked.task_logs (task_id, attempt, stream, data)
-         select * from unnest($1::uuid[], $2::int[], $3::text[], $4::text[])",
-    )
-    .bind(chunks.iter().map(|c| c.0).collect::<Vec<_>>())
-    .bind(chunks.iter().map(|c| c.1).collect::<Vec<_>>())
-    .bind(chunks.iter().map(|c| c.2).collect::<Vec<_>>())
-    .bind(chunks.iter().map(|c| c.3.clone()).collect::<Vec<_>>())
-    .execute(pool)
-    .await?;
+    sqlx::query("select sked.task_logs_append($1, $2, $3, $4)")
+        .bind(chunks.iter().map(|c| c.0).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.1).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.2).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.3.clone()).collect::<Vec<_>>())
+        .execute(pool)
+        .await?;
     Ok(())
 }
 
 /// The content of an artifact stored in Postgres, if present.
 pub async fn artifact(pool: &PgPool, sha256: &str) -> Result<Option<Vec<u8>>> {
-    Ok(
-        sqlx::query_scalar("select content from sked.artifacts where sha256 = $1")
-            .bind(sha256)
-            .fetch_optional(pool)
-            .await?,
-    )
+    Ok(sqlx::query_scalar("select sked.artifact_get($1)")
+        .bind(sha256)
+        .fetch_one(pool)
+        .await?)
 }
 
 /// Stores bytes as an artifact; returns its SHA-256 (hex).
 pub async fn put_artifact(pool: &PgPool, content: &[u8]) -> Result<String> {
     use sha2::Digest;
     let sha = hex::encode(sha2::Sha256::digest(content));
-    sqlx::query(
-        "insert into sked.artifacts (sha256, content) values ($1, $2) on conflict do nothing",
-    )
-    .bind(&sha)
-    .bind(content)
-    .execute(pool)
-    .await?;
+    sqlx::query("select sked.artifact_put($1, $2)")
+        .bind(&sha)
+        .bind(content)
+        .execute(pool)
+        .await?;
     Ok(sha)
 }
 

@@ -3,7 +3,8 @@
 //! Every failure a handler or extractor can meet is an [`Error`]; [`IntoResponse`] renders it
 //! as a status code and a JSON [`sked_types::ApiError`] body whose `code` is stable. Database
 //! text never reaches a response: schema rejections are described from the constraint's name,
-//! and anything unexpected is logged in full and answered with a generic message.
+//! and anything unexpected is logged by its message (never PostgreSQL's DETAIL, which can
+//! hold a refused row's values) and answered with a generic message.
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};

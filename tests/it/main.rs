@@ -24,5 +24,6 @@ mod trust_artifacts;
 mod trust_bytes;
 mod trust_users;
 mod trust_rows;
+mod trust_roles;
 mod worker;
 mod workflows;

@@ -1,0 +1,228 @@
+-- Least privilege: the database roles of sked, what each may do, and the row-level security
+-- that confines a submitter to its own tasks (docs/security.md, "Database roles").
+--
+-- Three group roles (NOLOGIN), created here when missing; an operator grants them to login
+-- roles:
+--   sked_submitter  submits tasks and workflows (plain INSERT or the submit functions) under
+--                   its own name, and reads its own tasks, workflows, attempts and logs;
+--   sked_worker     calls the worker's functions and nothing else, no table;
+--   sked_server     what the REST API needs: it reads everything, submits for any owner and
+--                   changes state through the contract's functions (it enforces owners with
+--                   API tokens itself), and never writes tokens, artifacts or task state.
+-- The account that migrates owns the schema and everything in it; it is the administrator
+-- and is not subject to the policies below.
+--
+-- This file runs last on every `sked migrate`, after the other files have (re)created their
+-- functions: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET clauses, and new
+-- functions are executable by PUBLIC until revoked here. Every privilege of the three roles
+-- on the schema is revoked and granted again from the lists below, so the lists are the
+-- whole truth; a new function a role must call is added to its list here.
+
+-- ---------------------------------------------------------------------------------------------
+-- The roles
+-- ---------------------------------------------------------------------------------------------
+
+-- Roles belong to the cluster, not the database: every sked database of a cluster shares
+-- them, and migrates of two databases may race to create one (the loser finds it made).
+do $$
+declare
+  r text;
+begin
+  foreach r in array array['sked_submitter', 'sked_worker', 'sked_server'] loop
+    if not exists (select 1 from pg_roles where rolname = r) then
+      begin
+        execute format('create role %I nologin', r);
+      exception
+        when duplicate_object or unique_violation then
+          null;
+        when insufficient_privilege then
+          raise exception 'sked migrate: the role % does not exist and % may not create roles', r, current_user
+            using errcode = 'insufficient_privilege',
+                  hint = format('Ask an administrator to run CREATE ROLE %I NOLOGIN (and the same for sked_submitter, sked_worker and sked_server), then migrate again.', r);
+      end;
+    end if;
+  end loop;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Row-level security (enabled on these tables by migrations/20261216000001_roles.sql)
+-- ---------------------------------------------------------------------------------------------
+
+-- True when task `p_task` or `p_depends_on` exists and belongs to an owner other than
+-- `p_owner`. It runs with the owner's rights so that it sees every task: an edge may name a
+-- task inserted by the same statement (sked.workflow_submit inserts tasks and edges in one),
+-- which the submitter's own view of the table does not show yet.
+create or replace function sked.task_edge_crosses_owners(p_task uuid, p_depends_on uuid, p_owner text)
+returns boolean
+language sql stable security definer set search_path = sked, pg_temp as $$
+  select exists (select 1 from sked.tasks t
+                  where t.id in (p_task, p_depends_on) and t.owner is distinct from p_owner)
+$$;
+
+-- A submitter sees and inserts only tasks of its own name (`current_user`: the login role,
+-- or the role it SET ROLE to), placed only in workflows it owns. Policies are dropped and
+-- created again so that they are always the ones written here.
+drop policy if exists tasks_submitter_reads_its_own on sked.tasks;
+create policy tasks_submitter_reads_its_own on sked.tasks
+  for select to sked_submitter using (owner = current_user);
+drop policy if exists tasks_submitter_inserts_its_own on sked.tasks;
+create policy tasks_submitter_inserts_its_own on sked.tasks
+  for insert to sked_submitter
+  with check (owner = current_user
+              and (workflow_id is null
+                   or exists (select 1 from sked.workflows w where w.id = workflow_id)));
+drop policy if exists tasks_server_all on sked.tasks;
+create policy tasks_server_all on sked.tasks
+  for all to sked_server using (true) with check (true);
+
+drop policy if exists workflows_submitter_reads_its_own on sked.workflows;
+create policy workflows_submitter_reads_its_own on sked.workflows
+  for select to sked_submitter using (owner = current_user);
+drop policy if exists workflows_submitter_inserts_its_own on sked.workflows;
+create policy workflows_submitter_inserts_its_own on sked.workflows
+  for insert to sked_submitter with check (owner = current_user);
+drop policy if exists workflows_server_all on sked.workflows;
+create policy workflows_server_all on sked.workflows
+  for all to sked_server using (true) with check (true);
+
+-- An edge is the submitter's when its child is (the subquery sees its own tasks only); it
+-- may insert edges that join no task of another owner.
+drop policy if exists task_edges_submitter_reads_its_own on sked.task_edges;
+create policy task_edges_submitter_reads_its_own on sked.task_edges
+  for select to sked_submitter
+  using (exists (select 1 from sked.tasks t where t.id = task_id));
+drop policy if exists task_edges_submitter_inserts_its_own on sked.task_edges;
+create policy task_edges_submitter_inserts_its_own on sked.task_edges
+  for insert to sked_submitter
+  with check (not sked.task_edge_crosses_owners(task_id, depends_on, current_user));
+drop policy if exists task_edges_server_all on sked.task_edges;
+create policy task_edges_server_all on sked.task_edges
+  for all to sked_server using (true) with check (true);
+
+drop policy if exists task_attempts_submitter_reads_its_own on sked.task_attempts;
+create policy task_attempts_submitter_reads_its_own on sked.task_attempts
+  for select to sked_submitter
+  using (exists (select 1 from sked.tasks t where t.id = task_id));
+drop policy if exists task_attempts_server_all on sked.task_attempts;
+create policy task_attempts_server_all on sked.task_attempts
+  for all to sked_server using (true) with check (true);
+
+drop policy if exists task_logs_submitter_reads_its_own on sked.task_logs;
+create policy task_logs_submitter_reads_its_own on sked.task_logs
+  for select to sked_submitter
+  using (exists (select 1 from sked.tasks t where t.id = task_id));
+drop policy if exists task_logs_server_all on sked.task_logs;
+create policy task_logs_server_all on sked.task_logs
+  for all to sked_server using (true) with check (true);
+
+-- ---------------------------------------------------------------------------------------------
+-- Privileges
+-- ---------------------------------------------------------------------------------------------
+
+do $$
+declare
+  -- The worker's functions (worker/ calls nothing else). They run as the owner.
+  worker_calls text[] := array[
+    'worker_register', 'worker_deregister', 'worker_touch', 'worker_stopping',
+    'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'tasks_finish',
+    'tasks_renew_leases', 'tasks_cancel_requested', 'tasks_rescue', 'tasks_due_from',
+    'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
+    'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
+    'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due'];
+  -- The server's functions that change state or read across owners. They run as the owner.
+  server_calls text[] := array[
+    'task_cancel', 'task_retry', 'workflow_cancel', 'workflow_retry',
+    'schedule_create', 'schedule_pause', 'schedule_resume', 'schedule_run_now',
+    'schedule_runs_prune', 'schedules_fire', 'schedules_next_due', 'cron_next_times',
+    'queue_pause', 'queue_resume', 'queue_set_limits', 'task_waiting_reasons',
+    'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
+    'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
+    'events_running', 'events_ended'];
+  -- Functions that run with the caller's rights, so that row-level security forces a
+  -- submitter's owner: the submit functions and what they call.
+  submit_calls text[] := array[
+    'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json',
+    'task_preemptible_refuse', 'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners'];
+  -- The server's functions that run with its rights: resubmitting (it names the owner) and
+  -- pure helpers it calls within queries, which must stay inlinable.
+  server_own_rights text[] := array['task_resubmit', 'queue_burst', 'service_copy_up'];
+  -- Columns of sked.tasks that a submission sets (sked.task_submit's arguments and, for
+  -- sked.workflow_submit, the DAG columns of a new task). The state columns that record
+  -- running and finishing (worker_id, lease_expires_at, attempt, finished_at, results) are
+  -- never a submitter's, and the table's constraints refuse a new row in any state but
+  -- blocked or waiting without them.
+  task_columns text := 'id, command, args, queue, priority, input, env, next_run_at, '
+    'max_attempts, timeout, owner, idempotency_key, labels, artifact_url, artifact_sha256, '
+    'output_path, kind, backoff_base, backoff_max, shard_total, broadcast, cpu_millis, '
+    'memory_mb, max_output_bytes, run_as, replicas, restart_policy, health_check, '
+    'preemptible, workflow_id, name, trigger_rule, parents, children, parents_pending, state, '
+    'created_at';
+  roles text := 'sked_submitter, sked_worker, sked_server';
+  name text;
+  f regprocedure;
+  migrations regclass := to_regclass('_sqlx_migrations');
+begin
+  execute 'revoke all on schema sked from public, ' || roles;
+  execute 'revoke all on all tables in schema sked from public, ' || roles;
+  execute 'revoke all on all sequences in schema sked from public, ' || roles;
+  execute 'revoke all on all functions in schema sked from public, ' || roles;
+  execute 'grant usage on schema sked to ' || roles;
+  -- Workers and servers check the schema's version at start.
+  if migrations is not null then
+    execute format('grant select on %s to %s', migrations, roles);
+  end if;
+
+  -- Every trigger function and every function of the worker's and server's lists runs with
+  -- its owner's rights, on a search path that a caller cannot change: a submitter's INSERT
+  -- fires triggers that record live events, expand shards and check services in tables it
+  -- may not touch itself.
+  for f in
+    select p.oid::regprocedure from pg_proc p
+     where p.pronamespace = 'sked'::regnamespace
+       and (p.prorettype = 'trigger'::regtype or p.proname = any (worker_calls || server_calls))
+  loop
+    execute format('alter function %s security definer set search_path = sked, pg_temp', f);
+  end loop;
+
+  foreach name in array worker_calls || server_calls || submit_calls || server_own_rights loop
+    if not exists (select 1 from pg_proc p
+                    where p.pronamespace = 'sked'::regnamespace and p.proname = name) then
+      raise exception 'sql/roles.sql grants sked.%, which does not exist: update its lists', name;
+    end if;
+  end loop;
+  for f, name in
+    select p.oid::regprocedure, r.role
+      from pg_proc p
+      join (select unnest(worker_calls), 'sked_worker'
+            union all select unnest(server_calls || server_own_rights || submit_calls), 'sked_server'
+            union all select unnest(submit_calls), 'sked_submitter') r(proname, role)
+        on r.proname = p.proname
+     where p.pronamespace = 'sked'::regnamespace
+  loop
+    execute format('grant execute on function %s to %I', f, name);
+  end loop;
+
+  -- The submitter: its own rows (the policies above), submitted through the submit functions
+  -- or a plain INSERT, nothing else.
+  execute format('grant select, insert (%s) on sked.tasks to sked_submitter', task_columns);
+  grant select, insert (id, owner, name, created_at) on sked.workflows to sked_submitter;
+  grant select, insert on sked.task_edges to sked_submitter;
+  grant select on sked.task_attempts, sked.task_logs to sked_submitter;
+
+  -- The server: reads for the API and the live events, submissions for any owner, the
+  -- schedules it edits in place, and the queue row it locks (SELECT … FOR UPDATE) before
+  -- changing a queue's limits. Tokens are read to authenticate, never written (`sked token`
+  -- runs as the owner); artifacts are the worker's.
+  grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
+                  sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
+                  sked.schedule_runs, sked.queues, sked.service_exits, sked.event_changes,
+                  sked.event_outbox, sked.task_attempt_history, sked.queue_counts,
+                  sked.worker_status
+     to sked_server;
+  execute format('grant insert (%s) on sked.tasks to sked_server', task_columns);
+  grant insert on sked.workflows, sked.task_edges to sked_server;
+  grant update, delete on sked.schedules to sked_server;
+  grant update on sked.queues to sked_server;
+end
+$$;
