@@ -273,8 +273,7 @@ async fn one_cut(db: &TestDb, proxy: &Proxy) -> (Option<f64>, f64, f64) {
         !group_alive(pgid),
         "no process of the first copy (group {pgid}) remains once the task has succeeded elsewhere"
     );
-    a.shutdown().await;
-    b.shutdown().await;
+    tokio::join!(a.shutdown(), b.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
     (gone, last_alive, second)
 }
