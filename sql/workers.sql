@@ -490,8 +490,11 @@ end
 $$;
 
 -- Renew the leases of a worker's running attempts in one statement. Returns the attempts the
--- worker still holds, and whether a cancel was requested for each; an attempt missing from
--- the result is no longer the worker's (its lease expired and the task was rescued).
+-- worker still holds, and whether a cancel was requested for each. Only a lease that has not
+-- expired is extended, fenced by attempt and worker: an attempt missing from the result is no
+-- longer the worker's (its lease expired, whether or not the task was rescued yet), and the
+-- worker stops it. An expired lease is never revived, because the worker stopped the attempt
+-- before it expired, and any worker may rescue the task from that moment on.
 create or replace function sked.tasks_renew_leases(
   p_worker uuid, p_ids uuid[], p_attempts integer[], p_lease interval,
   p_now timestamptz default now())
@@ -502,6 +505,7 @@ as $$
   update sked.tasks t set lease_expires_at = p_now + p_lease
     from unnest(p_ids, p_attempts) as u(id, attempt)
    where t.id = u.id and t.attempt = u.attempt and t.state = 'running' and t.worker_id = p_worker
+     and t.lease_expires_at > p_now
   returning t.id, t.attempt, t.cancel_requested_at is not null
 $$;
 

@@ -25,5 +25,6 @@ mod trust_bytes;
 mod trust_users;
 mod trust_rows;
 mod trust_roles;
+mod trust_lease;
 mod worker;
 mod workflows;

@@ -44,7 +44,7 @@ async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Finished>, slots: Arc
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         write(&pool, &mut batch).await;
-        slots.release(batch.iter().map(|f| f.id));
+        slots.release(batch.iter().map(|f| (f.id, f.attempt)));
         batch.clear();
     }
 }

@@ -23,7 +23,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "SKED_LABELS", value_delimiter = ',')]
     pub labels: Vec<String>,
     /// Lease of a running task in seconds: another worker takes a task over when its worker
-    /// has not renewed the lease for this long. Renewed every third of it.
+    /// has not renewed the lease for this long. Renewed every third of it; an attempt whose
+    /// lease could not be renewed is killed before it ends (`docs/runtime.md`).
     #[arg(
         long,
         env = "SKED_LEASE_SECS",
@@ -48,15 +49,11 @@ pub struct WorkerArgs {
         default_value_t = 30.0
     )]
     pub shutdown_grace_secs: f64,
-    /// After SIGTERM to a task's process group (timeout, cancel, shutdown), seconds before
-    /// SIGKILL.
-    #[arg(
-        long,
-        env = "SKED_KILL_GRACE_SECS",
-        allow_negative_numbers = true,
-        default_value_t = 5.0
-    )]
-    pub kill_grace_secs: f64,
+    /// After SIGTERM to a task's process group (timeout, cancel, shutdown, lost lease),
+    /// seconds before SIGKILL (default: 5, or less when the lease is short: at most half the
+    /// lease minus the lease margin).
+    #[arg(long, env = "SKED_KILL_GRACE_SECS", allow_negative_numbers = true)]
+    pub kill_grace_secs: Option<f64>,
     /// Worker name shown in the registry (default: host:pid).
     #[arg(long, env = "SKED_WORKER_NAME")]
     pub name: Option<String>,
@@ -138,8 +135,12 @@ impl WorkerArgs {
             ));
         }
         let lease = seconds(self.lease_secs, "lease-secs", 1.0)?;
+        let kill_grace = match self.kill_grace_secs {
+            Some(secs) => seconds(secs, "kill-grace-secs", 0.0)?,
+            None => DEFAULT_KILL_GRACE.min((lease / 2).saturating_sub(lease_margin(lease))),
+        };
         let capacity = capacity(self.cpu_millis.as_deref(), self.memory_mb.as_deref())?;
-        Ok(WorkerConfig {
+        WorkerConfig {
             queues,
             concurrency: self.concurrency,
             labels: self
@@ -151,7 +152,7 @@ impl WorkerArgs {
             lease,
             poll_interval: seconds(self.poll_secs, "poll-secs", 0.01)?,
             shutdown_grace: seconds(self.shutdown_grace_secs, "shutdown-grace-secs", 0.0)?,
-            kill_grace: seconds(self.kill_grace_secs, "kill-grace-secs", 0.0)?,
+            kill_grace,
             name: self.name,
             work_dir: self.work_dir.unwrap_or_else(default_work_dir),
             log_flush: Duration::from_millis(250),
@@ -160,7 +161,8 @@ impl WorkerArgs {
             isolation: self.isolation.into_config()?,
             artifacts: self.artifacts.into_settings()?,
             capacity,
-        })
+        }
+        .checked()
     }
 }
 
@@ -195,7 +197,44 @@ fn capacity(
     })
 }
 
+/// The kill grace period when none is given and the lease leaves room for it.
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// The time left between the SIGKILL of an attempt whose lease could not be renewed and the
+/// end of that lease, for the process group to be gone: a tenth of the lease, at most 1 s.
+pub fn lease_margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
+}
+
 impl WorkerConfig {
+    /// How long before the end of its lease (as last renewed) an attempt is stopped when its
+    /// lease could not be renewed: the kill grace plus the lease margin, so that its process
+    /// group is gone before the lease ends and another worker may take the task over.
+    pub fn stop_before_lease_end(&self) -> Duration {
+        self.kill_grace + lease_margin(self.lease)
+    }
+
+    /// The configuration, or why it cannot hold its leases: an attempt is stopped the kill
+    /// grace and the margin before its lease ends, and that must leave at least half the
+    /// lease, in which a renewal (every third of the lease) has had its chance.
+    pub fn checked(self) -> Result<WorkerConfig, String> {
+        let stop_before = self.stop_before_lease_end();
+        if stop_before > self.lease / 2 {
+            let margin = lease_margin(self.lease);
+            return Err(format!(
+                "the lease of {:.3} s is too short for a kill grace of {:.3} s: an attempt whose \
+                 lease cannot be renewed is stopped the kill grace plus a margin of {:.3} s \
+                 before its lease ends, which must leave at least half the lease; give \
+                 --kill-grace-secs {:.3} or less, or a longer --lease-secs",
+                self.lease.as_secs_f64(),
+                self.kill_grace.as_secs_f64(),
+                margin.as_secs_f64(),
+                (self.lease / 2).saturating_sub(margin).as_secs_f64(),
+            ));
+        }
+        Ok(self)
+    }
+
     /// A configuration with the defaults, for tests and embedding.
     pub fn for_queues(queues: &[&str]) -> WorkerConfig {
         WorkerArgs {
@@ -205,7 +244,7 @@ impl WorkerConfig {
             lease_secs: 30.0,
             poll_secs: 1.0,
             shutdown_grace_secs: 30.0,
-            kill_grace_secs: 5.0,
+            kill_grace_secs: None,
             name: None,
             work_dir: None,
             fire_schedules: true,

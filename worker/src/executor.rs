@@ -304,6 +304,12 @@ pub(crate) async fn run_command(
                 runtime.limiter.mode()
             )
         })?;
+    // An attempt stopped while it was being prepared (its lease lost while an artifact was
+    // fetched, say) never starts its process.
+    if stopper.token.is_cancelled() {
+        applied.finish().await;
+        return Ok(Ended::Stopped);
+    }
     let sink = ctx.logs.sink(task.id, task.attempt);
     let mut tries = 0;
     let started = loop {

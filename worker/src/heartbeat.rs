@@ -1,6 +1,17 @@
 //! The worker's background services: the heartbeat (leases, cancel requests, rescue of dead
-//! workers' tasks) and the notification listener. Both only make the worker faster or keep
-//! it honest; claims stay correct without them because every transition is fenced.
+//! workers' tasks), the lease guard and the notification listener. Claims and results stay
+//! correct without the heartbeat and the listener because every transition is fenced; the
+//! lease guard is what keeps two copies of a task from running at once.
+//!
+//! A lease is held locally. Each attempt's lease lasts at least until the sending of the
+//! statement that last set it (its claim, then each renewal the database accepted) plus the
+//! lease duration, since the database counts the lease from its own later `now()`. When
+//! renewals fail (the database is unreachable, or answers too late), the lease guard stops the
+//! attempt the kill grace plus a margin before that instant: SIGTERM, the grace, SIGKILL of the
+//! group, so its processes are gone before any worker may rescue the task. A renewal the
+//! database refuses (the lease expired, or the task is no longer this attempt's) stops the
+//! attempt at once. Attempts whose result waits to be written are renewed with the running
+//! ones, so a result held back by an unreachable database is not refused once it gets through.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,14 +21,18 @@ use sked_db::worker::Registration;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::Running;
 use crate::executor::StopReason;
+use crate::{AttemptKey, Running};
 
 /// How often running attempts are checked for cancel requests (besides notifications).
 const CANCEL_POLL: Duration = Duration::from_secs(1);
+
+/// How soon a failed renewal is tried again (at most every third of the lease).
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 pub struct Heartbeat {
     pub pool: PgPool,
@@ -29,52 +44,83 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Renews leases every third of the lease, checks for cancel requests every second (and
-    /// when `cancel_check` is notified), and rescues expired leases and reconciles services
-    /// every poll interval (at least once a second), until `stop`.
+    /// Renews leases every third of the lease (a second after a failed renewal, if sooner),
+    /// and meanwhile checks for cancel requests every second (and when `cancel_check` is
+    /// notified) and rescues expired leases and reconciles services every poll interval (at
+    /// least once a second), until `stop`. The renewals run in a loop of their own, so they
+    /// never wait behind the other calls; each call waits at most a third of the lease for
+    /// the database, since over a connection that stopped answering it would otherwise wait
+    /// for TCP to give up.
     pub async fn run(self, cancel_check: Arc<Notify>, stop: CancellationToken) {
-        let mut renew = tokio::time::interval(self.registration.lease / 3);
-        let mut cancels = tokio::time::interval(CANCEL_POLL);
-        let mut rescue = tokio::time::interval(self.poll_interval.min(Duration::from_secs(1)));
-        for t in [&mut renew, &mut cancels, &mut rescue] {
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        }
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = renew.tick() => self.renew_once().await,
-                _ = cancels.tick() => self.check_cancels_once().await,
-                _ = cancel_check.notified() => self.check_cancels_once().await,
-                _ = rescue.tick() => self.rescue_once().await,
+        let every = self.registration.lease / 3;
+        let renewals = async {
+            loop {
+                let started = Instant::now();
+                let renewed = tokio::time::timeout(every, self.renew_once())
+                    .await
+                    .unwrap_or_else(|_| {
+                        tracing::warn!(
+                            "renewing leases took longer than a third of the lease; trying again"
+                        );
+                        false
+                    });
+                let next = started
+                    + if renewed {
+                        every
+                    } else {
+                        every.min(RENEW_RETRY)
+                    };
+                tokio::time::sleep_until(next).await;
             }
+        };
+        let others = async {
+            let mut cancels = tokio::time::interval(CANCEL_POLL);
+            let mut rescue = tokio::time::interval(self.poll_interval.min(Duration::from_secs(1)));
+            for t in [&mut cancels, &mut rescue] {
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            }
+            loop {
+                tokio::select! {
+                    _ = cancels.tick() => bounded(every, "checking cancel requests", self.check_cancels_once()).await,
+                    _ = cancel_check.notified() => bounded(every, "checking cancel requests", self.check_cancels_once()).await,
+                    _ = rescue.tick() => bounded(every, "rescuing expired leases", self.rescue_once()).await,
+                }
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = renewals => {}
+            _ = others => {}
         }
     }
 
-    fn held(&self) -> Vec<(Uuid, i32)> {
+    /// Every attempt held: running, or ended with its result waiting to be written.
+    fn held(&self) -> Vec<AttemptKey> {
         self.running
             .lock()
             .expect("running map")
-            .iter()
-            .map(|(id, (attempt, _))| (*id, *attempt))
+            .keys()
+            .copied()
             .collect()
     }
 
-    /// Stops the attempt if it still runs here; false when it has ended meanwhile (an
-    /// attempt leaves the running map before its result is written, so an attempt missing
-    /// from the database but still in the map really lost its lease).
-    fn stop(&self, id: Uuid, attempt: i32, reason: StopReason) -> bool {
-        match self.running.lock().expect("running map").get(&id) {
-            Some((a, stopper)) if *a == attempt => {
-                stopper.stop(reason);
+    /// Stops the attempt if its run has not ended; false otherwise (it ended meanwhile, or
+    /// its result was written).
+    fn stop(&self, key: AttemptKey, reason: StopReason) -> bool {
+        match self.running.lock().expect("running map").get(&key) {
+            Some(attempt) if !attempt.ended => {
+                attempt.stopper.stop(reason);
                 true
             }
             _ => false,
         }
     }
 
-    /// Refreshes the registry row and renews every held lease with one statement; stops
-    /// attempts whose lease is gone or whose cancel was requested.
-    pub async fn renew_once(&self) {
+    /// Renews every held lease with one statement, then refreshes the registry row; stops
+    /// attempts whose renewal the database refused or whose cancel was requested. True when
+    /// the leases were renewed (or none is held).
+    pub async fn renew_once(&self) -> bool {
+        let renewed = self.renew_leases_once().await;
         match sked_db::worker::touch(&self.pool, self.registration.id).await {
             Ok(true) => {}
             Ok(false) => {
@@ -85,35 +131,63 @@ impl Heartbeat {
             }
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
+        renewed
+    }
+
+    /// Renews every held lease with one statement, tried at once up to three times when the
+    /// connection fails (after a network outage the pool hands out its dead connections
+    /// one by one).
+    async fn renew_leases_once(&self) -> bool {
         let held = self.held();
         if held.is_empty() {
-            return;
+            return true;
         }
-        match sked_db::worker::renew_leases(
-            &self.pool,
-            self.registration.id,
-            &held,
-            self.registration.lease,
-        )
-        .await
-        {
-            Ok(kept) => {
-                let kept_ids: HashSet<(Uuid, i32)> = kept.iter().map(|k| (k.0, k.1)).collect();
-                for (id, attempt) in held {
-                    if !kept_ids.contains(&(id, attempt))
-                        && self.stop(id, attempt, StopReason::LeaseLost)
-                    {
-                        tracing::warn!(%id, attempt, "lost the lease: stopping the attempt");
-                    }
+        let mut tries = 0;
+        let (sent, kept) = loop {
+            tries += 1;
+            // The renewed leases last at least until this instant plus the lease (the
+            // database counts them from its own `now()`, later than this).
+            let sent = Instant::now();
+            match sked_db::worker::renew_leases(
+                &self.pool,
+                self.registration.id,
+                &held,
+                self.registration.lease,
+            )
+            .await
+            {
+                Ok(kept) => break (sent, kept),
+                Err(e) if e.is_transient() && tries < 3 => {
+                    tracing::warn!(error = %e, "renewing leases failed; trying again at once");
                 }
-                for (id, attempt, cancel) in kept {
-                    if cancel {
-                        self.stop(id, attempt, StopReason::Cancel);
-                    }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing leases failed");
+                    return false;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "renewing leases failed"),
+        };
+        let kept_keys: HashSet<AttemptKey> = kept.iter().map(|k| (k.0, k.1)).collect();
+        {
+            let mut running = self.running.lock().expect("running map");
+            for key in &kept_keys {
+                if let Some(attempt) = running.get_mut(key) {
+                    attempt.renewed = attempt.renewed.max(sent);
+                }
+            }
         }
+        for (id, attempt) in held {
+            if !kept_keys.contains(&(id, attempt))
+                && self.stop((id, attempt), StopReason::LeaseLost)
+            {
+                tracing::warn!(%id, attempt, "the database refused to renew the lease: stopping the attempt");
+            }
+        }
+        for (id, attempt, cancel) in kept {
+            if cancel {
+                self.stop((id, attempt), StopReason::Cancel);
+            }
+        }
+        true
     }
 
     pub async fn check_cancels_once(&self) {
@@ -125,7 +199,7 @@ impl Heartbeat {
             Ok(cancelled) => {
                 for (id, attempt) in cancelled {
                     tracing::info!(%id, attempt, "cancel requested: stopping the attempt");
-                    self.stop(id, attempt, StopReason::Cancel);
+                    self.stop((id, attempt), StopReason::Cancel);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "checking cancel requests failed"),
@@ -155,6 +229,64 @@ impl Heartbeat {
             }
             Err(e) => tracing::warn!(error = %e, "reconciling services failed"),
         }
+    }
+}
+
+/// Runs `f` for at most `limit`, logging when it was given up.
+async fn bounded(limit: Duration, what: &str, f: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(limit, f).await.is_err() {
+        tracing::warn!("{what} took longer than a third of the lease; given up");
+    }
+}
+
+/// Stops every attempt whose lease could not be renewed in time: at the instant its lease
+/// surely lasts until (see the module's documentation) minus `stop_before` (the kill grace
+/// and the margin), it is stopped as `StopReason::LeaseLost`, so its process group is gone
+/// before the lease ends. It reads only the worker's memory, never the database, so no
+/// unanswered statement can hold it up.
+pub struct LeaseGuard {
+    pub running: Running,
+    pub lease: Duration,
+    pub stop_before: Duration,
+}
+
+/// Longest the lease guard sleeps: it notices a newly claimed attempt at most this late.
+const GUARD_SLEEP: Duration = Duration::from_millis(100);
+
+impl LeaseGuard {
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            let now = Instant::now();
+            let next = self
+                .run_once(now)
+                .map_or(now + GUARD_SLEEP, |at| at.min(now + GUARD_SLEEP));
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+        }
+    }
+
+    /// Stops the running attempts due to stop at `now`; returns when the next one is due.
+    pub fn run_once(&self, now: Instant) -> Option<Instant> {
+        let running = self.running.lock().expect("running map");
+        let mut next: Option<Instant> = None;
+        for (&(id, attempt), held) in running.iter() {
+            if held.ended || held.stopper.reason().is_some() {
+                continue;
+            }
+            let stop_at = (held.renewed + self.lease)
+                .checked_sub(self.stop_before)
+                .unwrap_or(held.renewed);
+            if stop_at <= now {
+                tracing::warn!(%id, attempt, since_renewed = ?now - held.renewed,
+                    "the lease could not be renewed: stopping the attempt before it ends");
+                held.stopper.stop(StopReason::LeaseLost);
+            } else {
+                next = Some(next.map_or(stop_at, |n| n.min(stop_at)));
+            }
+        }
+        next
     }
 }
 
@@ -202,12 +334,13 @@ pub async fn listen(
                     }
                     // One task id, or several separated by commas (a workflow's cancel).
                     "sked_cancel" => {
-                        let running = running.lock().expect("running map");
-                        if n.payload()
+                        let ids: HashSet<Uuid> = n
+                            .payload()
                             .split(',')
                             .filter_map(|id| id.parse::<Uuid>().ok())
-                            .any(|id| running.contains_key(&id))
-                        {
+                            .collect();
+                        let running = running.lock().expect("running map");
+                        if running.keys().any(|(id, _)| ids.contains(id)) {
                             cancel_check.notify_one();
                         }
                     }

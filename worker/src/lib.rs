@@ -6,7 +6,8 @@
 //! lost), or the due time of the next delayed task. Each claimed attempt runs in its own
 //! tokio task (`executor`); results go to the batching `completer`; output goes to the `logs`
 //! writer. The `heartbeat` service renews all leases with one statement, stops attempts
-//! whose cancel was requested or whose lease was lost, and rescues tasks of dead workers.
+//! whose cancel was requested or whose lease was lost, and rescues tasks of dead workers; the
+//! `LeaseGuard` stops an attempt whose lease could not be renewed before that lease ends.
 
 pub mod artifact;
 pub mod capacity;
@@ -50,10 +51,29 @@ pub enum WorkerError {
     Setup(String),
 }
 
-/// The attempts this worker runs now: task id -> (attempt, stopper). The main loop inserts
-/// an entry at the claim and the attempt removes it when it ends; the heartbeat only reads
-/// entries and stops attempts.
-pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
+/// One attempt of a task: the task's id and the attempt's number. The worker keys every
+/// attempt by both, so an attempt never stands for an older or newer one of the same task
+/// (a task this worker lost and then claimed again, say).
+pub type AttemptKey = (Uuid, i32);
+
+/// An attempt this worker holds, from its claim until its result is written.
+#[derive(Debug)]
+pub struct Attempt {
+    pub stopper: Arc<Stopper>,
+    /// When the statement that last set the attempt's lease (its claim, then each renewal
+    /// the database accepted) was sent: the lease lasts at least until this instant plus the
+    /// lease duration, because the database counts it from its own later `now()`.
+    pub renewed: Instant,
+    /// The attempt's run has ended; its result waits to be written, and its lease is still
+    /// renewed so that the result is not refused.
+    pub ended: bool,
+}
+
+/// The attempts this worker holds. The main loop inserts an entry at the claim, the attempt
+/// marks it ended when its run ends, and `Slots::release` removes it once its result is
+/// written (or given up); the heartbeat and the lease guard only update `renewed` and stop
+/// attempts.
+pub type Running = Arc<Mutex<HashMap<AttemptKey, Attempt>>>;
 
 /// The worker's slots and capacity: an attempt holds one slot, and the CPU and memory its
 /// task requested, from its claim until its result is written, so a worker never has more
@@ -62,6 +82,9 @@ pub type Running = Arc<Mutex<HashMap<Uuid, (i32, Arc<Stopper>)>>>;
 #[derive(Debug, Default)]
 pub struct Slots {
     held: std::sync::Mutex<Held>,
+    /// The attempts holding the slots that have started (a claimed attempt enters it when it
+    /// is spawned); releasing a slot removes its attempt.
+    running: Running,
     /// Set when a released attempt had requested CPU or memory: a task that did not fit may
     /// fit now.
     freed_capacity: std::sync::atomic::AtomicBool,
@@ -74,10 +97,10 @@ struct Held {
     slots: usize,
     cpu_millis: u64,
     memory_mb: u64,
-    /// The requests of the held attempts that have any, by task.
-    requests: HashMap<Uuid, (u64, u64)>,
-    /// The held attempts of preemptible tasks not yet chosen to make room, by task.
-    preemptible: HashMap<Uuid, Preemptible>,
+    /// The requests of the held attempts that have any.
+    requests: HashMap<AttemptKey, (u64, u64)>,
+    /// The held attempts of preemptible tasks not yet chosen to make room.
+    preemptible: HashMap<AttemptKey, Preemptible>,
     /// Counts claims, to order attempts by their start.
     claims: u64,
 }
@@ -115,7 +138,7 @@ impl Slots {
             if t.cpu_millis.is_some() || t.memory_mb.is_some() {
                 held.cpu_millis += cpu;
                 held.memory_mb += mem;
-                held.requests.insert(t.id, (cpu, mem));
+                held.requests.insert((t.id, t.attempt), (cpu, mem));
             }
             if t.preemptible {
                 let p = Preemptible {
@@ -124,7 +147,7 @@ impl Slots {
                     cpu_millis: cpu,
                     memory_mb: mem,
                 };
-                held.preemptible.insert(t.id, p);
+                held.preemptible.insert((t.id, t.attempt), p);
             }
         }
     }
@@ -162,9 +185,9 @@ impl Slots {
         copy: &sked_db::worker::Claimed,
         concurrency: usize,
         capacity: capacity::Capacity,
-    ) -> Option<Vec<Uuid>> {
+    ) -> Option<Vec<AttemptKey>> {
         let mut held = self.held.lock().expect("slots");
-        let mut candidates: Vec<(Uuid, Preemptible)> =
+        let mut candidates: Vec<(AttemptKey, Preemptible)> =
             held.preemptible.iter().map(|(id, p)| (*id, *p)).collect();
         candidates.sort_by_key(|(_, p)| (p.priority, std::cmp::Reverse(p.claimed)));
         let want_cpu = copy.cpu_millis.unwrap_or(0).max(0) as u64;
@@ -194,19 +217,27 @@ impl Slots {
         Some(chosen)
     }
 
-    /// Releases the slots (and capacity) of these tasks' attempts.
-    pub fn release(&self, ids: impl IntoIterator<Item = Uuid>) {
+    /// Releases the slots (and capacity) of these attempts, and forgets them: their leases
+    /// are no longer renewed.
+    pub fn release(&self, attempts: impl IntoIterator<Item = AttemptKey>) {
         let mut freed = false;
+        let attempts: Vec<AttemptKey> = attempts.into_iter().collect();
         {
             let mut held = self.held.lock().expect("slots");
-            for id in ids {
+            for key in &attempts {
                 held.slots = held.slots.saturating_sub(1);
-                held.preemptible.remove(&id);
-                if let Some((cpu, mem)) = held.requests.remove(&id) {
+                held.preemptible.remove(key);
+                if let Some((cpu, mem)) = held.requests.remove(key) {
                     held.cpu_millis -= cpu;
                     held.memory_mb -= mem;
                     freed = true;
                 }
+            }
+        }
+        {
+            let mut running = self.running.lock().expect("running map");
+            for key in &attempts {
+                running.remove(key);
             }
         }
         if freed {
@@ -223,18 +254,20 @@ impl Slots {
     }
 }
 
-/// Removes an attempt from the running map when dropped. An attempt that panicked sends no
-/// result, so its slot and capacity are released here; its task comes back when its lease
-/// expires.
-struct LeaveRunning(Running, Uuid, Arc<Slots>);
+/// Marks an attempt's run as ended when dropped: from then on the lease guard has no
+/// process to stop, and the heartbeat renews its lease until the completer has written its
+/// result. An attempt that panicked sends no result, so its slot, capacity and entry are
+/// released here; its task comes back when its lease expires.
+struct RunEnded(AttemptKey, Arc<Slots>);
 
-impl Drop for LeaveRunning {
+impl Drop for RunEnded {
     fn drop(&mut self) {
-        if let Ok(mut running) = self.0.lock() {
-            running.remove(&self.1);
-        }
         if std::thread::panicking() {
-            self.2.release([self.1]);
+            self.1.release([self.0]);
+        } else if let Ok(mut running) = self.1.running.lock()
+            && let Some(attempt) = running.get_mut(&self.0)
+        {
+            attempt.ended = true;
         }
     }
 }
@@ -292,6 +325,7 @@ impl Worker {
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into());
         let pid = std::process::id() as i32;
+        let config = config.checked().map_err(WorkerError::Setup)?;
         let registration = Registration {
             id,
             name: config
@@ -330,7 +364,7 @@ impl Worker {
             kill_grace: config.kill_grace,
             tail_bytes: config.tail_bytes,
         });
-        let running: Running = Arc::default();
+        let running = slots.running.clone();
         let wake = Arc::new(Notify::new());
         let cancel_check = Arc::new(Notify::new());
         let services_stop = CancellationToken::new();
@@ -351,6 +385,14 @@ impl Worker {
                 services_stop.clone(),
             )),
             tokio::spawn(hb.run(cancel_check, services_stop.clone())),
+            tokio::spawn(
+                heartbeat::LeaseGuard {
+                    running: running.clone(),
+                    lease: config.lease,
+                    stop_before: config.stop_before_lease_end(),
+                }
+                .run(services_stop.clone()),
+            ),
         ];
         if config.fire_schedules {
             services.push(tokio::spawn(sked_db::firing::run(
@@ -402,6 +444,7 @@ impl Worker {
                     want_claim = false;
                     claim_at = None;
                     let asked = free.min(MAX_CLAIM);
+                    let sent = Instant::now();
                     match sked_db::worker::claim_within(
                         &self.pool,
                         self.id,
@@ -427,7 +470,7 @@ impl Worker {
                             saturated = claim.tasks.len() == asked || took_requests;
                             self.slots.take(&claim.tasks);
                             for row in claim.tasks {
-                                self.spawn(&mut tasks, row, Vec::new());
+                                self.spawn(&mut tasks, row, sent, Vec::new());
                             }
                             if saturated {
                                 want_claim = self.slots.held() < self.config.concurrency;
@@ -487,6 +530,7 @@ impl Worker {
     /// stops them and starts the copy once they have ended.
     async fn preempt(&self, tasks: &mut JoinSet<()>) {
         let reclaimable = self.slots.reclaimable(self.config.capacity);
+        let sent = Instant::now();
         let copy = match sked_db::worker::claim_copy_preempting(
             &self.pool,
             self.id,
@@ -527,25 +571,37 @@ impl Worker {
         };
         {
             let running = self.running.lock().expect("running map");
-            for id in &victims {
-                if let Some((_, stopper)) = running.get(id) {
-                    stopper.stop(StopReason::Preempted(copy.id));
+            for key in &victims {
+                if let Some(attempt) = running.get(key) {
+                    attempt.stopper.stop(StopReason::Preempted(copy.id));
                 }
             }
         }
         tracing::info!(copy = %copy.id, stopped = ?victims,
             "preempting tasks to make room for a copy of a service");
-        self.spawn(tasks, copy, victims);
+        self.spawn(tasks, copy, sent, victims);
     }
 
     /// Runs a claimed attempt in its own task; it starts once the attempts in `after` (those
     /// stopped to make room for it) have ended, or after the kill grace period and 10 s more.
-    fn spawn(&self, tasks: &mut JoinSet<()>, row: sked_db::worker::Claimed, after: Vec<Uuid>) {
+    /// `claim_sent` is when the claim that took it was sent: its lease runs from then.
+    fn spawn(
+        &self,
+        tasks: &mut JoinSet<()>,
+        row: sked_db::worker::Claimed,
+        claim_sent: Instant,
+        after: Vec<AttemptKey>,
+    ) {
         let stopper = Arc::new(Stopper::default());
-        self.running
-            .lock()
-            .expect("running map")
-            .insert(row.id, (row.attempt, stopper.clone()));
+        let key = (row.id, row.attempt);
+        self.running.lock().expect("running map").insert(
+            key,
+            Attempt {
+                stopper: stopper.clone(),
+                renewed: claim_sent,
+                ended: false,
+            },
+        );
         let ctx = self.ctx.clone();
         let done = self.done.clone();
         let running = self.running.clone();
@@ -555,22 +611,26 @@ impl Worker {
             tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
-                // Leaves the running map when the attempt ends, even by a panic: from then on
-                // the heartbeat no longer renews its lease, and the result is the completer's.
                 if !after.is_empty() {
                     let deadline = Instant::now() + kill_grace + Duration::from_secs(10);
                     while Instant::now() < deadline
-                        && after
-                            .iter()
-                            .any(|id| running.lock().expect("running map").contains_key(id))
+                        && after.iter().any(|key| {
+                            running
+                                .lock()
+                                .expect("running map")
+                                .get(key)
+                                .is_some_and(|a| !a.ended)
+                        })
                     {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 }
-                let leave = LeaveRunning(running, row.id, slots);
+                // Marks the run ended when the attempt ends, even by a panic; the result is
+                // then the completer's.
+                let ended = RunEnded(key, slots);
                 tracing::debug!("attempt started");
                 let finished = executor::execute(&ctx, &row, stopper).await;
-                drop(leave);
+                drop(ended);
                 let _ = done.send(finished);
             }
             .instrument(span),
@@ -580,7 +640,7 @@ impl Worker {
     fn reap(&self, joined: Result<(), tokio::task::JoinError>) {
         if let Err(e) = joined {
             // A panic in an attempt is a bug; its task comes back when its lease expires. It
-            // sent no result; its slot was released as it unwound (`LeaveRunning`).
+            // sent no result; its slot was released as it unwound (`RunEnded`).
             tracing::error!(error = %e, "an attempt's task panicked");
         }
     }
@@ -645,8 +705,8 @@ impl Worker {
                 running = tasks.len(),
                 "grace period over: stopping and handing back the remaining tasks"
             );
-            for (_, stopper) in self.running.lock().expect("running map").values() {
-                stopper.stop(StopReason::Shutdown);
+            for attempt in self.running.lock().expect("running map").values() {
+                attempt.stopper.stop(StopReason::Shutdown);
             }
             while let Some(joined) = tasks.join_next().await {
                 self.reap(joined);
