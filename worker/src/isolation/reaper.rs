@@ -19,7 +19,10 @@
 //! `Default`) is no subreaper, since it would adopt its host's orphans too.
 //!
 //! When an attempt ends (its leader exited or was stopped), [`Tracked::kill_all`] samples
-//! once more and sends SIGKILL to every member still alive, again until none is left.
+//! once more and sends SIGKILL to every member still alive, again until none is left. A
+//! subreaper first takes a quick look instead: when no member but the leader is alive and the
+//! worker has no child it did not start and has not placed, nothing of the attempt can be
+//! alive, and the pass over `/proc` is saved (most attempts end so).
 //!
 //! The members of running attempts and the pending orphans are written to the worker's
 //! record file (`<work dir>/tasks/<worker id>.procs`, mode 0600, in the directory tasks cannot
@@ -177,6 +180,20 @@ pub fn kill_exact(pid: i32, start: u64) -> bool {
     signalled
 }
 
+/// The pids of this process's children (every thread's), or `None` when the kernel does not
+/// list them (`/proc/<pid>/task/<tid>/children` needs `CONFIG_PROC_CHILDREN`).
+fn own_children() -> Option<Vec<i32>> {
+    let mut children = Vec::new();
+    for thread in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let text = std::fs::read_to_string(thread.path().join("children")).ok()?;
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    Some(children)
+}
+
 /// Reaps `pid` if it is a zombie child of this process; never waits.
 fn reap(pid: i32) {
     let mut status = 0;
@@ -273,6 +290,8 @@ struct Attempt {
     /// Set when the attempt ended: told once no member is left alive.
     ending: Option<tokio::sync::oneshot::Sender<usize>>,
     killed: usize,
+    /// Samples since the attempt ended.
+    rounds: usize,
 }
 
 impl Reaper {
@@ -283,6 +302,7 @@ impl Reaper {
             subreaper && !SUBREAPER_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) && {
                 // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes a plain integer.
                 if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
+                    SUBREAPER_TAKEN.store(false, std::sync::atomic::Ordering::SeqCst);
                     return Err(std::io::Error::last_os_error());
                 }
                 true
@@ -344,6 +364,7 @@ impl Reaper {
                 members: HashSet::from([(leader, leader_start)]),
                 ending: None,
                 killed: 0,
+                rounds: 0,
             },
         );
         drop(state);
@@ -392,6 +413,9 @@ impl Tracked {
     /// again until none is left, and stops tracking it. Answers how many were killed.
     pub async fn kill_all(mut self) -> usize {
         self.done = true;
+        if self.shared.ended_clean(self.key) {
+            return 0;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         {
             let mut state = self.shared.state.lock().expect("reaper state");
@@ -422,6 +446,51 @@ impl Drop for Tracked {
 }
 
 impl Shared {
+    /// The quick look at an ended attempt, without a pass over `/proc`, for a subreaper: when
+    /// no member but the (reaped) leader is alive and the worker has no child it did not
+    /// start and has not placed, nothing of the attempt can be alive (whatever descended
+    /// from a dead member was re-parented to the worker), and it stops being tracked. Answers
+    /// false when a full sample must decide.
+    fn ended_clean(&self, key: u64) -> bool {
+        if !self.adopts {
+            return false;
+        }
+        let Some(children) = own_children() else {
+            return false;
+        };
+        let mut state = self.state.lock().expect("reaper state");
+        let Some(attempt) = state.attempts.get(&key) else {
+            return true;
+        };
+        let mut buf = String::new();
+        let alive = |pid: i32, start: u64, buf: &mut String| {
+            read_stat(&pid.to_string(), buf).is_some_and(|s| s.alive() && s.start == start)
+        };
+        if attempt
+            .members
+            .iter()
+            .any(|(pid, start)| *pid != attempt.leader && alive(*pid, *start, &mut buf))
+        {
+            return false;
+        }
+        let placed: HashSet<i32> = state
+            .attempts
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .flat_map(|(_, a)| a.members.iter().map(|(pid, _)| *pid).chain([a.leader]))
+            .collect();
+        let unplaced = children.into_iter().any(|pid| {
+            !placed.contains(&pid)
+                && read_stat(&pid.to_string(), &mut buf)
+                    .is_some_and(|s| s.session != self.own_session)
+        });
+        if unplaced {
+            return false;
+        }
+        state.attempts.remove(&key);
+        true
+    }
+
     fn run(&self) {
         let mut state = self.state.lock().expect("reaper state");
         loop {
@@ -444,20 +513,19 @@ impl Shared {
                 }
             }
             drop(state);
-            self.sample();
-            state = self.state.lock().expect("reaper state");
-            if state.attempts.values().any(|a| a.ending.is_some()) {
-                drop(state);
+            // After a kill, look again shortly: the killed are gone, or forked meanwhile.
+            if self.sample() {
                 std::thread::sleep(KILL_RETRY);
-                state = self.state.lock().expect("reaper state");
             }
+            state = self.state.lock().expect("reaper state");
         }
     }
 
     /// One pass: updates every attempt's members, places adopted orphans, kills the
     /// processes of ended attempts and unowned orphans, reaps adopted zombies and rewrites
-    /// the record when it changed.
-    fn sample(&self) {
+    /// the record when it changed. Answers whether to look again shortly: it sent a SIGKILL,
+    /// or an ended attempt still has processes alive.
+    fn sample(&self) -> bool {
         let procs = scan();
         let _gate = self.gate.write().expect("reaper gate");
         let mut state = self.state.lock().expect("reaper state");
@@ -526,9 +594,10 @@ impl Shared {
         state.pending = pending;
 
         // Kill what ended attempts left, and orphans no running attempt owns.
+        let mut again = false;
         for pid in unowned {
             if let Some(p) = by_pid.get(&pid).filter(|p| p.alive()) {
-                kill_exact(p.pid, p.start);
+                again |= kill_exact(p.pid, p.start);
             }
         }
         let mut finished: Vec<u64> = Vec::new();
@@ -542,12 +611,25 @@ impl Shared {
                 .filter_map(|(pid, _)| by_pid.get(pid).copied())
                 .filter(|p| p.alive() && p.pid != attempt.leader)
                 .collect();
+            attempt.rounds += 1;
             if alive.is_empty() {
                 finished.push(*key);
+            } else if attempt.rounds > KILL_ROUNDS {
+                // A process stuck in the kernel (uninterruptible sleep) outlives SIGKILL for a
+                // while: the attempt's result does not wait for it.
+                tracing::warn!(
+                    alive = alive.len(),
+                    "processes of an ended attempt survive SIGKILL; no longer waiting for them"
+                );
+                finished.push(*key);
+                continue;
+            } else {
+                again = true;
             }
             for p in alive {
                 if kill_exact(p.pid, p.start) {
                     attempt.killed += 1;
+                    again = true;
                 }
             }
         }
@@ -589,6 +671,7 @@ impl Shared {
                     "could not record the tasks' processes"),
             }
         }
+        again
     }
 }
 
