@@ -241,3 +241,22 @@ async fn a_worker_shut_down_by_sigterm_kills_every_process_of_its_tasks() {
          ones included: still alive {left:?}"
     );
 }
+
+#[tokio::test]
+async fn an_embedded_worker_kills_a_setsid_process_it_sampled_when_its_task_exits() {
+    let db = TestDb::new().await;
+    let host = Host::new(1);
+    let escaped = host.markers[0].clone();
+    // Embedded in this test process: tracking by samples only, no subreaper.
+    let worker = crate::support::start_worker(&db, crate::support::config(&["default"]));
+    // The shell outlives a few samples, so the worker has seen the process it set free.
+    let id = sh(&db, &format!("setsid sleep {escaped} & sleep 0.5")).await;
+    wait_for(&db.pool, id, &["succeeded"], 20 * SECS).await;
+    let left = host.wait_gone(&[&escaped], 3 * SECS).await;
+    assert!(
+        left.is_empty(),
+        "an embedded worker kills a setsid'd process of a task it has sampled when the task \
+         exits: still alive {left:?}"
+    );
+    worker.shutdown().await;
+}
