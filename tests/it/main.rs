@@ -26,5 +26,6 @@ mod trust_users;
 mod trust_rows;
 mod trust_roles;
 mod trust_lease;
+mod trust_orphans;
 mod worker;
 mod workflows;

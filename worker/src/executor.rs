@@ -325,6 +325,7 @@ pub(crate) async fn run_command(
             limits: applied.child(),
             memory_watch: applied.watchdog(),
             max_output: runtime.max_output_of(task.max_output_bytes, task.kind == "service"),
+            reaper: &runtime.reaper,
         };
         match process::run(spec, sink.clone(), stopper.token.clone()).await {
             Ok(report) => break Ok(report),

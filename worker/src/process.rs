@@ -1,9 +1,13 @@
-//! Running one command as a child process in its own process group: the environment it is
-//! given and nothing else, stdin from the task's input, stdout/stderr captured (a tail kept,
-//! the whole stream sent to the log shipper) up to a cap on their bytes, and stopping the
-//! whole group — grandchildren included — with SIGTERM, a grace period, then SIGKILL.
+//! Running one command as a child process in its own session and process group: the
+//! environment it is given and nothing else, stdin from the task's input, stdout/stderr
+//! captured (a tail kept, the whole stream sent to the log shipper) up to a cap on their
+//! bytes, and stopping the whole group — grandchildren included — with SIGTERM, a grace
+//! period, then SIGKILL. When the process has ended, every process it started that is still
+//! alive (one that left the group with `setsid`, or was orphaned, included) is killed: the
+//! [`Reaper`] tracks them from the spawn on.
 //!
-//! Between fork and exec the child joins its cgroup and sets its rlimits
+//! Between fork and exec the child starts its session (so that nothing descending from a
+//! task is ever in the worker's session), joins its cgroup and sets its rlimits
 //! ([`ChildLimits`]), then drops to the task's user (supplementary groups cleared, then gid,
 //! then uid), then asks to be killed when the worker dies: in that order, because joining a
 //! cgroup and setting limits may need the worker's privileges, and a change of user clears
@@ -22,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::isolation::limits::ChildLimits;
 use crate::isolation::memwatch::MemWatch;
+use crate::isolation::reaper::Reaper;
 use crate::logs::{LogSink, Stream};
 
 /// The PATH a task gets when its own env does not set one.
@@ -45,6 +50,8 @@ pub struct Spec<'a> {
     pub memory_watch: Option<(&'a MemWatch, u64)>,
     /// The most bytes stdout and stderr may write together; past it the group is stopped.
     pub max_output: Option<u64>,
+    /// The worker's tracker of its tasks' processes.
+    pub reaper: &'a Reaper,
 }
 
 /// How the process ended.
@@ -97,13 +104,17 @@ pub async fn run(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     let (limits, user) = (spec.limits, spec.user);
-    // SAFETY: the closure only makes async-signal-safe system calls (cgroup join, setrlimit,
-    // setgroups/setgid/setuid, prctl) and touches no memory of the parent but its captures.
+    // SAFETY: the closure only makes async-signal-safe system calls (setsid, cgroup join,
+    // setrlimit, setgroups/setgid/setuid, prctl) and touches no memory of the parent but its
+    // captures.
     unsafe {
         cmd.pre_exec(move || {
+            // Its own session, and so its own process group (pgid = pid).
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
             limits.apply_in_child()?;
             if let Some((uid, gid)) = user
                 && (libc::setgroups(0, std::ptr::null()) == -1
@@ -120,7 +131,9 @@ pub async fn run(
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = user.map_or_else(|| unsafe { libc::geteuid() }, |(uid, _)| uid);
+    let (mut child, tracked) = spec.reaper.spawn(uid, || cmd.spawn(), |c| c.id())?;
     let pgid = child.id().map(|pid| pid as i32);
     let watched = spec
         .memory_watch
@@ -182,11 +195,19 @@ pub async fn run(
         }
     };
     drop(watched);
-    // The leader is gone; whatever it left behind in its group goes too, so the pipes close.
+    // The leader is gone; whatever it left behind in its group goes too, and every other
+    // process it started, so the pipes close.
     if let Some(pgid) = pgid {
         signal_group(pgid, libc::SIGKILL);
     }
-    // A process that left the group (setsid) may still hold the pipes: don't wait forever.
+    let killed = tracked.kill_all().await;
+    if killed > 0 {
+        tracing::debug!(
+            killed,
+            "killed processes the task left outside its process group"
+        );
+    }
+    // A process that escaped tracking may still hold the pipes: don't wait forever.
     let tail = |h: tokio::task::JoinHandle<String>| async move {
         tokio::time::timeout(Duration::from_secs(2), h)
             .await

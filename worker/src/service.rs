@@ -332,8 +332,8 @@ async fn probe(
                     runtime.limits_of(task.memory_mb, task.cpu_millis),
                 )
                 .map_err(|e| format!("setting up the health check's limits: {e}"))?;
-            // The same spawn as the task's process: its user, sandbox, limits, process group
-            // and parent-death signal; its output is not kept.
+            // The same spawn as the task's process: its user, sandbox, limits, session, parent-death
+            // signal and the tracking of every process it starts; its output is not kept.
             let spec = Spec {
                 argv: &argv,
                 env: &env,
@@ -346,6 +346,7 @@ async fn probe(
                 limits: applied.child(),
                 memory_watch: applied.watchdog(),
                 max_output: Some(PROBE_MAX_OUTPUT),
+                reaper: &runtime.reaper,
             };
             let ran = process::run(spec, LogSink::discard(), CancellationToken::new()).await;
             applied.finish().await;

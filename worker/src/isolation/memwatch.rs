@@ -135,57 +135,17 @@ fn sample_loop(shared: Weak<Shared>) {
 /// Resident bytes of each of `groups`, in one pass over `/proc`.
 pub fn resident_by_group(groups: &[i32], page: u64) -> HashMap<i32, u64> {
     let mut used: HashMap<i32, u64> = groups.iter().map(|g| (*g, 0)).collect();
-    let Ok(proc) = std::fs::read_dir("/proc") else {
-        return used;
-    };
-    let mut buf = String::with_capacity(512);
-    for entry in proc.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        buf.clear();
-        let Ok(mut file) = std::fs::File::open(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if std::io::Read::read_to_string(&mut file, &mut buf).is_err() {
-            continue;
-        }
-        if let Some((pgrp, rss_pages)) = parse_stat(&buf)
-            && let Some(total) = used.get_mut(&pgrp)
-        {
-            *total += rss_pages * page;
+    for stat in super::reaper::scan() {
+        if let Some(total) = used.get_mut(&stat.pgrp) {
+            *total += stat.rss_pages * page;
         }
     }
     used
 }
 
-/// The process group and resident pages from a `/proc/<pid>/stat` line. The command name
-/// (field 2) is in parentheses and may hold spaces and parentheses: fields are counted
-/// after its last `)`.
-fn parse_stat(line: &str) -> Option<(i32, u64)> {
-    let after = &line[line.rfind(')')? + 1..];
-    let mut fields = after.split_whitespace();
-    // Field 3 is the state; the group is field 5 and the resident set field 24.
-    let pgrp = fields.nth(2)?.parse().ok()?;
-    let rss = fields.nth(18)?.parse().ok()?;
-    Some((pgrp, rss))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_give_the_group_and_resident_pages() {
-        let line = "4242 (a (weird) name) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
-                    300 12345678 777 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-        assert_eq!(parse_stat(line), Some((4240, 777)));
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[test]
     fn this_process_group_has_resident_memory() {

@@ -2,12 +2,14 @@
 //! CPU limits ([`limits`]: cgroup v2, else rlimits and a memory watchdog), the cap on output,
 //! the user a task runs as ([`users`]), its own working directory removed afterwards
 //! ([`workdir`]), a clean environment with an allow-list, and an optional sandbox wrapper
-//! ([`sandbox`]). The flags are parsed here, once, into a validated [`Isolation`]; the
+//! ([`sandbox`]), and every process a task starts killed when its attempt ends or, after a
+//! crash, by the next worker ([`reaper`]). The flags are parsed here, once, into a validated [`Isolation`]; the
 //! worker turns it into a [`Runtime`] at start.
 
 pub mod cgroup;
 pub mod limits;
 pub mod memwatch;
+pub mod reaper;
 pub mod sandbox;
 pub mod users;
 pub mod workdir;
@@ -62,6 +64,11 @@ pub struct IsolationArgs {
     /// --proc /proc --'.
     #[arg(long, env = "SKED_SANDBOX")]
     pub sandbox: Option<String>,
+    /// Make the worker's process a child subreaper, so that every orphaned process of its
+    /// tasks (double-forked, setsid'd) is re-parented to it and killed with its attempt. A
+    /// program embedding a worker sets false: the worker would adopt its other orphans too.
+    #[arg(long, env = "SKED_SUBREAPER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub subreaper: bool,
 }
 
 impl Default for IsolationArgs {
@@ -77,6 +84,8 @@ impl Default for IsolationArgs {
             run_as_allow: vec![],
             env_allow: vec![],
             sandbox: None,
+            // The default configuration is for tests and embedding: no subreaper.
+            subreaper: false,
         }
     }
 }
@@ -95,6 +104,8 @@ pub struct Isolation {
     /// it does not have are left out).
     pub env_pass: BTreeMap<String, String>,
     pub sandbox: Option<sandbox::Sandbox>,
+    /// Whether the worker makes its process a child subreaper (see [`reaper`]).
+    pub subreaper: bool,
 }
 
 /// Largest memory and CPU limits, as the schema allows for requests.
@@ -154,6 +165,7 @@ impl IsolationArgs {
             )?,
             env_pass,
             sandbox,
+            subreaper: self.subreaper,
         })
     }
 }
@@ -163,6 +175,9 @@ impl IsolationArgs {
 pub struct Runtime {
     pub settings: Isolation,
     pub limiter: limits::Limiter,
+    /// Declared before `dirs`, so it is dropped first: its last kill runs before the
+    /// worker's lock is released.
+    pub reaper: reaper::Reaper,
     pub dirs: workdir::WorkDirs,
 }
 
@@ -193,9 +208,16 @@ impl Runtime {
         if let Some(sandbox) = &settings.sandbox {
             tracing::info!(program = %sandbox.program().display(), "tasks run through the sandbox wrapper");
         }
+        let reaper = reaper::Reaper::start(dirs.processes_file(), settings.subreaper)
+            .map_err(|e| format!("starting to track the tasks' processes: {e}"))?;
+        tracing::info!(
+            subreaper = reaper.adopts(),
+            "tasks' processes are tracked and killed when their attempt ends"
+        );
         Ok(Runtime {
             settings,
             limiter,
+            reaper,
             dirs,
         })
     }

@@ -3,9 +3,11 @@
 //! ends, whatever the ending: the [`TaskDir`] guard removes it when dropped.
 //!
 //! Each worker holds an exclusive `flock` on `<work dir>/tasks/<worker id>.lock` while it
-//! runs. At start a worker removes the directories of workers whose lock nobody holds, so
-//! what a killed worker left behind goes at the next start of any worker sharing the
-//! work dir, while the directories of running workers are left alone.
+//! runs, and records its tasks' processes in `<work dir>/tasks/<worker id>.procs` (see
+//! [`super::reaper`]). At start a worker kills the recorded processes and removes the
+//! directories of workers whose lock nobody holds, so what a killed worker left behind goes
+//! at the next start of any worker sharing the work dir, while the processes and directories
+//! of running workers are left alone.
 //!
 //! The work dir itself must be private to the worker's user: a directory (not a symbolic
 //! link) that this user owns and nobody else may write in. A worker creates it so (mode
@@ -49,11 +51,12 @@ impl WorkDirs {
         let root = tasks.join(worker.to_string());
         std::fs::create_dir_all(&root)?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
-        let removed = sweep(&tasks, &lock_path);
-        if removed > 0 {
+        let (removed, killed) = sweep(&tasks, &lock_path);
+        if removed > 0 || killed > 0 {
             tracing::info!(
                 removed,
-                "removed the task directories of workers that are gone"
+                killed,
+                "killed the task processes and removed the task directories of workers that are gone"
             );
         }
         Ok(WorkDirs {
@@ -92,7 +95,16 @@ impl WorkDirs {
     pub fn root(&self) -> &Path {
         &self.root
     }
+
+    /// The file this worker records its tasks' processes in, for the next worker to kill
+    /// should this one be killed.
+    pub fn processes_file(&self) -> PathBuf {
+        self.lock_path.with_extension(PROCESSES)
+    }
 }
+
+/// The extension of a worker's record of its tasks' processes, beside its lock.
+const PROCESSES: &str = "procs";
 
 impl Drop for WorkDirs {
     fn drop(&mut self) {
@@ -188,12 +200,13 @@ fn try_lock(file: &File) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-/// Removes the directories of workers whose lock file is not locked; answers how many.
-fn sweep(tasks: &Path, own_lock: &Path) -> usize {
+/// Kills the recorded processes and removes the directories of workers whose lock file is
+/// not locked; answers how many directories were removed and how many processes killed.
+fn sweep(tasks: &Path, own_lock: &Path) -> (usize, usize) {
     let Ok(entries) = std::fs::read_dir(tasks) else {
-        return 0;
+        return (0, 0);
     };
-    let mut removed = 0;
+    let (mut removed, mut killed) = (0, 0);
     for entry in entries.flatten() {
         let path = entry.path();
         if path == own_lock || path.extension().is_none_or(|e| e != "lock") {
@@ -205,13 +218,14 @@ fn sweep(tasks: &Path, own_lock: &Path) -> usize {
         if !try_lock(&lock) {
             continue; // a live worker's
         }
+        killed += super::reaper::kill_recorded(&path.with_extension(PROCESSES));
         let dir = path.with_extension("");
         if remove_all(&dir).is_ok() {
             removed += 1;
         }
         let _ = std::fs::remove_file(&path);
     }
-    removed
+    (removed, killed)
 }
 
 /// Removes a directory tree, also when the task took away its own permissions from parts
