@@ -20,5 +20,6 @@ mod services_first;
 mod shards;
 mod sql;
 mod support;
+mod trust_paths;
 mod worker;
 mod workflows;
