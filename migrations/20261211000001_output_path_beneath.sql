@@ -28,12 +28,15 @@ begin
        select id from sked.tasks
         where state in (''blocked'', ''waiting'', ''running'', ''retry'') and not %s
         order by id limit 20) t', rule) into tasks;
-  -- Every output_path of a task template or of a workflow template's tasks.
+  -- The output_path of a task template, and of each task of a workflow template.
   execute format(
     'select string_agg(distinct quote_literal(name), '', '') from (
-       select s.name, p #>> ''{}'' as output_path
-         from sked.schedules s,
-              jsonb_path_query(coalesce(s.task, s.workflow), ''strict $.**.output_path'') p) t
+       select name, task ->> ''output_path'' as output_path
+         from sked.schedules where jsonb_typeof(task) = ''object''
+       union all
+       select s.name, t ->> ''output_path''
+         from sked.schedules s, jsonb_array_elements(s.workflow -> ''tasks'') t
+        where jsonb_typeof(s.workflow -> ''tasks'') = ''array'' and jsonb_typeof(t) = ''object'') t
       where not %s', rule) into schedules;
   if tasks is not null or schedules is not null then
     raise exception 'output_path must be a relative path beneath the task''s directory (no leading /, no .. component), and rows written before this rule break it: unfinished tasks %, schedules %',

@@ -492,10 +492,14 @@ async fn the_migration_names_unfinished_rows_that_break_the_output_path_rule_and
         "(command, output_path) values ('{true}', '../../x')",
     )
     .await;
-    let err = sked_db::migrate(&db.pool)
+    // On a pool of its own, closed after: a failed migration may leave the migrator's
+    // session lock on its connection.
+    let refused = PgPool::connect(&db.url).await.unwrap();
+    let err = sked_db::migrate(&refused)
         .await
         .expect_err("an unfinished task that breaks the rule stops the migration")
         .to_string();
+    refused.close().await;
     assert!(
         err.contains("output_path must be a relative path beneath the task's directory")
             && err.contains(&waiting.to_string())
