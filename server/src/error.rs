@@ -183,6 +183,10 @@ const RULES: &[(&str, &str)] = &[
         "env names must be non-empty and must not contain `=`",
     ),
     (
+        "tasks_output_path_must_be_relative_beneath_the_task_directory",
+        "output_path must be a relative path beneath the task's working directory (no leading / and no .. component)",
+    ),
+    (
         "tasks_timeout_must_be_positive",
         "timeout_secs must be positive",
     ),

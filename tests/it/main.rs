@@ -27,5 +27,6 @@ mod trust_rows;
 mod trust_roles;
 mod trust_lease;
 mod trust_orphans;
+mod trust_paths;
 mod worker;
 mod workflows;

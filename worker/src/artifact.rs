@@ -148,6 +148,11 @@ pub struct Artifacts {
 }
 
 impl Artifacts {
+    /// The largest artifact this worker fetches or stores (`--artifact-max-mb`), in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.settings.max_bytes
+    }
+
     /// Prepares the cache directory (private to the worker's user; a symlink or a directory
     /// of another user is refused) and evicts it down to its size.
     pub fn start(

@@ -15,6 +15,7 @@ use sked_db::worker::{Claimed, Finished, Outcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::artifact::{ArtifactError, Artifacts};
+use crate::confined::{self, Refused};
 use crate::isolation::Runtime;
 use crate::logs::Logs;
 use crate::process::{self, Ended, Spec};
@@ -266,10 +267,9 @@ pub(crate) async fn run_command(
         env.insert("SKED_SHARD_INDEX".into(), index.to_string());
         env.insert("SKED_SHARD_TOTAL".into(), total.to_string());
     }
-    let output_file = dir.path().join(OUTPUT_FILE);
     env.insert(
         "SKED_OUTPUT".into(),
-        output_file.to_string_lossy().into_owned(),
+        dir.path().join(OUTPUT_FILE).to_string_lossy().into_owned(),
     );
     if let Some(outputs) = &task.parent_outputs {
         let bytes = serde_json::to_vec(outputs).unwrap_or_default();
@@ -365,7 +365,7 @@ pub(crate) async fn run_command(
         && status.success()
     {
         let stdout = finished.stdout_tail.as_deref().unwrap_or_default();
-        finished.output = read_output(&output_file, stdout)?;
+        finished.output = read_output(dir.path(), stdout).await?;
         if let Some(output) = &task.output_path {
             finished.output_sha256 = Some(upload_output(ctx, dir.path(), output).await?);
         }
@@ -381,27 +381,22 @@ const PARENT_OUTPUTS_FILE: &str = "sked_parent_outputs.json";
 pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024;
 
 /// A successful attempt's output: the JSON document in the `$SKED_OUTPUT` file when the task
-/// wrote one (a file that is too large or not JSON fails the attempt), else the last line of
-/// stdout when it is a JSON document, else none.
-fn read_output(
-    file: &std::path::Path,
+/// wrote one, else the last line of stdout when it is a JSON document, else none. The file is
+/// read confined to the task's directory ([`crate::confined`]): a symlink, FIFO, device or
+/// another user's file there, a file past [`MAX_OUTPUT_BYTES`] or one that is not JSON fails
+/// the attempt.
+async fn read_output(
+    dir: &std::path::Path,
     stdout_tail: &str,
 ) -> Result<Option<serde_json::Value>, String> {
-    match std::fs::metadata(file) {
-        Ok(meta) if meta.len() > MAX_OUTPUT_BYTES => {
-            return Err(format!(
-                "the task's output ($SKED_OUTPUT) has {} bytes, more than the limit of {MAX_OUTPUT_BYTES}",
-                meta.len()
-            ));
-        }
-        Ok(_) => {
-            let bytes = std::fs::read(file)
-                .map_err(|e| format!("reading the task's output ($SKED_OUTPUT): {e}"))?;
+    match read_confined(dir, OUTPUT_FILE, MAX_OUTPUT_BYTES).await {
+        Ok(bytes) => {
             let value = serde_json::from_slice(&bytes)
                 .map_err(|e| format!("the task's output ($SKED_OUTPUT) is not JSON: {e}"))?;
             return Ok(Some(value));
         }
-        Err(_) => {}
+        Err(Refused::Missing) => {}
+        Err(refused) => return Err(format!("the task's output ($SKED_OUTPUT) {refused}")),
     }
     let last = stdout_tail
         .trim_end()
@@ -412,17 +407,29 @@ fn read_output(
     Ok(serde_json::from_str(last).ok())
 }
 
-/// Stores the file the task promised to write as its output artifact.
+/// Stores the file the task promised to write as its output artifact, read confined to the
+/// task's directory as its output is, up to the worker's largest artifact
+/// (`--artifact-max-mb`). The schema refuses an
+/// absolute or escaping `output_path`; a row written before that rule is refused here.
 async fn upload_output(
     ctx: &Context,
     dir: &std::path::Path,
     output: &str,
 ) -> Result<String, String> {
-    let path = dir.join(output);
-    let bytes = tokio::fs::read(&path).await.map_err(|e| {
-        format!("the task succeeded but its output_path {output:?} cannot be read: {e}")
-    })?;
+    let bytes = read_confined(dir, output, ctx.artifacts.max_bytes())
+        .await
+        .map_err(|refused| {
+            format!("the task succeeded but its output_path {output:?} {refused}")
+        })?;
     sked_db::worker::put_artifact(&ctx.pool, &bytes)
         .await
         .map_err(|e| format!("storing the output artifact: {e}"))
+}
+
+/// [`confined::read_beneath`] on a blocking thread: a large file never holds up the runtime.
+async fn read_confined(dir: &std::path::Path, path: &str, cap: u64) -> Result<Vec<u8>, Refused> {
+    let (dir, path) = (dir.to_owned(), std::path::PathBuf::from(path));
+    tokio::task::spawn_blocking(move || confined::read_beneath(&dir, &path, cap))
+        .await
+        .map_err(|e| Refused::Io(std::io::Error::other(e)))?
 }

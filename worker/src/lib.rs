@@ -13,6 +13,7 @@ pub mod artifact;
 pub mod capacity;
 pub mod completer;
 pub mod config;
+pub mod confined;
 pub mod executor;
 pub mod heartbeat;
 pub mod isolation;
