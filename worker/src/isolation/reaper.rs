@@ -448,13 +448,15 @@ impl Drop for Tracked {
 impl Shared {
     /// The quick look at an ended attempt, without a pass over `/proc`, for a subreaper: when
     /// no member but the (reaped) leader is alive and the worker has no child it did not
-    /// start and has not placed, nothing of the attempt can be alive (whatever descended
+    /// start and has not placed (zombies aside), nothing of the attempt can be alive (whatever descended
     /// from a dead member was re-parented to the worker), and it stops being tracked. Answers
     /// false when a full sample must decide.
     fn ended_clean(&self, key: u64) -> bool {
         if !self.adopts {
             return false;
         }
+        // No spawn is under way while the gate is held, so every leader started is placed.
+        let _gate = self.gate.write().expect("reaper gate");
         let Some(children) = own_children() else {
             return false;
         };
@@ -482,7 +484,7 @@ impl Shared {
         let unplaced = children.into_iter().any(|pid| {
             !placed.contains(&pid)
                 && read_stat(&pid.to_string(), &mut buf)
-                    .is_some_and(|s| s.session != self.own_session)
+                    .is_some_and(|s| s.alive() && s.session != self.own_session)
         });
         if unplaced {
             return false;
