@@ -365,7 +365,7 @@ pub(crate) async fn run_command(
         && status.success()
     {
         let stdout = finished.stdout_tail.as_deref().unwrap_or_default();
-        finished.output = read_output(dir.path(), stdout).await?;
+        finished.output = read_output(dir.path(), stdout)?;
         if let Some(output) = &task.output_path {
             finished.output_sha256 = Some(upload_output(ctx, dir.path(), output).await?);
         }
@@ -385,11 +385,13 @@ pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024;
 /// read confined to the task's directory ([`crate::confined`]): a symlink, FIFO, device or
 /// another user's file there, a file past [`MAX_OUTPUT_BYTES`] or one that is not JSON fails
 /// the attempt.
-async fn read_output(
+fn read_output(
     dir: &std::path::Path,
     stdout_tail: &str,
 ) -> Result<Option<serde_json::Value>, String> {
-    match read_confined(dir, OUTPUT_FILE, MAX_OUTPUT_BYTES).await {
+    // At most 64 KiB of a regular file opened without blocking: read in place, as a thread
+    // of the blocking pool per attempt would cost every later fork of the worker more.
+    match confined::read_beneath(dir, std::path::Path::new(OUTPUT_FILE), MAX_OUTPUT_BYTES) {
         Ok(bytes) => {
             let value = serde_json::from_slice(&bytes)
                 .map_err(|e| format!("the task's output ($SKED_OUTPUT) is not JSON: {e}"))?;

@@ -41,6 +41,9 @@ use std::time::Duration;
 
 /// How often the processes of running attempts are sampled.
 pub const INTERVAL: Duration = Duration::from_millis(100);
+/// The start time of a leader no sample has seen yet: earlier than every process, so that an
+/// orphan may be this attempt's until the leader is sampled.
+const UNSAMPLED: u64 = 0;
 
 /// How often an ending attempt's remaining processes are looked for and killed again.
 const KILL_RETRY: Duration = Duration::from_millis(10);
@@ -284,6 +287,7 @@ struct State {
 #[derive(Debug)]
 struct Attempt {
     leader: i32,
+    /// When the leader started ([`UNSAMPLED`] until the first sample sees it).
     leader_start: u64,
     uid: u32,
     members: HashSet<(i32, u64)>,
@@ -346,8 +350,9 @@ impl Reaper {
         let _gate = self.shared.gate.read().expect("reaper gate");
         let spawned = spawn()?;
         let leader = pid_of(&spawned).map_or(0, |p| p as i32);
-        let mut buf = String::new();
-        let leader_start = read_stat(&leader.to_string(), &mut buf).map_or(0, |s| s.start);
+        // The leader's start time is read by the next sample, not here: reading `/proc` of a
+        // process in the middle of its exec costs every spawn more than the whole sample.
+        let leader_start = UNSAMPLED;
         let mut state = self.shared.state.lock().expect("reaper state");
         // The first attempt wakes the idle thread for a sample at once; later ones are
         // sampled at the next interval.
@@ -455,8 +460,6 @@ impl Shared {
         if !self.adopts {
             return false;
         }
-        // No spawn is under way while the gate is held, so every leader started is placed.
-        let _gate = self.gate.write().expect("reaper gate");
         let Some(children) = own_children() else {
             return false;
         };
@@ -536,7 +539,24 @@ impl Shared {
 
         // Members still alive, and everything descending from them.
         let mut member_of: HashMap<i32, u64> = HashMap::new();
+        let mut leader_count: HashMap<i32, usize> = HashMap::new();
+        for attempt in state.attempts.values() {
+            *leader_count.entry(attempt.leader).or_default() += 1;
+        }
         for (key, attempt) in state.attempts.iter_mut() {
+            if attempt.leader_start == UNSAMPLED {
+                // A leader not sampled yet is the worker's child of that pid: a child is not
+                // reaped before its attempt ends, so its pid names no other process, unless
+                // another attempt's leader took it over after this one's was reaped.
+                let seen = by_pid.get(&attempt.leader).filter(|p| {
+                    p.ppid == self.own_pid && leader_count.get(&attempt.leader) == Some(&1)
+                });
+                attempt.members.remove(&(attempt.leader, UNSAMPLED));
+                if let Some(p) = seen {
+                    attempt.leader_start = p.start;
+                    attempt.members.insert((attempt.leader, p.start));
+                }
+            }
             let roots: Vec<i32> = attempt
                 .members
                 .iter()
