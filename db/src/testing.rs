@@ -58,26 +58,30 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        // Drop runs inside the test's runtime; use a thread with its own runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio_rt();
-            rt.block_on(async move {
-                if let Ok(mut conn) = PgConnectOptions::from_str(&admin_url())
-                    .unwrap()
-                    .connect()
-                    .await
-                {
-                    let _ = conn
-                        .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                            "drop database if exists {name} with (force)"
-                        ))))
-                        .await;
-                }
-            });
-        })
-        .join();
+        execute_as_admin_in_drop(format!(
+            "drop database if exists {} with (force)",
+            self.name
+        ));
     }
+}
+
+/// Runs `sql` on the server of [`admin_url`] from a `Drop` of a test's fixture, ignoring
+/// errors: drops run inside the test's runtime, which the fixture's pooled connections
+/// belong to, so this uses a thread with a runtime of its own and waits for it.
+pub fn execute_as_admin_in_drop(sql: String) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio_rt();
+        rt.block_on(async move {
+            if let Ok(mut conn) = PgConnectOptions::from_str(&admin_url())
+                .unwrap()
+                .connect()
+                .await
+            {
+                let _ = conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql))).await;
+            }
+        });
+    })
+    .join();
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {

@@ -10,10 +10,10 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use sked_db::testing::{TestDb, admin_url};
+use sked_db::testing::{TestDb, execute_as_admin_in_drop};
 use sked_db::token::Role;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Executor, PgPool};
+use sqlx::{Executor, PgPool};
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -82,32 +82,13 @@ impl Login {
 
 impl Drop for Login {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        // Drop runs inside the test's runtime, which the pool's connections belong to: a
-        // thread with its own runtime ends the role's sessions from the server side and drops
-        // the role.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                if let Ok(mut conn) = PgConnectOptions::from_str(&admin_url())
-                    .unwrap()
-                    .connect()
-                    .await
-                {
-                    let _ = conn
-                        .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                            "select pg_terminate_backend(pid) from pg_stat_activity
-                              where usename = '{name}';
-                             drop role if exists {name}"
-                        ))))
-                        .await;
-                }
-            });
-        })
-        .join();
+        // The role's sessions are ended from the server side before the role is dropped.
+        execute_as_admin_in_drop(format!(
+            "select pg_terminate_backend(pid) from pg_stat_activity
+              where usename = '{name}';
+             drop role if exists {name}",
+            name = self.name
+        ));
     }
 }
 
