@@ -126,8 +126,8 @@ declare
   worker_calls text[] := array[
     'worker_register', 'worker_deregister', 'worker_touch', 'worker_stopping',
     'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'tasks_finish',
-    'tasks_renew_leases', 'tasks_cancel_requested', 'tasks_rescue', 'tasks_due_from',
-    'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
+    'tasks_renew_leases', 'tasks_cancel_requested', 'worker_attempts', 'tasks_rescue',
+    'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
     'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
     'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due'];
   -- The server's functions that change state or read across owners. They run as the owner.

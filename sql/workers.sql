@@ -509,6 +509,20 @@ as $$
   returning t.id, t.attempt, t.cancel_requested_at is not null
 $$;
 
+-- The attempts the database counts as a worker's: its running tasks. A worker that did not get
+-- the answer to a claim (the connection broke, or the claim timed out) compares them with the
+-- attempts it holds, and hands back those the lost claim took (see tasks_finish, 'interrupted').
+-- The running tasks are walked by tasks_lease: this is asked rarely, and no index is kept
+-- for it.
+create or replace function sked.worker_attempts(p_worker uuid)
+returns table (id uuid, attempt integer)
+language sql stable
+set enable_seqscan = off -- see the note at the top of this file
+as $$
+  select t.id, t.attempt from sked.tasks t
+   where t.lease_expires_at is not null and t.worker_id = p_worker
+$$;
+
 -- The attempts among those given whose cancel was requested (polled every second while a
 -- worker runs tasks; the sked_cancel notification makes it faster).
 create or replace function sked.tasks_cancel_requested(p_ids uuid[], p_attempts integer[])

@@ -354,6 +354,16 @@ pub async fn renew_leases(
     .await?)
 }
 
+/// The attempts the database counts as `worker`'s: its running tasks, as (task, attempt).
+pub async fn attempts_of(pool: &PgPool, worker: Uuid) -> Result<Vec<(Uuid, i32)>> {
+    Ok(
+        sqlx::query_as("select id, attempt from sked.worker_attempts($1)")
+            .bind(worker)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
 /// The attempts among those given whose cancel was requested.
 pub async fn cancel_requested(pool: &PgPool, held: &[(Uuid, i32)]) -> Result<Vec<(Uuid, i32)>> {
     Ok(

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sked_db::testing::TestDb;
@@ -13,20 +14,21 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::support::{TestWorker, config, insert, start_worker, start_worker_on, wait_for};
+use crate::support::{TestWorker, config, insert, start_worker, start_worker_on, state, wait_for};
 
 const SECS: Duration = Duration::from_secs(1);
 const LEASE: Duration = Duration::from_secs(2);
 
 /// A TCP proxy to the PostgreSQL of the tests. While cut, it blackholes every connection:
 /// bytes are neither forwarded nor answered, and new connections are accepted and left
-/// hanging, as on a network that drops packets. When restored, the connections that lived
-/// through the cut are closed (as a peer's reset would), and new ones are forwarded.
+/// hanging, as on a network that drops packets. While it loses replies to a statement, a
+/// connection that sends bytes holding a marker (a bound value of that statement) still
+/// forwards what the client sends, and drops what the server answers. When restored, the
+/// connections that lived through the cut are closed (as a peer's reset would), and new ones
+/// are forwarded.
 struct Proxy {
     port: u16,
-    /// (cut, generation): a connection belongs to the generation it was accepted in and is
-    /// closed when the generation changes.
-    state: Arc<watch::Sender<(bool, u64)>>,
+    state: Arc<watch::Sender<Link>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -36,7 +38,10 @@ impl Proxy {
             .await
             .expect("binding the proxy");
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(watch::Sender::new((false, 0)));
+        let state = Arc::new(watch::Sender::new(Link {
+            cut: Cut::Open,
+            generation: 0,
+        }));
         let upstream = upstream_addr();
         let accept = tokio::spawn({
             let state = state.clone();
@@ -45,15 +50,22 @@ impl Proxy {
                     let rx = state.subscribe();
                     let upstream = upstream.clone();
                     tokio::spawn(async move {
-                        let generation = rx.borrow().1;
+                        let generation = rx.borrow().generation;
                         let Ok(server) = TcpStream::connect(&upstream).await else {
                             return;
                         };
                         let (cr, cw) = client.into_split();
                         let (sr, sw) = server.into_split();
+                        let losing = Arc::new(AtomicBool::new(false));
                         tokio::join!(
-                            pump(cr, sw, rx.clone(), generation),
-                            pump(sr, cw, rx, generation)
+                            pump(
+                                cr,
+                                sw,
+                                rx.clone(),
+                                generation,
+                                Side::Requests(losing.clone())
+                            ),
+                            pump(sr, cw, rx, generation, Side::Replies(losing))
                         );
                     });
                 }
@@ -71,11 +83,21 @@ impl Proxy {
     }
 
     fn cut(&self) {
-        self.state.send_modify(|s| s.0 = true);
+        self.state.send_modify(|s| s.cut = Cut::Both);
+    }
+
+    fn lose_replies_after(&self, marker: &'static [u8]) {
+        self.state
+            .send_modify(|s| s.cut = Cut::RepliesAfter(marker));
     }
 
     fn restore(&self) {
-        self.state.send_modify(|s| *s = (false, s.1 + 1));
+        self.state.send_modify(|s| {
+            *s = Link {
+                cut: Cut::Open,
+                generation: s.generation + 1,
+            }
+        });
     }
 }
 
@@ -96,22 +118,59 @@ fn upstream_addr() -> String {
     )
 }
 
-/// Copies one direction of a connection while the proxy is open; drops what arrives while
-/// it is cut; returns (closing this direction) at the end of the stream or when the
+/// What the proxy lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Open,
+    /// Nothing passes.
+    Both,
+    /// Requests reach the server; the replies on a connection are dropped from its first
+    /// request holding the marker on.
+    RepliesAfter(&'static [u8]),
+}
+
+/// A direction of a connection, sharing whether its replies are being lost.
+enum Side {
+    Requests(Arc<AtomicBool>),
+    Replies(Arc<AtomicBool>),
+}
+
+/// The proxy's state: a connection belongs to the generation it was accepted in and is
+/// closed when the generation changes.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    cut: Cut,
+    generation: u64,
+}
+
+/// Copies one direction of a connection while the proxy lets it through; drops what arrives
+/// while it does not; returns (closing this direction) at the end of the stream or when the
 /// connection's generation is over.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut state: watch::Receiver<(bool, u64)>,
+    mut state: watch::Receiver<Link>,
     generation: u64,
+    side: Side,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    let blocked = |link: Link, bytes: &[u8]| match (&side, link.cut) {
+        (_, Cut::Open) => false,
+        (_, Cut::Both) => true,
+        (Side::Requests(losing), Cut::RepliesAfter(marker)) => {
+            if bytes.windows(marker.len()).any(|w| w == marker) {
+                losing.store(true, Ordering::SeqCst);
+            }
+            false
+        }
+        (Side::Replies(losing), Cut::RepliesAfter(_)) => losing.load(Ordering::SeqCst),
+    };
     loop {
-        let (cut, current) = *state.borrow_and_update();
-        if current != generation {
+        let link = *state.borrow_and_update();
+        if link.generation != generation {
             return;
         }
-        if cut {
+        if link.cut == Cut::Both {
             // Neither read nor forwarded: the peer's bytes wait in the socket, unanswered.
             if state.changed().await.is_err() {
                 return;
@@ -125,11 +184,11 @@ async fn pump(
             },
             _ = state.changed() => continue,
         };
-        let (cut, current) = *state.borrow();
-        if current != generation {
+        let link = *state.borrow();
+        if link.generation != generation {
             return;
         }
-        if !cut && to.write_all(&buf[..n]).await.is_err() {
+        if !blocked(link, &buf[..n]) && to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
@@ -459,4 +518,96 @@ fn config_args() -> sked_worker::WorkerArgs {
         worker: sked_worker::WorkerArgs,
     }
     Cli::parse_from(["sked-worker"]).worker
+}
+
+/// A claim whose answer is lost charges no attempt. The worker claims from a queue whose
+/// name only its claims carry; once the proxy loses replies after that name, the worker's
+/// claim at the task's due time reaches the server, takes the task and commits, and its answer
+/// never arrives; restoring the proxy breaks the connection under the waiting claim. The
+/// worker hands the task back uncharged and runs it: a task allowed one attempt succeeds,
+/// instead of failing as "worker lost" once the lease expires. A round in which the claim did
+/// not take the task proves nothing; it is counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_answer_is_lost_charges_no_attempt() {
+    const QUEUE: &str = "lost-claim-answers";
+    let db = TestDb::new().await;
+    let proxy = Proxy::start().await;
+    // Long enough that the lease cannot expire before the worker hands the task back.
+    let lease = 10 * SECS;
+    // A worker that claims when told of a task or when the next one is due, not by polling:
+    // its claim at the task's due time is the first statement it sends once the replies are
+    // lost.
+    let pool = sked_db::connect(&proxy.url(&db), "sked-worker", 10)
+        .await
+        .expect("connecting the worker");
+    let mut c = config(&[QUEUE]);
+    c.lease = lease;
+    c.poll_interval = 60 * SECS;
+    let a = start_worker_on(&pool, c);
+    let mut lost = 0;
+    for run in 0..8 {
+        let id = insert(
+            &db.pool,
+            &format!(
+                "(command, queue, max_attempts, next_run_at) \
+                 values (array['echo', 'run {run}'], '{QUEUE}', 1, now() + interval '1 second')"
+            ),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        proxy.lose_replies_after(QUEUE.as_bytes());
+        // The worker's claim at its next 100 ms poll takes the task; its answer is dropped.
+        let deadline = tokio::time::Instant::now() + 2 * SECS;
+        let claimed = loop {
+            if state(&db.pool, id).await == "running" {
+                break true;
+            }
+            if tokio::time::Instant::now() > deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.restore();
+        let restored = tokio::time::Instant::now();
+        wait_for(&db.pool, id, &["succeeded", "failed"], 3 * lease).await;
+        if !claimed {
+            eprintln!("run {run}: the worker claimed nothing while its replies were lost");
+            continue;
+        }
+        lost += 1;
+        let state = state(&db.pool, id).await;
+        let attempts: Vec<(String, Option<String>)> = sqlx::query_as(
+            "select outcome, error from sked.task_attempts where task_id = $1 order by attempt",
+        )
+        .bind(id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            state, "succeeded",
+            "run {run}: a task allowed one attempt runs although the answer to its first claim \
+             was lost; earlier attempts: {attempts:?}"
+        );
+        // The history holds the attempts before the last one, which is on the task's row.
+        assert_eq!(attempts.len(), 1, "run {run}: {attempts:?}");
+        assert_eq!(attempts[0].0, "interrupted", "run {run}: {attempts:?}");
+        assert!(
+            attempts[0]
+                .1
+                .as_deref()
+                .is_some_and(|e| e.contains("the answer to the claim that took it was lost")),
+            "run {run}: the handed-back attempt says why: {attempts:?}"
+        );
+        assert!(
+            restored.elapsed() < lease,
+            "run {run}: handed back before its lease could expire ({:?})",
+            restored.elapsed()
+        );
+    }
+    a.shutdown().await;
+    assert!(
+        lost >= 4,
+        "at least 4 of 8 rounds lost the answer to a claim that took the task ({lost})"
+    );
 }

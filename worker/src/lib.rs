@@ -431,12 +431,25 @@ impl Worker {
         let mut claim_at: Option<Instant> = None;
         // Set at each poll: look for a copy of a service to make room for.
         let mut want_preempt = false;
+        // A claim failed: it may have taken tasks whose answer never arrived.
+        let mut lost_claim: Option<String> = None;
 
         loop {
             if std::mem::take(&mut want_preempt) && self.slots.has_preemptible() {
                 self.preempt(&mut tasks).await;
             }
             let free = self.config.concurrency.saturating_sub(self.slots.held());
+            if want_claim
+                && free > 0
+                && let Some(error) = &lost_claim
+            {
+                // Settled before the next claim, at the claims' pace.
+                if self.hand_back_lost(error).await {
+                    lost_claim = None;
+                } else {
+                    want_claim = false;
+                }
+            }
             if want_claim && free > 0 {
                 let window_over = claim_at.is_some_and(|at| at <= Instant::now());
                 if free < batch && !window_over {
@@ -482,6 +495,7 @@ impl Worker {
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
+                            lost_claim = Some(e.to_string());
                             saturated = false;
                         }
                     }
@@ -581,6 +595,58 @@ impl Worker {
         tracing::info!(copy = %copy.id, stopped = ?victims,
             "preempting tasks to make room for a copy of a service");
         self.spawn(tasks, copy, sent, victims);
+    }
+
+    /// After a claim that failed: the claim may have taken tasks for this worker whose answer
+    /// never arrived (the connection broke after the commit, or the claim timed out). Every
+    /// attempt this worker started is in its running map from its claim until its result is
+    /// written, so the database's other attempts for it are the lost claim's: they are handed
+    /// back uncharged ('interrupted') and wait again, instead of waiting for their leases to
+    /// expire and being charged as lost. True once settled; false when the database could
+    /// not be asked, to try again before the next claim.
+    async fn hand_back_lost(&self, claim_error: &str) -> bool {
+        let theirs = match sked_db::worker::attempts_of(&self.pool, self.id).await {
+            Ok(attempts) => attempts,
+            Err(e) => {
+                tracing::warn!(error = %e, "asking which tasks a failed claim took failed; asking again before the next claim");
+                return false;
+            }
+        };
+        let lost: Vec<sked_db::worker::Finished> = {
+            let running = self.running.lock().expect("running map");
+            theirs
+                .into_iter()
+                .filter(|key| !running.contains_key(key))
+                .map(|(id, attempt)| sked_db::worker::Finished {
+                    id,
+                    attempt,
+                    outcome: sked_db::worker::Outcome::Interrupted,
+                    exit_code: None,
+                    error: Some(format!(
+                        "handed back: the answer to the claim that took it was lost ({claim_error})"
+                    )),
+                    stdout_tail: None,
+                    stderr_tail: None,
+                    output_sha256: None,
+                    output: None,
+                })
+                .collect()
+        };
+        if lost.is_empty() {
+            return true;
+        }
+        // Written here, not by the completer: these attempts hold no slot to release.
+        match sked_db::worker::finish(&self.pool, &lost).await {
+            Ok(_) => {
+                let ids: Vec<Uuid> = lost.iter().map(|f| f.id).collect();
+                tracing::warn!(tasks = ?ids, "handed back the tasks a claim took whose answer was lost");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "handing back the tasks of a lost claim failed; trying again before the next claim");
+                false
+            }
+        }
     }
 
     /// Runs a claimed attempt in its own task; it starts once the attempts in `after` (those
