@@ -8,7 +8,9 @@
 --   sked_worker     calls the worker's functions and nothing else, no table;
 --   sked_server     what the REST API needs: it reads everything, submits for any owner and
 --                   changes state through the contract's functions (it enforces owners with
---                   API tokens itself), and never writes tokens, artifacts or task state.
+--                   API tokens itself), and never writes tokens, artifacts or task state;
+--                   it reaches the owners' quotas (owner_quota) through owner_quota_take
+--                   only.
 -- The account that migrates owns the schema and everything in it; it is the administrator
 -- and is not subject to the policies below.
 --
@@ -138,7 +140,7 @@ declare
     'queue_pause', 'queue_resume', 'queue_set_limits', 'task_waiting_reasons',
     'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
-    'events_running', 'events_ended'];
+    'events_running', 'events_ended', 'owner_quota_take'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
@@ -213,7 +215,8 @@ begin
   -- The server: reads for the API and the live events, submissions for any owner, the
   -- schedules it edits in place, and the queue row it locks (SELECT … FOR UPDATE) before
   -- changing a queue's limits. Tokens are read to authenticate, never written (`sked token`
-  -- runs as the owner); artifacts are the worker's.
+  -- runs as the owner); artifacts are the worker's. No role gets sked.owner_quota: the
+  -- server takes from it through sked.owner_quota_take, which runs as the owner.
   grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
                   sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
                   sked.schedule_runs, sked.queues, sked.service_exits, sked.event_changes,

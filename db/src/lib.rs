@@ -10,6 +10,7 @@ pub mod firing;
 pub mod listing;
 pub mod overview;
 pub mod queue;
+pub mod quota;
 pub mod schedule;
 pub mod service;
 pub mod task;
@@ -43,6 +44,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/views.sql", include_str!("../../sql/views.sql")),
     ("sql/events.sql", include_str!("../../sql/events.sql")),
     ("sql/worker_io.sql", include_str!("../../sql/worker_io.sql")),
+    ("sql/quotas.sql", include_str!("../../sql/quotas.sql")),
     // Last: it sets the rights of every function above (see the file's opening comment).
     ("sql/roles.sql", include_str!("../../sql/roles.sql")),
 ];
