@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sked_types::{CreateSchedule, Schedule, ScheduleRun, UpdateSchedule};
-use sqlx::PgPool;
 use sqlx::postgres::types::PgInterval;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::task::{interval_secs, submit_json};
@@ -290,10 +290,10 @@ pub async fn resume(pool: &PgPool, id: Uuid) -> Result<bool> {
 }
 
 /// "Run now": the id of the task (or workflow) it submitted; `None` when there is no schedule.
-pub async fn run_now(pool: &PgPool, id: Uuid) -> Result<Option<Uuid>> {
+pub async fn run_now(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Uuid>> {
     Ok(sqlx::query_scalar("select sked.schedule_run_now($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(db)
         .await?)
 }
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sked_types::service::{Service, ServiceCopy, ServiceExit};
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::Result;
@@ -101,11 +101,11 @@ pub async fn reconcile(pool: &PgPool) -> Result<Vec<(Uuid, String, Uuid)>> {
 
 /// `sked.service_update`: the generation after the change, or `None` when there is no such
 /// task.
-pub async fn update(pool: &PgPool, id: Uuid, changes: &Value) -> Result<Option<i32>> {
+pub async fn update(db: impl PgExecutor<'_>, id: Uuid, changes: &Value) -> Result<Option<i32>> {
     Ok(sqlx::query_scalar("select sked.service_update($1, $2)")
         .bind(id)
         .bind(changes)
-        .fetch_one(pool)
+        .fetch_one(db)
         .await?)
 }
 

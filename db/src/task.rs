@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
 use sqlx::postgres::types::PgInterval;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::{DbError, Result};
@@ -275,8 +275,21 @@ pub fn submit_json(t: &SubmitTask) -> Result<Value> {
 /// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
 /// name no owner get `owner`.
 pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
-    if tasks.len() >= COPY_FROM && tasks.iter().all(copyable) && !row_security_active(pool).await? {
-        return submit_by_copy(pool, tasks, owner).await;
+    let mut conn = pool.acquire().await?;
+    submit_in(&mut conn, tasks, owner).await
+}
+
+/// [`submit`] on one connection: within its transaction when it has one open.
+pub async fn submit_in(
+    conn: &mut PgConnection,
+    tasks: &[SubmitTask],
+    owner: &str,
+) -> Result<Vec<Uuid>> {
+    if tasks.len() >= COPY_FROM
+        && tasks.iter().all(copyable)
+        && !row_security_active(&mut *conn).await?
+    {
+        return submit_by_copy(conn, tasks, owner).await;
     }
     let rows = tasks
         .iter()
@@ -285,7 +298,7 @@ pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<
     let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1, $2)")
         .bind(sqlx::types::Json(rows))
         .bind(owner)
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await?;
     Ok(ids)
 }
@@ -293,10 +306,10 @@ pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<
 /// True when row-level security applies to this connection's role on `sked.tasks` (the
 /// `sked_server` and `sked_submitter` roles, see `docs/security.md`): PostgreSQL refuses
 /// `COPY … FROM` into such a table, so their batches go through `sked.tasks_submit`.
-async fn row_security_active(pool: &PgPool) -> Result<bool> {
+async fn row_security_active(db: impl PgExecutor<'_>) -> Result<bool> {
     Ok(
         sqlx::query_scalar("select row_security_active('sked.tasks')")
-            .fetch_one(pool)
+            .fetch_one(db)
             .await?,
     )
 }
@@ -320,7 +333,11 @@ fn copyable(t: &SubmitTask) -> bool {
 /// nothing), the same validation triggers and one notification. The ids are made here
 /// (time-ordered UUIDv7, like the column default). Absent fields get the table's defaults,
 /// which this function repeats; a test compares both.
-async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
+async fn submit_by_copy(
+    conn: &mut PgConnection,
+    tasks: &[SubmitTask],
+    owner: &str,
+) -> Result<Vec<Uuid>> {
     let mut ids = Vec::with_capacity(tasks.len());
     let mut buf = String::with_capacity(tasks.len() * 128);
     for t in tasks {
@@ -363,7 +380,6 @@ async fn submit_by_copy(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Res
         buf.pop();
         buf.push('\n');
     }
-    let mut conn = pool.acquire().await?;
     let mut sink = conn
         .copy_in_raw(
             "copy sked.tasks (id, owner, queue, priority, kind, command, args, input, env, labels,
@@ -527,10 +543,10 @@ pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
 /// `sked.task_resubmit`: submits a new task, owned by `owner`, with the definition of task
 /// `id` (its real environment included); the new id, or `None` when there is no such task.
 /// The function refuses tasks of a workflow and shards (rejected by the schema).
-pub async fn resubmit(pool: &PgPool, id: Uuid, owner: &str) -> Result<Option<Uuid>> {
+pub async fn resubmit(db: impl PgExecutor<'_>, id: Uuid, owner: &str) -> Result<Option<Uuid>> {
     Ok(sqlx::query_scalar("select sked.task_resubmit($1, $2)")
         .bind(id)
         .bind(owner)
-        .fetch_one(pool)
+        .fetch_one(db)
         .await?)
 }

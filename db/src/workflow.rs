@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use sked_types::{SubmitWorkflow, TriggerRule, Workflow, WorkflowEdge, WorkflowState};
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::task::{SubmitRow, TaskRow};
@@ -81,12 +81,12 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
 
 /// Submits a workflow (`sked.workflow_submit`), all or nothing; returns its id. It belongs
 /// to `w.owner` when given, else to `owner`.
-pub async fn submit(pool: &PgPool, w: &SubmitWorkflow, owner: &str) -> Result<Uuid> {
+pub async fn submit(db: impl PgExecutor<'_>, w: &SubmitWorkflow, owner: &str) -> Result<Uuid> {
     let spec = spec_json(w)?;
     Ok(sqlx::query_scalar("select sked.workflow_submit($1, $2)")
         .bind(spec)
         .bind(w.owner.as_deref().unwrap_or(owner))
-        .fetch_one(pool)
+        .fetch_one(db)
         .await?)
 }
 
