@@ -31,6 +31,14 @@ pub enum Error {
     /// The request body or batch is larger than the server accepts (413).
     #[error("{0}")]
     TooLarge(String),
+    /// The owner's quota of task rows per minute cannot cover the request now (429, with
+    /// `Retry-After`).
+    #[error("{message}")]
+    QuotaExceeded {
+        message: String,
+        /// Whole seconds until the quota covers the request.
+        retry_after_secs: u64,
+    },
     /// The schema rejected a row; the message is derived from the constraint's name (422).
     #[error("{0}")]
     Rejected(String),
@@ -69,6 +77,7 @@ impl Error {
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Error::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             Error::Rejected(_) => (StatusCode::UNPROCESSABLE_ENTITY, "rejected"),
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::AlreadyFinished => (StatusCode::CONFLICT, "already_finished"),
@@ -97,6 +106,14 @@ impl IntoResponse for Error {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Error::QuotaExceeded {
+            retry_after_secs, ..
+        } = self
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         response
     }
@@ -131,6 +148,12 @@ impl From<DbError> for Error {
             }
             other => Error::Internal(Box::new(other)),
         }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        DbError::from(err).into()
     }
 }
 

@@ -12,7 +12,7 @@
 //!   rolling update, or scaling).
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `queues` — pause, resume and limit a queue (admin tokens only).
-//! - `quotas` — the task rows one request may create.
+//! - `quotas` — the task rows one request may create, and one owner per minute.
 //! - `openapi` — the OpenAPI 3 document, generated from the handlers.
 //! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
 //!   coalesced and filtered per client.
@@ -23,8 +23,8 @@
 //! Every endpoint but `GET /api/v1/health` and `GET /api/v1/openapi.json` needs
 //! `Authorization: Bearer <token>`. Errors have the body [`sked_types::ApiError`] with a stable
 //! `code`: `unauthorized`, `forbidden`, `not_found`, `invalid_request`, `too_large`,
-//! `rejected`, `conflict`, `already_finished`, `not_finished`, `method_not_allowed`,
-//! `unavailable` or `internal`.
+//! `quota_exceeded`, `rejected`, `conflict`, `already_finished`, `not_finished`,
+//! `method_not_allowed`, `unavailable` or `internal`.
 
 mod error;
 mod events;
@@ -53,7 +53,10 @@ use tower_http::trace::TraceLayer;
 pub use error::Error;
 pub use events::{EventsConfig, Hub};
 pub use openapi::ApiDoc;
-pub use quotas::{DEFAULT_MAX_ROWS_PER_REQUEST, Quotas};
+pub use quotas::{
+    DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE, DEFAULT_MAX_ROWS_PER_REQUEST,
+    MAX_ROWS_PER_OWNER_PER_MINUTE, Quotas,
+};
 pub use tasks::{MAX_BATCH, MAX_PAGE};
 
 /// Command-line flags of `sked-server` (and of the server inside `sked dev`).
@@ -68,6 +71,15 @@ pub struct ServerArgs {
     #[arg(long, env = "SKED_MAX_ROWS_PER_REQUEST", default_value_t = DEFAULT_MAX_ROWS_PER_REQUEST,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rows_per_request: u64,
+    /// The most task rows the owner of a user token may create through the API per minute,
+    /// over every server (one bucket per owner in the database: up to this many at once,
+    /// refilled at this many per minute). A request it cannot cover now is refused (429,
+    /// with Retry-After) and writes nothing; one larger than it, always (413). Admin tokens
+    /// are exempt. 0: no limit.
+    #[arg(long, env = "SKED_MAX_ROWS_PER_OWNER_PER_MINUTE",
+          default_value_t = DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_ROWS_PER_OWNER_PER_MINUTE))]
+    pub max_rows_per_owner_per_minute: u64,
 }
 
 impl ServerArgs {
@@ -75,6 +87,7 @@ impl ServerArgs {
     pub fn quotas(&self) -> Quotas {
         Quotas {
             max_rows_per_request: self.max_rows_per_request,
+            max_rows_per_owner_per_minute: self.max_rows_per_owner_per_minute,
         }
     }
 }

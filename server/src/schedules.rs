@@ -27,6 +27,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::quotas::{rows_of_template, rows_of_workflow_template};
 
 /// Fire times a schedule's detail shows.
 pub const DETAIL_FIRE_TIMES: i32 = 5;
@@ -365,7 +366,10 @@ async fn current(state: &AppState, id: Uuid) -> Result<axum::Json<Schedule>> {
         (status = 201, description = "The occurrence was submitted: a task or a workflow", body = RunNow),
         (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        (status = 413, description = "`too_large`: the occurrence is more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The template no longer passes the rules of a submission", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -374,12 +378,23 @@ pub async fn run(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
 ) -> Result<(StatusCode, axum::Json<RunNow>)> {
-    visible(&state, &principal, id).await?;
-    let occurrence = sked_db::schedule::run_now(&state.pool, id)
+    let schedule = visible(&state, &principal, id).await?;
+    let rows = match (&schedule.task, &schedule.workflow) {
+        (Some(task), _) => rows_of_template(task),
+        (None, Some(workflow)) => rows_of_workflow_template(workflow),
+        (None, None) => 0,
+    };
+    let mut tx = state.pool.begin().await?;
+    state
+        .quotas
+        .take(&mut tx, &principal, rows, "this run of the schedule")
+        .await?;
+    let occurrence = sked_db::schedule::run_now(&mut *tx, id)
         .await?
         .ok_or_else(not_found)?;
     // The template decides the kind; the row tells, whatever a concurrent change did.
-    let is_task = sked_db::task::get(&state.pool, occurrence).await?.is_some();
+    let is_task = sked_db::task::get(&mut *tx, occurrence).await?.is_some();
+    tx.commit().await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(RunNow {

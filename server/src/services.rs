@@ -96,7 +96,10 @@ pub async fn detail(
         (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such service, or not the caller's", body = ApiError),
         (status = 409, description = "`already_finished`: the service has ended", body = ApiError),
+        (status = 413, description = "`too_large`: the copies the change makes are more task rows than the owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A value breaks a rule (named in the message)", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -111,7 +114,8 @@ pub async fn update(
     if row.state().is_final() {
         return Err(Error::AlreadyFinished);
     }
-    let generation = sked_db::service::update(&state.pool, id, &changes)
+    let mut tx = state.pool.begin().await?;
+    let generation = sked_db::service::update(&mut *tx, id, &changes)
         .await?
         .ok_or_else(not_found)?;
     let replicas = changes
@@ -120,6 +124,24 @@ pub async fn update(
         .map(|r| r as i32)
         .or(row.replicas)
         .unwrap_or(1);
+    // The copies this change makes: the added ones, or, when the definition changed, a new
+    // copy at every index (the rolling update replaces each).
+    let before = row.replicas.unwrap_or(1);
+    let rows = if row.generation.is_some_and(|g| g != generation) {
+        replicas
+    } else {
+        (replicas - before).max(0)
+    };
+    state
+        .quotas
+        .take(
+            &mut tx,
+            &principal,
+            u64::try_from(rows).unwrap_or(0),
+            "this change of the service",
+        )
+        .await?;
+    tx.commit().await?;
     Ok(axum::Json(ServiceUpdated {
         id,
         generation,

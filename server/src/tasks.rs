@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::quotas::rows_of_row;
 
 /// The most tasks one batch may hold.
 pub const MAX_BATCH: usize = 10_000;
@@ -49,7 +50,10 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
         (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 409, description = "The idempotency key is taken", body = ApiError),
+        (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected the task; the message names the rule", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -74,8 +78,10 @@ pub async fn submit(
         (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 409, description = "An idempotency key is taken", body = ApiError),
-        (status = 413, description = "More than 10000 tasks, or a body over 32 MiB", body = ApiError),
+        (status = 413, description = "More than 10000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected a task; nothing was inserted", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -106,8 +112,11 @@ async fn submit_tasks(
     } else {
         "this batch"
     };
-    state.quotas.check(tasks, what)?;
-    let ids = sked_db::task::submit(&state.pool, tasks, &principal.owner).await?;
+    let rows = state.quotas.check(tasks, what)?;
+    let mut tx = state.pool.begin().await?;
+    state.quotas.take(&mut tx, principal, rows, what).await?;
+    let ids = sked_db::task::submit_in(&mut tx, tasks, &principal.owner).await?;
+    tx.commit().await?;
     Ok((StatusCode::CREATED, axum::Json(Submitted { ids })))
 }
 
@@ -498,7 +507,10 @@ pub async fn retry(
         (status = 201, description = "The new task's id", body = Submitted),
         (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "`rejected`: the task belongs to a workflow, or is a shard", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -519,9 +531,15 @@ pub async fn resubmit(
             "task {id} is a shard of task {parent} and runs as part of it: resubmit {parent}"
         )));
     }
-    let new_id = sked_db::task::resubmit(&state.pool, id, &principal.owner)
+    let mut tx = state.pool.begin().await?;
+    state
+        .quotas
+        .take(&mut tx, &principal, rows_of_row(&row), "this resubmission")
+        .await?;
+    let new_id = sked_db::task::resubmit(&mut *tx, id, &principal.owner)
         .await?
         .ok_or_else(Error::not_found_task)?;
+    tx.commit().await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(Submitted { ids: vec![new_id] }),

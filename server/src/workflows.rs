@@ -39,8 +39,10 @@ pub const MAX_WORKFLOW_TASKS: usize = 50_000;
         (status = 400, description = "Malformed JSON or an unknown field", body = ApiError),
         (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
-        (status = 413, description = "More than 50000 tasks, or a body over 32 MiB", body = ApiError),
+        (status = 413, description = "More than 50000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A rule of workflows or tasks was broken (the message names it); nothing was inserted", body = ApiError),
+        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
+         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
     ),
     security(("bearer" = [])),
 )]
@@ -59,10 +61,16 @@ pub async fn submit(
     for task in &workflow.tasks {
         validate(&principal, &task.task).map_err(|err| in_task(err, &task.name))?;
     }
-    state
+    let rows = state
         .quotas
         .check(workflow.tasks.iter().map(|t| &t.task), "this workflow")?;
-    let id = sked_db::workflow::submit(&state.pool, &workflow, &principal.owner).await?;
+    let mut tx = state.pool.begin().await?;
+    state
+        .quotas
+        .take(&mut tx, &principal, rows, "this workflow")
+        .await?;
+    let id = sked_db::workflow::submit(&mut *tx, &workflow, &principal.owner).await?;
+    tx.commit().await?;
     Ok((StatusCode::CREATED, axum::Json(WorkflowSubmitted { id })))
 }
 
