@@ -1,6 +1,8 @@
 //! The API server run inside the benchmark (W1's REST methods, W8's reads):
 //! `sked_server::serve` on an ephemeral 127.0.0.1 port with the 16-connection pool
-//! `sked-server` uses, and an HTTP client for it.
+//! `sked-server` uses, and an HTTP client for it. Its quota of task rows per owner per minute
+//! is the largest allowed: W1 enqueues more than the default through one user token, and
+//! its requests still pay for taking from the quota.
 
 use std::time::Duration;
 
@@ -27,7 +29,17 @@ impl InProcessApi {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}/api/v1", listener.local_addr()?);
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(sked_server::serve(pool, listener, shutdown.clone()));
+        let quotas = sked_server::Quotas {
+            max_rows_per_owner_per_minute: sked_server::MAX_ROWS_PER_OWNER_PER_MINUTE,
+            ..sked_server::Quotas::default()
+        };
+        let server = tokio::spawn(sked_server::serve_configured(
+            pool,
+            listener,
+            shutdown.clone(),
+            sked_server::EventsConfig::default(),
+            quotas,
+        ));
         let client = reqwest::Client::builder()
             .timeout(request_timeout)
             .build()?;
