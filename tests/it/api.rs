@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use sked_db::testing::TestDb;
@@ -24,8 +24,13 @@ pub(crate) struct Api {
 
 impl Api {
     pub(crate) async fn new() -> Api {
+        Api::with_quotas(sked_server::Quotas::default()).await
+    }
+
+    /// [`Api::new`] with a server whose quotas are `quotas`.
+    pub(crate) async fn with_quotas(quotas: sked_server::Quotas) -> Api {
         let db = TestDb::new().await;
-        let router = sked_server::router(db.pool.clone());
+        let router = sked_server::router_with(db.pool.clone(), None, quotas);
         let alice = sked_db::token::create(&db.pool, "alice", Role::User, "test")
             .await
             .unwrap();
@@ -53,6 +58,21 @@ impl Api {
         token: Option<&str>,
         body: Option<String>,
     ) -> (StatusCode, Option<String>, Value) {
+        let (status, headers, json) = self.send(method, uri, token, body).await;
+        let challenge = headers
+            .get(header::WWW_AUTHENTICATE)
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, challenge, json)
+    }
+
+    /// [`Api::raw`] answering all the response's headers.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> (StatusCode, HeaderMap, Value) {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(token) = token {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
@@ -66,10 +86,7 @@ impl Api {
         .unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
-        let challenge = response
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .map(|v| v.to_str().unwrap().to_owned());
+        let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let json = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
             panic!(
@@ -77,7 +94,7 @@ impl Api {
                 String::from_utf8_lossy(&bytes)
             )
         });
-        (status, challenge, json)
+        (status, headers, json)
     }
 
     pub(crate) async fn call(

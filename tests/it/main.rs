@@ -25,6 +25,7 @@ mod trust_bytes;
 mod trust_lease;
 mod trust_orphans;
 mod trust_paths;
+mod trust_quota;
 mod trust_roles;
 mod trust_rows;
 mod trust_users;

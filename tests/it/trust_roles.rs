@@ -21,13 +21,13 @@ use crate::support;
 
 /// A login role made for one test, a member of one of sked's group roles, with a pool
 /// connected as it. The role is dropped with the value.
-struct Login {
+pub(crate) struct Login {
     name: String,
-    pool: PgPool,
+    pub(crate) pool: PgPool,
 }
 
 impl Login {
-    async fn new(db: &TestDb, group: &str) -> Login {
+    pub(crate) async fn new(db: &TestDb, group: &str) -> Login {
         let name = format!("sked_t_{}", &Uuid::new_v4().simple().to_string()[..16]);
         db.pool
             .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -59,7 +59,7 @@ impl Login {
     }
 
     /// Asserts that PostgreSQL refuses `sql` from this login with an error containing `says`.
-    async fn assert_refused(&self, sql: &str, says: &str, rule: &str) {
+    pub(crate) async fn assert_refused(&self, sql: &str, says: &str, rule: &str) {
         match self.refused(sql).await {
             None => panic!("{rule}, but `{sql}` succeeded"),
             Some(e) => assert!(
