@@ -90,9 +90,10 @@ pub async fn wait_for(pool: &PgPool, id: Uuid, states: &[&str], within: Duration
 
 /// True while a process with this pid exists and is not a zombie.
 pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(status) => !status.lines().any(|l| {
-            l.starts_with("State:") && (l.contains("Z (zombie)") || l.contains("X (dead)"))
+    // Bytes, not text: a process's name (on the `Name:` line) may be any bytes.
+    match std::fs::read(format!("/proc/{pid}/status")) {
+        Ok(status) => !status.split(|b| *b == b'\n').any(|l| {
+            l.starts_with(b"State:") && (l.ends_with(b"Z (zombie)") || l.ends_with(b"X (dead)"))
         }),
         Err(_) => false,
     }

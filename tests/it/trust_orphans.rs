@@ -212,6 +212,32 @@ async fn a_setsid_grandchild_is_killed_when_its_task_exits() {
     );
 }
 
+/// A process's name (`/proc/<pid>/stat`'s second field) is the first 15 bytes of the file it
+/// runs, which a task chooses: bytes that are not UTF-8 must not hide it from tracking.
+#[tokio::test]
+async fn a_setsid_process_named_with_bytes_that_are_not_utf8_is_killed_when_its_task_exits() {
+    let db = TestDb::new().await;
+    let mut host = Host::new(1);
+    let hidden = host.markers[0].clone();
+    host.start_worker(&db);
+    let id = sh(
+        &db,
+        &format!(
+            r#"n=$(printf "\377\376x"); cp "$(command -v sleep)" "./$n" && setsid "./$n" {hidden} & sleep 1; echo started"#
+        ),
+    )
+    .await;
+    wait_for(&db.pool, id, &["running"], 20 * SECS).await;
+    host.wait_alive(&[&hidden], 10 * SECS).await;
+    wait_for(&db.pool, id, &["succeeded"], 20 * SECS).await;
+    let left = host.wait_gone(&[&hidden], 3 * SECS).await;
+    assert!(
+        left.is_empty(),
+        "a setsid'd process whose name is not UTF-8 is killed when its task exits: still \
+         alive {left:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_worker_shut_down_by_sigterm_kills_every_process_of_its_tasks() {
     let db = TestDb::new().await;

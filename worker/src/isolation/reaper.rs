@@ -72,12 +72,26 @@ pub struct Stat {
 }
 
 impl Stat {
-    /// Parses a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may
-    /// hold spaces and parentheses: fields are counted after its last `)`.
+    /// Parses a `/proc/<pid>/stat` line.
     pub fn parse(line: &str) -> Option<Stat> {
-        let close = line.rfind(')')?;
-        let pid = line[..line.find('(')?].trim().parse().ok()?;
-        let mut f = line[close + 1..].split_whitespace();
+        Stat::parse_bytes(line.as_bytes())
+    }
+
+    /// Parses a `/proc/<pid>/stat` line as the kernel writes it. The command name (field 2)
+    /// is any bytes a task chose (the first 15 of the name of the file it runs), in
+    /// parentheses, spaces and parentheses included: it is skipped as bytes, and the fields
+    /// are counted after its last `)`. A name that is not UTF-8 never hides a process.
+    pub fn parse_bytes(line: &[u8]) -> Option<Stat> {
+        let open = line.iter().position(|b| *b == b'(')?;
+        let close = line.iter().rposition(|b| *b == b')')?;
+        let pid = std::str::from_utf8(&line[..open])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let mut f = std::str::from_utf8(line.get(close + 1..)?)
+            .ok()?
+            .split_whitespace();
         // Fields 3 (state), 4 (ppid), 5 (pgrp), 6 (session), ..., 22 (start), 24 (rss).
         let state = *f.next()?.as_bytes().first()?;
         let ppid = f.next()?.parse().ok()?;
@@ -101,12 +115,20 @@ impl Stat {
     }
 }
 
-/// Reads `/proc/<pid>/stat` into `buf` and parses it.
-fn read_stat(pid: &str, buf: &mut String) -> Option<Stat> {
-    buf.clear();
+/// Reads `/proc/<pid>/stat` and parses it, in one `read` (the kernel writes the line whole),
+/// as bytes.
+fn read_stat(pid: &str) -> Option<Stat> {
+    use std::io::Read;
     let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-    std::io::Read::read_to_string(&mut file, buf).ok()?;
-    Stat::parse(buf)
+    let mut buf = [0u8; 2048];
+    let n = file.read(&mut buf).ok()?;
+    if n < buf.len() {
+        return Stat::parse_bytes(&buf[..n]);
+    }
+    // Longer than any line known: read the rest.
+    let mut all = buf.to_vec();
+    file.read_to_end(&mut all).ok()?;
+    Stat::parse_bytes(&all)
 }
 
 /// Every process of the host, in one pass over `/proc`.
@@ -114,25 +136,26 @@ pub fn scan() -> Vec<Stat> {
     let Ok(proc) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut buf = String::with_capacity(512);
     proc.flatten()
         .filter_map(|entry| {
             let name = entry.file_name();
             let pid = name
                 .to_str()
                 .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))?;
-            read_stat(pid, &mut buf)
+            read_stat(pid)
         })
         .collect()
 }
 
 /// The real uid of a process (`/proc/<pid>/status`), which a process not running as root
-/// cannot change.
+/// cannot change. Read as bytes: the `Name:` line holds whatever name the process chose.
 fn uid_of(pid: i32) -> Option<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let status = std::fs::read(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Uid:"))?;
+    std::str::from_utf8(line)
         .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
         .split_whitespace()
         .next()?
         .parse()
@@ -167,8 +190,7 @@ pub fn kill_exact(pid: i32, start: u64) -> bool {
     if fd < 0 {
         return false;
     }
-    let mut buf = String::new();
-    let same = read_stat(&pid.to_string(), &mut buf).is_some_and(|s| s.start == start);
+    let same = read_stat(&pid.to_string()).is_some_and(|s| s.start == start);
     // SAFETY: `fd` is the pidfd opened above; a null siginfo is allowed; close takes it back.
     let signalled = same
         && unsafe {
@@ -472,14 +494,13 @@ impl Shared {
         let Some(attempt) = state.attempts.get(&key) else {
             return true;
         };
-        let mut buf = String::new();
-        let alive = |pid: i32, start: u64, buf: &mut String| {
-            read_stat(&pid.to_string(), buf).is_some_and(|s| s.alive() && s.start == start)
+        let alive = |pid: i32, start: u64| {
+            read_stat(&pid.to_string()).is_some_and(|s| s.alive() && s.start == start)
         };
         if attempt
             .members
             .iter()
-            .any(|(pid, start)| *pid != attempt.leader && alive(*pid, *start, &mut buf))
+            .any(|(pid, start)| *pid != attempt.leader && alive(*pid, *start))
         {
             return false;
         }
@@ -491,7 +512,7 @@ impl Shared {
             .collect();
         let unplaced = children.into_iter().any(|pid| {
             !placed.contains(&pid)
-                && read_stat(&pid.to_string(), &mut buf)
+                && read_stat(&pid.to_string())
                     .is_some_and(|s| s.alive() && s.session != self.own_session)
         });
         if unplaced {
@@ -742,6 +763,13 @@ mod tests {
             })
         );
         assert_eq!(Stat::parse("garbage"), None);
+        let named = b"4243 (\xff\xfe) x) S 1 4240 4239 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                      301 12345678 778 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(
+            Stat::parse_bytes(named).map(|s| (s.pid, s.start, s.rss_pages)),
+            Some((4243, 301, 778)),
+            "a name that is not UTF-8 hides no process"
+        );
     }
 
     #[test]
@@ -761,9 +789,7 @@ mod tests {
         .unwrap();
         let child: i32 = line.trim().parse().unwrap();
         let pid = parent.id() as i32;
-        let start = read_stat(&pid.to_string(), &mut String::new())
-            .unwrap()
-            .start;
+        let start = read_stat(&pid.to_string()).unwrap().start;
         let record = dir.join("w.procs");
         // The same pid with another start time names another process: left alone.
         write_record(&record, &[(pid, start + 1)]).unwrap();
@@ -779,7 +805,7 @@ mod tests {
         assert!(!record.exists(), "the record is removed once used");
         let gone = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
-            read_stat(&child.to_string(), &mut String::new()).is_none_or(|s| !s.alive())
+            read_stat(&child.to_string()).is_none_or(|s| !s.alive())
         });
         assert!(gone, "the descendant of a recorded process is killed");
         let _ = std::fs::remove_dir_all(&dir);
