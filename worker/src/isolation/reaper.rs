@@ -1,8 +1,10 @@
 //! Every process an attempt starts, tracked while the attempt runs and killed when it ends,
 //! and what a killed worker left behind, killed by the next worker on the host.
 //!
-//! One thread per worker samples `/proc` every [`INTERVAL`] while attempts run and keeps, per
-//! attempt, the set of its processes as `(pid, start time)`: its leader, every process that
+//! One thread per worker samples `/proc` every [`INTERVAL`] while an attempt that has run for
+//! an interval remains (so every process is seen within an interval of its start; an attempt
+//! that ends sooner is looked at when it ends) and keeps, per attempt, the set of its
+//! processes as `(pid, start time)`: its leader, every process that
 //! descends from a member (by parent pid), and members seen before that are still alive with
 //! the same start time (a process that `setsid`s or whose parent exits stays a member). A
 //! process is named by its pid and its start time (`/proc/<pid>/stat`, field 22), so a pid
@@ -313,6 +315,8 @@ struct State {
 
 #[derive(Debug)]
 struct Attempt {
+    /// When its leader was spawned.
+    spawned: std::time::Instant,
     leader: i32,
     /// When the leader started ([`UNSAMPLED`] until the first sample sees it).
     leader_start: u64,
@@ -381,8 +385,8 @@ impl Reaper {
         // process in the middle of its exec costs every spawn more than the whole sample.
         let leader_start = UNSAMPLED;
         let mut state = self.shared.state.lock().expect("reaper state");
-        // The first attempt wakes the idle thread for a sample at once; later ones are
-        // sampled at the next interval.
+        // The first attempt wakes the idle thread, to sample it once it has run for an
+        // interval.
         let first = state.attempts.is_empty();
         let key = state.next_key;
         state.next_key += 1;
@@ -390,6 +394,7 @@ impl Reaper {
         state.attempts.insert(
             key,
             Attempt {
+                spawned: std::time::Instant::now(),
                 leader,
                 leader_start,
                 uid,
@@ -524,6 +529,7 @@ impl Shared {
 
     fn run(&self) {
         let mut state = self.state.lock().expect("reaper state");
+        let mut last_pass = std::time::Instant::now();
         loop {
             if state.stop {
                 return;
@@ -534,16 +540,28 @@ impl Shared {
             }
             let ending = state.attempts.values().any(|a| a.ending.is_some());
             if !ending {
-                state = self
-                    .wake
-                    .wait_timeout(state, INTERVAL)
-                    .expect("reaper state")
-                    .0;
-                if state.stop {
-                    return;
+                // A pass is due an interval after the last one, and once an attempt has run
+                // for an interval (at once while orphans are pending): every process is seen
+                // within an interval of its start, as with a pass every interval, and
+                // attempts that end sooner (most) cost no pass while they run.
+                let oldest = state.attempts.values().map(|a| a.spawned).min();
+                let since = match oldest {
+                    Some(oldest) if state.pending.is_empty() => oldest.max(last_pass),
+                    _ => last_pass,
+                };
+                let due = since + INTERVAL;
+                let now = std::time::Instant::now();
+                if now < due {
+                    state = self
+                        .wake
+                        .wait_timeout(state, due - now)
+                        .expect("reaper state")
+                        .0;
+                    continue;
                 }
             }
             drop(state);
+            last_pass = std::time::Instant::now();
             // After a kill, look again shortly: the killed are gone, or forked meanwhile.
             if self.sample() {
                 std::thread::sleep(KILL_RETRY);
