@@ -2,22 +2,18 @@
 //! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`, `resubmit`), runs the
 //! server or a worker, and starts everything in one process with `sked dev`.
 
-mod commands;
-mod format;
-mod queues;
-mod schedules;
-mod services;
-mod units;
-mod when;
-mod workflows;
+mod cli;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
 
-use commands::{ListArgs, LogsArgs, ResubmitArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand};
-use schedules::{CronCommand, ScheduleCommand};
+use cli::commands::{
+    ListArgs, LogsArgs, ResubmitArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand,
+};
+use cli::schedules::{CronCommand, ScheduleCommand};
+use cli::{commands, queues, schedules, services, workflows};
 
 /// sked: a task scheduler that uses PostgreSQL as its only moving part.
 #[derive(Debug, Parser)]

@@ -10,8 +10,8 @@ use serde_json::{Map, Value, json};
 use sked_types::service::{Service, ServiceCopy};
 use uuid::Uuid;
 
-use crate::commands::{ApiArgs, parse_env, parse_json};
-use crate::format::{time, truncate};
+use super::args::{ApiArgs, parse_env, parse_json};
+use super::format::{time, truncate};
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
@@ -125,7 +125,7 @@ pub struct UpdateArgs {
     #[arg(long, conflicts_with_all = ["health_cmd", "health_url"])]
     no_health_check: bool,
     #[command(flatten)]
-    resources: crate::units::ResourceFlags,
+    resources: super::units::ResourceFlags,
     /// Print the raw JSON answer.
     #[arg(long)]
     json: bool,
@@ -191,7 +191,7 @@ fn command_line(s: &Service) -> String {
     words.extend(s.args.iter().cloned());
     words
         .iter()
-        .map(|w| crate::format::quote(w))
+        .map(|w| super::format::quote(w))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -9,29 +9,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sked::app::DatabaseArgs;
-use sked::client::{Client, ListQuery};
+use sked::client::ListQuery;
 use sked_db::token::Role;
 use sked_types::{SubmitTask, TaskState};
 use uuid::Uuid;
 
-use crate::format::{describe, print_change, time, truncate, what};
-
-/// Where the API is and who is calling.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ApiArgs {
-    /// URL of the sked server.
-    #[arg(long, env = "SKED_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// API token (`sked token create`, or the one `sked dev` printed).
-    #[arg(long, env = "SKED_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-}
-
-impl ApiArgs {
-    pub(crate) fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::new(&self.url, self.token.clone())?)
-    }
-}
+use super::args::{ApiArgs, parse_env, parse_json};
+use super::format::{describe, print_change, time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TokenCommand {
@@ -98,18 +82,18 @@ pub struct SubmitArgs {
     /// Start no earlier than this long from now: seconds, or a duration like 15m, 1h30m, 2d
     /// (a delayed task; see docs/delayed.md).
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true, conflicts_with = "at",
-          value_parser = |s: &str| crate::when::parse_duration(s, "--delay", 0.0))]
+          value_parser = |s: &str| super::when::parse_duration(s, "--delay", 0.0))]
     delay: Option<f64>,
     /// Start no earlier than this time, RFC 3339 (2030-01-02T03:04:05Z or with an offset).
     #[arg(long, value_name = "TIME",
-          value_parser = |s: &str| crate::when::parse_time(s, "--at"))]
+          value_parser = |s: &str| super::when::parse_time(s, "--at"))]
     at: Option<chrono::DateTime<chrono::Utc>>,
     /// Attempts before the task fails for good.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     max_attempts: Option<i32>,
     /// Timeout of one attempt: seconds, or a duration like 30s, 5m, 2h.
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true,
-          value_parser = |s: &str| crate::when::parse_duration(s, "--timeout", f64::MIN_POSITIVE))]
+          value_parser = |s: &str| super::when::parse_duration(s, "--timeout", f64::MIN_POSITIVE))]
     timeout: Option<f64>,
     /// At most one unfinished task of yours has this key; submitting it again returns it.
     #[arg(long)]
@@ -134,7 +118,7 @@ pub struct SubmitArgs {
           value_parser = ["always", "on_failure"])]
     restart: Option<String>,
     #[command(flatten)]
-    health: crate::services::HealthArgs,
+    health: super::services::HealthArgs,
     /// Submit on behalf of this owner (admin tokens only).
     #[arg(long)]
     owner: Option<String>,
@@ -147,7 +131,7 @@ pub struct SubmitArgs {
     #[arg(long, conflicts_with = "shards")]
     broadcast: bool,
     #[command(flatten)]
-    resources: crate::units::ResourceFlags,
+    resources: super::units::ResourceFlags,
     /// The task may be stopped while it runs to make room for a copy of a service; it then
     /// waits again without losing an attempt. For short batch tasks that can start over; a
     /// service cannot be preemptible (see docs/runtime.md, "Services first").
@@ -228,32 +212,6 @@ pub struct TaskIdArgs {
     id: Uuid,
 }
 
-pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
-}
-
-pub(crate) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
-    serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
-}
-
-pub(crate) fn parse_secs(s: &str, flag: &str, min: f64) -> Result<f64, String> {
-    let value: f64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
-    if !value.is_finite() || value < min {
-        let bound = if min > 0.0 {
-            "positive"
-        } else {
-            "zero or more"
-        };
-        return Err(format!("{flag} must be {bound} seconds, got {s}"));
-    }
-    Ok(value)
-}
-
 pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
     let pool = sked_db::connect(&args.database_url, "sked-migrate", 2)
         .await
@@ -278,7 +236,7 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
     let expires_in = args
         .expires_in
         .as_deref()
-        .map(|s| crate::when::parse_duration(s, "--expires-in", 1.0))
+        .map(|s| super::when::parse_duration(s, "--expires-in", 1.0))
         .transpose()
         .map_err(anyhow::Error::msg)?
         .map(Duration::from_secs_f64);
@@ -344,7 +302,7 @@ async fn token_revoke(args: TokenRevokeArgs) -> anyhow::Result<()> {
 
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.file {
-        return crate::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
+        return super::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
     }
     let kind = if args.service {
         "service".to_owned()
@@ -560,25 +518,4 @@ pub async fn resubmit(args: ResubmitArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_needs_an_equals_sign() {
-        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
-        assert!(parse_env("A").is_err());
-        assert!(parse_env("=b").is_err());
-    }
-
-    #[test]
-    fn seconds_are_checked() {
-        assert_eq!(parse_secs("1.5", "--delay", 0.0), Ok(1.5));
-        assert_eq!(parse_secs("0", "--delay", 0.0), Ok(0.0));
-        assert!(parse_secs("-1", "--delay", 0.0).is_err());
-        assert!(parse_secs("0", "--timeout", f64::MIN_POSITIVE).is_err());
-        assert!(parse_secs("NaN", "--delay", 0.0).is_err());
-    }
 }

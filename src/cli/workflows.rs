@@ -10,8 +10,8 @@ use anyhow::Context;
 use sked_types::{SubmitWorkflow, WorkflowChange, WorkflowDetail};
 use uuid::Uuid;
 
-use crate::commands::ApiArgs;
-use crate::format::{time, truncate, what};
+use super::args::ApiArgs;
+use super::format::{time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum WorkflowCommand {

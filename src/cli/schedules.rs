@@ -10,8 +10,8 @@ use sked::client::{Client, ScheduleQuery};
 use sked_types::{CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask};
 use uuid::Uuid;
 
-use crate::commands::{ApiArgs, parse_env, parse_json, parse_secs};
-use crate::format::{quote, time, truncate};
+use super::args::{ApiArgs, parse_env, parse_json, parse_secs};
+use super::format::{quote, time, truncate};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ScheduleCommand {
@@ -129,15 +129,15 @@ struct TaskFlags {
     kind: Option<String>,
     /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
     /// much free claims the task (see docs/runtime.md).
-    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = crate::units::parse_cpu)]
+    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = super::units::parse_cpu)]
     cpu: Option<i32>,
     /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
     #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = crate::units::parse_memory_mb)]
+          value_parser = super::units::parse_memory_mb)]
     memory: Option<i32>,
     /// The most stdout and stderr may write together: 10M, 1G (a plain number is bytes).
     #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = crate::units::parse_output_bytes)]
+          value_parser = super::units::parse_output_bytes)]
     max_output: Option<i64>,
     /// The user to run as (a name or a uid); the worker's default when absent.
     #[arg(long, value_name = "USER")]

@@ -5,8 +5,8 @@
 use anyhow::bail;
 use sked_types::{QueueControls, QueueCounts, QueueLimits};
 
-use crate::commands::ApiArgs;
-use crate::format::time;
+use super::args::ApiArgs;
+use super::format::time;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum QueueCommand {
