@@ -282,7 +282,7 @@ fn worker_as_nobody(url: &str, work: &std::path::Path, args: &[&str]) -> tokio::
         .args(args)
         .env_clear()
         .env("DATABASE_URL", url)
-        .env("PATH", sked_worker::process::DEFAULT_PATH)
+        .env("PATH", sked_worker::isolation::DEFAULT_PATH)
         .uid(65534)
         .gid(65534)
         .stdout(std::process::Stdio::null())
@@ -443,7 +443,7 @@ async fn the_environment_is_clean_but_for_the_allow_list() {
             result(&db.pool, id).await.3,
             format!(
                 "{name} clean unset {}\n",
-                sked_worker::process::DEFAULT_PATH
+                sked_worker::isolation::DEFAULT_PATH
             )
         );
     }

@@ -305,7 +305,7 @@ fn worker_process(url: &str, queue: &str, work: &Path, args: &[&str]) -> tokio::
         .args(args)
         .env_clear()
         .env("DATABASE_URL", url)
-        .env("PATH", sked_worker::process::DEFAULT_PATH)
+        .env("PATH", sked_worker::isolation::DEFAULT_PATH)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)

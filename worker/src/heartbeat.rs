@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::executor::StopReason;
+use crate::runner::StopReason;
 use crate::{AttemptKey, Running};
 
 /// How often running attempts are checked for cancel requests (besides notifications).

@@ -20,6 +20,7 @@ pub mod isolation;
 pub mod logs;
 pub mod narrow;
 pub mod process;
+pub mod runner;
 pub mod sanitize;
 pub mod service;
 
@@ -39,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use executor::{Context, StopReason, Stopper};
+use runner::{Context, StopReason, Stopper};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

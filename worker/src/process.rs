@@ -29,9 +29,6 @@ use crate::isolation::memwatch::MemWatch;
 use crate::isolation::reaper::Reaper;
 use crate::logs::{LogSink, Stream};
 
-/// The PATH a task gets when its own env does not set one.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
 /// What to run and how.
 pub struct Spec<'a> {
     pub argv: &'a [String],

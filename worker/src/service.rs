@@ -16,9 +16,9 @@ use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::{self, Context, StopReason, Stopper};
 use crate::logs::LogSink;
 use crate::process::{self, Ended, Spec};
+use crate::runner::{self, Context, StopReason, Stopper};
 
 /// The first restart waits this long; each one after a short run waits twice the last.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -189,7 +189,7 @@ async fn run_once(
     health: Option<&HealthCheck>,
 ) -> RunEnd {
     let run = stopper.child();
-    let process = executor::run_command(ctx, task, None, &run, finished);
+    let process = runner::run_command(ctx, task, None, &run, finished);
     tokio::pin!(process);
     let mut unhealthy: Option<String> = None;
     let result = match health {
@@ -243,7 +243,7 @@ async fn run_once(
         (Ok(ended @ (Ended::OverMemory { .. } | Ended::OverOutput { .. })), None) => RunEnd {
             exit_code: None,
             signal: None,
-            error: executor::limit_error(&ended).unwrap_or_default(),
+            error: runner::limit_error(&ended).unwrap_or_default(),
             success: false,
         },
         (Err(error), None) => RunEnd {
@@ -360,7 +360,7 @@ async fn probe(
                 )),
                 Ok(ended) => Err(format!(
                     "{name:?} was stopped: {}",
-                    executor::limit_error(&ended).unwrap_or_else(|| "stopped".to_owned())
+                    runner::limit_error(&ended).unwrap_or_else(|| "stopped".to_owned())
                 )),
                 Err(e) => Err(format!("cannot start {name:?}: {e}")),
             }

@@ -23,6 +23,9 @@ pub use limits::{LimitsMode, TaskLimits};
 /// `--max-output-bytes` sets one: 16 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 16 << 20;
 
+/// The PATH a task gets when its own env does not set one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// The flags of limits and isolation (part of the worker's flags).
 #[derive(Debug, Clone, clap::Args)]
 pub struct IsolationArgs {
@@ -146,8 +149,7 @@ impl IsolationArgs {
                 }
             }
         }
-        let search_path =
-            std::env::var("PATH").unwrap_or_else(|_| crate::process::DEFAULT_PATH.into());
+        let search_path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into());
         let sandbox = self
             .sandbox
             .as_deref()
@@ -250,7 +252,7 @@ impl Runtime {
     /// on top.
     pub fn base_env(&self, dir: &Path) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
-            ("PATH".to_owned(), crate::process::DEFAULT_PATH.to_owned()),
+            ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
             ("HOME".to_owned(), dir.to_string_lossy().into_owned()),
         ]);
         env.extend(self.settings.env_pass.clone());
