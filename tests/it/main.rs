@@ -2,6 +2,7 @@
 //! subject. Each test gets a fresh migrated database (`sked_db::testing::TestDb`).
 
 mod api;
+mod architecture;
 mod browser;
 mod cli;
 mod dashboard;
