@@ -866,6 +866,197 @@ async fn the_triggers_record_changes_only_while_a_server_has_clients() {
     server.shutdown().await;
 }
 
+/// A statement on a table with event triggers, and what it records while a server has
+/// clients (`docs/events.md`).
+enum Step {
+    /// `Names(kind, sql)`: run with `{n}` = 150, then 151, it records `kind` naming the 150
+    /// rows it changed, then naming none.
+    Names(&'static str, &'static str),
+    /// Records these changes: kind and number of ids (`None`: no ids).
+    Records(&'static str, &'static [(&'static str, Option<i32>)]),
+}
+
+/// Every trigger of the live events, in an order where each statement finds the rows it
+/// changes.
+const EVERY_TRIGGER: &[Step] = &[
+    Step::Names(
+        "t",
+        "insert into sked.tasks (kind) select 'noop' from generate_series(1, {n})",
+    ),
+    Step::Records(
+        "insert into sked.tasks (kind) select 'noop' where false",
+        &[],
+    ),
+    Step::Records("update sked.tasks set priority = priority + 1", &[]),
+    Step::Names(
+        "t",
+        "select sked.tasks_claim(gen_random_uuid(), '{default}', '{}', {n}, '30 seconds')",
+    ),
+    Step::Records(
+        "select sked.tasks_claim(gen_random_uuid(), '{default}', '{}', 10, '30 seconds')",
+        &[],
+    ),
+    Step::Records(
+        "update sked.tasks set cancel_requested_at = now()
+          where id in (select id from sked.tasks order by id limit 3)",
+        &[("t", Some(3))],
+    ),
+    Step::Names(
+        "l",
+        "insert into sked.task_logs (task_id, attempt, stream, data)
+         select t.id, 1, 'stdout', 'x'
+           from (select id from sked.tasks order by id limit {n}) t, generate_series(1, 2)",
+    ),
+    Step::Records("delete from sked.task_logs", &[]),
+    Step::Records("delete from sked.tasks where false", &[]),
+    Step::Records(
+        "delete from sked.tasks where id = (select id from sked.tasks order by id limit 1)",
+        &[("t", None)],
+    ),
+    Step::Names(
+        "f",
+        "insert into sked.workflows (name) select 'w{n}' from generate_series(1, {n})",
+    ),
+    Step::Records("update sked.workflows set name = name || '!'", &[]),
+    Step::Names(
+        "f",
+        "update sked.workflows set state = 'cancelled', finished_at = now()
+          where name = 'w{n}!'",
+    ),
+    Step::Records(
+        "delete from sked.workflows where id = (select id from sked.workflows order by id limit 1)",
+        &[("f", None)],
+    ),
+    Step::Names(
+        "s",
+        "insert into sked.schedules (name, cron, task)
+         select 's{n}-' || g, '* * * * *', '{\"kind\": \"noop\"}' from generate_series(1, {n}) g",
+    ),
+    Step::Names(
+        "s",
+        "update sked.schedules set history_limit = 5 where name like 's{n}-%'",
+    ),
+    Step::Names(
+        "s",
+        "insert into sked.schedule_runs (schedule_id, fire_at, outcome)
+         select s.id, now() + g * interval '1 minute', 'skipped'
+           from sked.schedules s, generate_series(1, 2) g where s.name like 's{n}-%'",
+    ),
+    Step::Records("delete from sked.schedule_runs", &[]),
+    Step::Records(
+        "delete from sked.schedules where id = (select id from sked.schedules order by id limit 1)",
+        &[("s", None)],
+    ),
+    Step::Records(
+        "insert into sked.workers (id, name, host, version, queues, concurrency, lease)
+         select gen_random_uuid(), 'w', 'h', 'v', '{default}', 1, '30 seconds'
+           from generate_series(1, 2)",
+        &[("w", None)],
+    ),
+    Step::Records("update sked.workers set heartbeat_at = now()", &[]),
+    Step::Records(
+        "update sked.workers set stopping_at = now()
+          where id = (select id from sked.workers order by id limit 1)",
+        &[("w", None)],
+    ),
+    Step::Records(
+        "delete from sked.workers where id = (select id from sked.workers order by id limit 1)",
+        &[("w", None)],
+    ),
+    Step::Records("delete from sked.workers where false", &[]),
+    Step::Records("truncate sked.tasks cascade", &[("t", None)]),
+];
+
+/// What a run of [`EVERY_TRIGGER`] records: per statement run, the statement and its
+/// changes as [`recorded`] gives them.
+type Recorded = Vec<(String, Vec<(String, Option<i32>)>)>;
+
+/// What [`EVERY_TRIGGER`] records while a server has clients.
+fn every_trigger_records() -> Recorded {
+    let mut all = Vec::new();
+    for step in EVERY_TRIGGER {
+        match step {
+            Step::Names(kind, sql) => {
+                all.push((
+                    sql.replace("{n}", "150"),
+                    vec![(kind.to_string(), Some(150))],
+                ));
+                all.push((sql.replace("{n}", "151"), vec![(kind.to_string(), None)]));
+            }
+            Step::Records(sql, changes) => {
+                let changes = changes.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+                all.push((sql.to_string(), changes));
+            }
+        }
+    }
+    all
+}
+
+/// Runs every statement of [`EVERY_TRIGGER`] on emptied tables and returns what each one
+/// recorded, emptying the outbox after each.
+async fn record_every_trigger(pool: &sqlx::PgPool) -> Recorded {
+    sqlx::raw_sql(
+        "delete from sked.task_logs; delete from sked.schedule_runs; delete from sked.tasks;
+         delete from sked.workflows; delete from sked.schedules; delete from sked.workers;
+         delete from sked.event_outbox;",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut all = Vec::new();
+    for (sql, _) in every_trigger_records() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        all.push((sql, recorded(pool).await));
+        sqlx::query("delete from sked.event_outbox")
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    all
+}
+
+#[tokio::test]
+async fn every_trigger_records_nothing_without_a_listener_and_names_at_most_150_rows() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let nothing: Recorded = every_trigger_records()
+        .into_iter()
+        .map(|(sql, _)| (sql, Vec::new()))
+        .collect();
+
+    assert_eq!(
+        record_every_trigger(pool).await,
+        nothing,
+        "without a row in sked.event_listeners no trigger records anything"
+    );
+
+    sqlx::query(
+        "insert into sked.event_listeners (id, expires_at)
+         values (gen_random_uuid(), now() - interval '1 second')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        record_every_trigger(pool).await,
+        nothing,
+        "an expired row in sked.event_listeners is no listener"
+    );
+
+    sqlx::query("select sked.events_listen(gen_random_uuid(), '1 hour')")
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        record_every_trigger(pool).await,
+        every_trigger_records(),
+        "with a listener, one row per statement that changed rows, naming at most 150 ids"
+    );
+}
+
 #[tokio::test]
 async fn the_first_client_is_greeted_after_transactions_that_could_not_announce_their_changes() {
     let server = Server::start().await;
