@@ -1,8 +1,9 @@
 -- Live events: what changed, recorded for the servers that feed dashboards
 -- (server/src/events.rs; the protocol is in docs/events.md).
 --
--- Every trigger here is a statement trigger that records at most one row per statement in
--- sked.event_outbox, never one per row: its kind and the ids it changed, never row data.
+-- Every trigger here is a statement trigger of one function, sked.events_after_statement, that
+-- records at most one row per statement in sked.event_outbox, never one per row: its kind and
+-- the ids it changed, never row data.
 --
 --   t  tasks inserted, or whose state or cancel request changed
 --   l  tasks with new log chunks
@@ -10,16 +11,13 @@
 --   s  schedules inserted or changed, or fired (a schedule run)
 --   w  a worker registered, began stopping, or deregistered (no ids)
 --
--- A statement that changed more than 150 rows, or deleted rows (which cannot be looked up any
--- more), records no ids: readers refetch everything. Statements that change no row record
--- nothing, and nothing is recorded at all while no server has clients for its live events (no
--- unexpired row in sked.event_listeners): then a statement pays for its transition tables and
--- one index probe. Recording takes no lock another writer waits for (see the migration
--- 20261201000004_events_outbox.sql for why this is not a NOTIFY).
-
-drop function if exists sked.event_payload(text, uuid[]);
-drop function if exists sked.events_bulk();
-drop function if exists sked.events_bulk_count();
+-- A statement that changed more rows than sked.events_ids_max(), or deleted rows (which cannot
+-- be looked up any more), records no ids: readers refetch everything. Statements that change
+-- no row record nothing, and nothing is recorded at all while no server has clients for its
+-- live events (no unexpired row in sked.event_listeners): then a statement pays for its
+-- transition tables and one index probe, never for work per row. Recording takes no lock
+-- another writer waits for (see the migration 20261201000004_events_outbox.sql for why this
+-- is not a NOTIFY).
 
 -- Records one statement's change: takes the first counter of sked.event_changes that no other
 -- transaction holds (when all 64 are held, waits for one) and adds the row it numbers.
@@ -106,323 +104,158 @@ language sql volatile as $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------
--- Tasks
+-- The triggers
 -- ---------------------------------------------------------------------------------------------
 
-create or replace function sked.tasks_after_insert_event() returns trigger
-language plpgsql as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.id), count(*) into ids, n
-    from (select r.id from new_rows r limit 151) c;
-  if n > 0 then
-    perform sked.events_record('t', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
+-- The most ids one recorded change names; a statement that changed more records none.
+create or replace function sked.events_ids_max() returns integer
+language sql immutable parallel safe as $$
+  select 150
 $$;
 
-create or replace trigger tasks_after_insert_event
-  after insert on sked.tasks
-  referencing new table as new_rows
-  for each statement execute function sked.tasks_after_insert_event();
-
--- Only a change of state or of the cancel request is news: lease renewals, the DAG counters
--- and everything else an update may touch record nothing. (A trigger with transition tables
--- cannot name columns, so it compares the rows before and after.)
+-- The one trigger function of the live events. Each trigger below gives it the kind to record
+-- (TG_ARGV[0]) and, when the change names ids, which (TG_ARGV[1]):
 --
--- The join is planned once per session, for the size of the first statement's transition
--- tables: after a one-row update it would stay a nested loop, and a later claim or finish of
--- 2,000 tasks would compare every pair (78 ms instead of 1). Without nested loops it is a
--- hash join whatever size it was planned for.
-create or replace function sked.tasks_after_update_event() returns trigger
+--   id                          every new row's id
+--   task_id, schedule_id        the distinct values of that column of the new rows
+--   state                       the rows whose state changed (updates: new rows against old)
+--   state, cancel_requested_at  the rows whose state or cancel request changed
+--
+-- A trigger with no second argument records no ids: for an insert or a delete when its
+-- transition table holds a row, for an update of the named column or a truncate always.
+--
+-- PL/pgSQL compiles a trigger function once per trigger, so each trigger keeps the plans of
+-- its own branch. Those plans are made once per session, for the size of the first
+-- statement's transition tables: after a one-row update a join of old and new rows would stay
+-- a nested loop, and a later claim or finish of 2,000 tasks would compare every pair (78 ms
+-- instead of 1). Without nested loops it is a hash join whatever size it was planned for; the
+-- other branches join nothing.
+create or replace function sked.events_after_statement() returns trigger
 language plpgsql
 set enable_nestloop = off
 as $$
 declare
   ids uuid[];
-  n bigint;
+  touched boolean := true;
 begin
   if not exists (select 1 from sked.event_listeners where expires_at > now()) then
     return null;
   end if;
-  select array_agg(c.id), count(*) into ids, n
-    from (select r.id from new_rows r join old_rows o on o.id = r.id
-           where r.state is distinct from o.state
-              or r.cancel_requested_at is distinct from o.cancel_requested_at
-           limit 151) c;
-  if n > 0 then
-    perform sked.events_record('t', case when n <= 150 then ids end);
+  if TG_NARGS = 1 then
+    -- Each test is a query of its own: a query naming a transition table the trigger lacks
+    -- fails.
+    case TG_OP
+      when 'INSERT' then touched := exists (select 1 from new_rows);
+      when 'DELETE' then touched := exists (select 1 from old_rows);
+      else null;
+    end case;
+    if touched then
+      perform sked.events_record(TG_ARGV[0], null);
+    end if;
+    return null;
+  end if;
+  case TG_ARGV[1]
+    when 'id' then
+      ids := array(select r.id from new_rows r limit sked.events_ids_max() + 1);
+    when 'task_id' then
+      ids := array(select distinct r.task_id from new_rows r limit sked.events_ids_max() + 1);
+    when 'schedule_id' then
+      ids := array(select distinct r.schedule_id from new_rows r
+                    limit sked.events_ids_max() + 1);
+    when 'state' then
+      ids := array(select r.id from new_rows r join old_rows o on o.id = r.id
+                    where r.state is distinct from o.state
+                    limit sked.events_ids_max() + 1);
+    when 'state, cancel_requested_at' then
+      ids := array(select r.id from new_rows r join old_rows o on o.id = r.id
+                    where r.state is distinct from o.state
+                       or r.cancel_requested_at is distinct from o.cancel_requested_at
+                    limit sked.events_ids_max() + 1);
+    else
+      raise exception 'sked.events_after_statement: unknown second argument %', TG_ARGV[1];
+  end case;
+  if cardinality(ids) > 0 then
+    perform sked.events_record(
+      TG_ARGV[0], case when cardinality(ids) <= sked.events_ids_max() then ids end);
   end if;
   return null;
 end
 $$;
 
-create or replace trigger tasks_after_update_event
-  after update on sked.tasks
-  referencing old table as old_rows new table as new_rows
-  for each statement execute function sked.tasks_after_update_event();
-
--- A deleted task cannot be looked up any more, so its id would tell a listener nothing it can
+-- Tasks. Only a change of state or of the cancel request is news: lease renewals, the DAG
+-- counters and everything else an update may touch record nothing. (A trigger with
+-- transition tables cannot name columns, so the rows before and after are compared.) A
+-- deleted task cannot be looked up any more, so its id would tell a listener nothing it can
 -- act on: deletions (retention) and TRUNCATE ask for a refetch.
-create or replace function sked.tasks_after_delete_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now())
-     and exists (select 1 from old_rows) then
-    perform sked.events_record('t', null);
-  end if;
-  return null;
-end
-$$;
-
+create or replace trigger tasks_after_insert_event
+  after insert on sked.tasks referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('t', 'id');
+create or replace trigger tasks_after_update_event
+  after update on sked.tasks referencing old table as old_rows new table as new_rows
+  for each statement
+  execute function sked.events_after_statement('t', 'state, cancel_requested_at');
 create or replace trigger tasks_after_delete_event
-  after delete on sked.tasks
-  referencing old table as old_rows
-  for each statement execute function sked.tasks_after_delete_event();
-
-create or replace function sked.tasks_after_truncate_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now()) then
-    perform sked.events_record('t', null);
-  end if;
-  return null;
-end
-$$;
-
+  after delete on sked.tasks referencing old table as old_rows
+  for each statement execute function sked.events_after_statement('t');
 create or replace trigger tasks_after_truncate_event
   after truncate on sked.tasks
-  for each statement execute function sked.tasks_after_truncate_event();
+  for each statement execute function sked.events_after_statement('t');
 
--- ---------------------------------------------------------------------------------------------
--- Task logs
--- ---------------------------------------------------------------------------------------------
-
-create or replace function sked.task_logs_after_insert_event() returns trigger
-language plpgsql as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.task_id), count(*) into ids, n
-    from (select distinct r.task_id from new_rows r limit 151) c;
-  if n > 0 then
-    perform sked.events_record('l', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
-$$;
-
+-- Task logs: the tasks that got chunks.
 create or replace trigger task_logs_after_insert_event
-  after insert on sked.task_logs
-  referencing new table as new_rows
-  for each statement execute function sked.task_logs_after_insert_event();
+  after insert on sked.task_logs referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('l', 'task_id');
 
--- ---------------------------------------------------------------------------------------------
--- Workflows
--- ---------------------------------------------------------------------------------------------
-
-create or replace function sked.workflows_after_insert_event() returns trigger
-language plpgsql as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.id), count(*) into ids, n
-    from (select r.id from new_rows r limit 151) c;
-  if n > 0 then
-    perform sked.events_record('f', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
-$$;
-
+-- Workflows: submitted, their state changed, deleted.
 create or replace trigger workflows_after_insert_event
-  after insert on sked.workflows
-  referencing new table as new_rows
-  for each statement execute function sked.workflows_after_insert_event();
-
--- Planned without nested loops, as sked.tasks_after_update_event.
-create or replace function sked.workflows_after_update_event() returns trigger
-language plpgsql
-set enable_nestloop = off
-as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.id), count(*) into ids, n
-    from (select r.id from new_rows r join old_rows o on o.id = r.id
-           where r.state is distinct from o.state
-           limit 151) c;
-  if n > 0 then
-    perform sked.events_record('f', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
-$$;
-
+  after insert on sked.workflows referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('f', 'id');
 create or replace trigger workflows_after_update_event
-  after update on sked.workflows
-  referencing old table as old_rows new table as new_rows
-  for each statement execute function sked.workflows_after_update_event();
-
-create or replace function sked.workflows_after_delete_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now())
-     and exists (select 1 from old_rows) then
-    perform sked.events_record('f', null);
-  end if;
-  return null;
-end
-$$;
-
+  after update on sked.workflows referencing old table as old_rows new table as new_rows
+  for each statement execute function sked.events_after_statement('f', 'state');
 create or replace trigger workflows_after_delete_event
-  after delete on sked.workflows
-  referencing old table as old_rows
-  for each statement execute function sked.workflows_after_delete_event();
+  after delete on sked.workflows referencing old table as old_rows
+  for each statement execute function sked.events_after_statement('f');
 
--- ---------------------------------------------------------------------------------------------
--- Schedules and their runs
--- ---------------------------------------------------------------------------------------------
-
--- Every change of a schedule shows (its next tick, paused, its latest occurrence), so every
--- inserted or updated row is named.
-create or replace function sked.schedules_after_write_event() returns trigger
-language plpgsql as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.id), count(*) into ids, n
-    from (select r.id from new_rows r limit 151) c;
-  if n > 0 then
-    perform sked.events_record('s', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
-$$;
-
+-- Schedules and their runs. Every change of a schedule shows (its next tick, paused, its
+-- latest occurrence), so every inserted or updated row is named.
 create or replace trigger schedules_after_insert_event
-  after insert on sked.schedules
-  referencing new table as new_rows
-  for each statement execute function sked.schedules_after_write_event();
-
+  after insert on sked.schedules referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('s', 'id');
 create or replace trigger schedules_after_update_event
-  after update on sked.schedules
-  referencing new table as new_rows
-  for each statement execute function sked.schedules_after_write_event();
-
-create or replace function sked.schedules_after_delete_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now())
-     and exists (select 1 from old_rows) then
-    perform sked.events_record('s', null);
-  end if;
-  return null;
-end
-$$;
-
+  after update on sked.schedules referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('s', 'id');
 create or replace trigger schedules_after_delete_event
-  after delete on sked.schedules
-  referencing old table as old_rows
-  for each statement execute function sked.schedules_after_delete_event();
-
-create or replace function sked.schedule_runs_after_insert_event() returns trigger
-language plpgsql as $$
-declare
-  ids uuid[];
-  n bigint;
-begin
-  if not exists (select 1 from sked.event_listeners where expires_at > now()) then
-    return null;
-  end if;
-  select array_agg(c.schedule_id), count(*) into ids, n
-    from (select distinct r.schedule_id from new_rows r limit 151) c;
-  if n > 0 then
-    perform sked.events_record('s', case when n <= 150 then ids end);
-  end if;
-  return null;
-end
-$$;
-
+  after delete on sked.schedules referencing old table as old_rows
+  for each statement execute function sked.events_after_statement('s');
 create or replace trigger schedule_runs_after_insert_event
-  after insert on sked.schedule_runs
-  referencing new table as new_rows
-  for each statement execute function sked.schedule_runs_after_insert_event();
+  after insert on sked.schedule_runs referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('s', 'schedule_id');
 
--- ---------------------------------------------------------------------------------------------
--- Workers
--- ---------------------------------------------------------------------------------------------
-
--- Registering and deregistering; heartbeats (which update heartbeat_at) record nothing, and
+-- Workers: registering and deregistering, and a worker that begins stopping (or registers
+-- again) changes stopping_at. Heartbeats (which update heartbeat_at) record nothing, and
 -- neither does the rescue's clean-up of long-dead workers when it deletes none.
-create or replace function sked.workers_after_insert_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now())
-     and exists (select 1 from new_rows) then
-    perform sked.events_record('w', null);
-  end if;
-  return null;
-end
-$$;
-
 create or replace trigger workers_after_insert_event
-  after insert on sked.workers
-  referencing new table as new_rows
-  for each statement execute function sked.workers_after_insert_event();
-
-create or replace function sked.workers_after_delete_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now())
-     and exists (select 1 from old_rows) then
-    perform sked.events_record('w', null);
-  end if;
-  return null;
-end
-$$;
-
+  after insert on sked.workers referencing new table as new_rows
+  for each statement execute function sked.events_after_statement('w');
 create or replace trigger workers_after_delete_event
-  after delete on sked.workers
-  referencing old table as old_rows
-  for each statement execute function sked.workers_after_delete_event();
-
--- A worker that begins stopping (or registers again) changes stopping_at.
-create or replace function sked.workers_after_stopping_event() returns trigger
-language plpgsql as $$
-begin
-  if exists (select 1 from sked.event_listeners where expires_at > now()) then
-    perform sked.events_record('w', null);
-  end if;
-  return null;
-end
-$$;
-
+  after delete on sked.workers referencing old table as old_rows
+  for each statement execute function sked.events_after_statement('w');
 create or replace trigger workers_after_stopping_event
   after update of stopping_at on sked.workers
-  for each statement execute function sked.workers_after_stopping_event();
+  for each statement execute function sked.events_after_statement('w');
+
+-- Functions of earlier versions (among them a trigger function per trigger), dropped once no
+-- trigger uses them.
+drop function if exists
+  sked.event_payload(text, uuid[]), sked.events_bulk(), sked.events_bulk_count(),
+  sked.tasks_after_insert_event(), sked.tasks_after_update_event(),
+  sked.tasks_after_delete_event(), sked.tasks_after_truncate_event(),
+  sked.task_logs_after_insert_event(), sked.workflows_after_insert_event(),
+  sked.workflows_after_update_event(), sked.workflows_after_delete_event(),
+  sked.schedules_after_write_event(), sked.schedules_after_delete_event(),
+  sked.schedule_runs_after_insert_event(), sked.workers_after_insert_event(),
+  sked.workers_after_delete_event(), sked.workers_after_stopping_event();
 
 -- ---------------------------------------------------------------------------------------------
 -- Reading what changed
