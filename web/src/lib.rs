@@ -2,7 +2,7 @@
 //!
 //! - [`api`] — REST calls with the signed-in token, and the [`api::Session`].
 //! - [`live`] — the websocket of live events, with reconnection and a polling fallback.
-//! - [`ui`] — small shared views: state badges, times, errors.
+//! - [`ui`] — small shared views: state badges, times, and the loading, empty and error views.
 //! - [`pages`] — one module per page.
 //!
 //! Sign-in: paste an API token (`sked token create`), or open a link whose fragment carries
@@ -117,7 +117,7 @@ fn Shell() -> impl IntoView {
             </span>
         </header>
         <main class="page">
-            <Routes fallback=|| view! { <p class="empty">"No such page."</p> }>
+            <Routes fallback=|| view! { <ui::Empty>"No such page."</ui::Empty> }>
                 <Route path=path!("/") view=pages::overview::Overview/>
                 <Route path=path!("/tasks") view=pages::tasks::TaskList/>
                 <Route path=path!("/tasks/:id") view=pages::task::TaskPage/>

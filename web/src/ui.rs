@@ -1,4 +1,5 @@
-//! Small views shared by the pages.
+//! Small views shared by the pages: times, badges, and the loading, empty and error views
+//! every page shows around its data ([`Loaded`]).
 
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -78,10 +79,75 @@ pub fn StateBadge(#[prop(into)] state: Signal<TaskState>) -> impl IntoView {
     }
 }
 
-/// An error box, with the message of the API.
+/// An error box with the message of the API, or of a form's own check, while there is one;
+/// nothing while `message` is `None`.
 #[component]
-pub fn ErrorBox(#[prop(into)] message: Signal<String>) -> impl IntoView {
-    view! { <p class="error" role="alert">{move || message.get()}</p> }
+pub fn ErrorBox(#[prop(into)] message: Signal<Option<String>>) -> impl IntoView {
+    move || {
+        message
+            .get()
+            .map(|m| view! { <p class="error" role="alert">{m}</p> })
+    }
+}
+
+/// What stands in for a page's data until its first answer.
+#[component]
+pub fn Loading() -> impl IntoView {
+    view! { <p class="empty loading">"Loading…"</p> }
+}
+
+/// A sentence saying that there is nothing to show, and why or what to do about it.
+#[component]
+pub fn Empty(children: Children) -> impl IntoView {
+    view! { <p class="empty">{children()}</p> }
+}
+
+/// Data a page fetches, in each of its states: the error of the last request while there is
+/// one (above the data, which stays), [`Loading`] until a first answer, the `when_empty`
+/// sentence (in an [`Empty`]) when the answer holds nothing to show, else the children.
+/// Nothing but the error shows when the first request failed.
+#[component]
+pub fn Loaded(
+    /// The message of the last request's error.
+    #[prop(into)]
+    error: Signal<Option<String>>,
+    /// Whether an answer the children can show has arrived.
+    #[prop(into)]
+    ready: Signal<bool>,
+    /// Whether that answer holds nothing to show; never, when not given.
+    #[prop(into, optional)]
+    empty: Signal<bool>,
+    /// What an empty answer shows, inside an [`Empty`]. It is built, without tracking, each time
+    /// the answer turns empty: a sentence that follows signals is returned as a closure.
+    #[prop(into, optional)]
+    when_empty: ViewFn,
+    children: ChildrenFn,
+) -> impl IntoView {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Phase {
+        Loading,
+        Failed,
+        Empty,
+        Ready,
+    }
+    let phase = Memo::new(move |_| match (ready.get(), empty.get()) {
+        (true, true) => Phase::Empty,
+        (true, false) => Phase::Ready,
+        (false, _) if error.with(Option::is_some) => Phase::Failed,
+        (false, _) => Phase::Loading,
+    });
+    view! {
+        <ErrorBox message=error/>
+        {move || match phase.get() {
+            Phase::Loading => view! { <Loading/> }.into_any(),
+            Phase::Failed => ().into_any(),
+            Phase::Empty => {
+                let sentence = untrack(|| when_empty.run());
+                view! { <Empty>{sentence}</Empty> }.into_any()
+            }
+            Phase::Ready => untrack(|| children()).into_any(),
+        }}
+    }
 }
 
 /// A short form of a UUID (its last 12 hex digits, which vary most between v7 ids).
@@ -196,9 +262,14 @@ impl<T: Send + Sync + 'static> Fetched<T> {
         }
     }
 
-    /// True once an answer, good or not, has arrived.
-    pub fn answered(&self) -> bool {
-        self.data.with(Option::is_some) || self.error.with(Option::is_some)
+    /// Whether a good answer has arrived: its data shows from then on.
+    pub fn ready(self) -> Signal<bool> {
+        Signal::derive(move || self.data.with(Option::is_some))
+    }
+
+    /// The message of the last answer's error, `None` when it succeeded.
+    pub fn error_message(self) -> Signal<Option<String>> {
+        Signal::derive(move || self.error.with(|e| e.as_ref().map(|e| e.message.clone())))
     }
 
     /// Runs `request` and shows its answer unless a later request answered first.

@@ -11,7 +11,7 @@ use sked_types::{FinalCounts, MinuteFinishes, Overview as OverviewData, QueueOve
 
 use crate::api;
 use crate::live;
-use crate::ui::{self, ErrorBox, Fetched};
+use crate::ui::{self, Fetched};
 
 /// Milliseconds after the database clock's next minute at which the page fetches again, so
 /// that the new minute has begun on the server too.
@@ -84,21 +84,9 @@ pub fn Overview() -> impl IntoView {
     });
     let aged = aged_secs(fetched, tick);
 
-    let error = move || {
-        fetched
-            .error
-            .get()
-            .map(|e| view! { <ErrorBox message=e.message/> })
-    };
     view! {
         <h1>"Overview"</h1>
-        {error}
-        <Show
-            when=move || fetched.data.with(Option::is_some)
-            fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
-            }
-        >
+        <ui::Loaded error=fetched.error_message() ready=fetched.ready()>
             <p class="hint" data-overview-at=move || fetched.data.with(|o| o.as_ref().map(|o| o.at.to_rfc3339()))>
                 {move || fetched.data.with(|o| o.as_ref().map(scope_line))}
             </p>
@@ -113,7 +101,7 @@ pub fn Overview() -> impl IntoView {
             </section>
             <h2>"Queues"</h2>
             <QueueTable queues=queues aged=aged/>
-        </Show>
+        </ui::Loaded>
     }
 }
 
@@ -231,7 +219,7 @@ fn QueueTable(queues: Memo<Vec<QueueOverview>>, aged: Signal<f64>) -> impl IntoV
         <Show
             when=move || queues.with(|qs| !qs.is_empty())
             fallback=|| view! {
-                <p class="empty">"No queue has unfinished tasks or tasks finished in the last hour."</p>
+                <ui::Empty>"No queue has unfinished tasks or tasks finished in the last hour."</ui::Empty>
             }
         >
             <div class="table-wrap">

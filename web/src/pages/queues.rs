@@ -102,14 +102,14 @@ pub fn Queues() -> impl IntoView {
             .with(|o| o.as_ref().map(|o| o.queues.clone()).unwrap_or_default());
         merge(overview, &by_name)
     });
-    let error = move || {
-        fetched
-            .error
+    // One error at a time: the overview's, the controls', then the last action's.
+    let (overview_error, controls_error) = (fetched.error_message(), controls.error_message());
+    let error = Signal::derive(move || {
+        overview_error
             .get()
-            .or_else(|| controls.error.get())
-            .map(|e| view! { <ErrorBox message=e.message/> })
-            .or_else(|| action_error.get().map(|m| view! { <ErrorBox message=m/> }))
-    };
+            .or_else(|| controls_error.get())
+            .or_else(|| action_error.get())
+    });
     let act = move |queue: String, action: &'static str| {
         action_error.set(None);
         spawn_local(async move {
@@ -124,54 +124,46 @@ pub fn Queues() -> impl IntoView {
         move || queues.with(|qs| qs.iter().map(|(q, _)| q.queue.clone()).collect::<Vec<_>>());
     view! {
         <h1>"Queues"</h1>
-        {error}
-        <Show
-            when=move || fetched.data.with(Option::is_some)
-            fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
-            }
+        <ui::Loaded
+            error=error
+            ready=fetched.ready()
+            empty=Signal::derive(move || queues.with(Vec::is_empty))
+            when_empty=|| "No queue has unfinished tasks, tasks finished in the last hour or controls."
         >
-            <Show
-                when=move || queues.with(|qs| !qs.is_empty())
-                fallback=|| view! {
-                    <p class="empty">"No queue has unfinished tasks, tasks finished in the last hour or controls."</p>
-                }
-            >
-                <p class="hint">
-                    {move || fetched.data.with(|o| o.as_ref().map(|o| {
-                        let whose = o.owner.as_ref().map_or_else(
-                            || "every owner's tasks".to_owned(),
-                            |owner| format!("tasks of {owner}"),
-                        );
-                        format!("Queues with unfinished tasks or tasks finished in the last hour; {whose}.")
-                    }))}
-                </p>
-                <div class="table-wrap">
-                    <table class="queues">
-                        <thead>
-                            <tr>
-                                <th>"Queue"</th>
-                                <th class="num" title="waiting and due: claimable now">"Depth (due)"</th>
-                                <th class="num" title="how long the oldest due task has waited">"Oldest due"</th>
-                                <th class="num" title="waiting for their start time">"Delayed"</th>
-                                <th class="num">"Running"</th>
-                                <th class="num" title="failed attempts waiting for their backoff">"Retry"</th>
-                                <th class="num hide-narrow" title="waiting for workflow parents or shards">"Blocked"</th>
-                                <th title="paused, and limits over all workers">"Controls"</th>
-                                <th class="hide-narrow"></th>
-                            </tr>
-                        </thead>
-                        <tbody>
-                            <For
-                                each=names
-                                key=|name| name.clone()
-                                children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
-                            />
-                        </tbody>
-                    </table>
-                </div>
-            </Show>
-        </Show>
+            <p class="hint">
+                {move || fetched.data.with(|o| o.as_ref().map(|o| {
+                    let whose = o.owner.as_ref().map_or_else(
+                        || "every owner's tasks".to_owned(),
+                        |owner| format!("tasks of {owner}"),
+                    );
+                    format!("Queues with unfinished tasks or tasks finished in the last hour; {whose}.")
+                }))}
+            </p>
+            <div class="table-wrap">
+                <table class="queues">
+                    <thead>
+                        <tr>
+                            <th>"Queue"</th>
+                            <th class="num" title="waiting and due: claimable now">"Depth (due)"</th>
+                            <th class="num" title="how long the oldest due task has waited">"Oldest due"</th>
+                            <th class="num" title="waiting for their start time">"Delayed"</th>
+                            <th class="num">"Running"</th>
+                            <th class="num" title="failed attempts waiting for their backoff">"Retry"</th>
+                            <th class="num hide-narrow" title="waiting for workflow parents or shards">"Blocked"</th>
+                            <th title="paused, and limits over all workers">"Controls"</th>
+                            <th class="hide-narrow"></th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For
+                            each=names
+                            key=|name| name.clone()
+                            children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
+                        />
+                    </tbody>
+                </table>
+            </div>
+        </ui::Loaded>
     }
 }
 
@@ -458,7 +450,7 @@ fn queue_row(
                             <p class="hint">
                                 "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up."
                             </p>
-                            {move || form_error.get().map(|m| view! { <ErrorBox message=m/> })}
+                            <ErrorBox message=form_error/>
                         </form>
                     </td>
                 </tr>

@@ -174,21 +174,15 @@ pub fn ScheduleList() -> impl IntoView {
 
     view! {
         <h1>"Schedules"</h1>
-        <Show when=move || fetched.error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || {
-                fetched.error.with(|e| e.as_ref().map(|e| e.message.clone()).unwrap_or_default())
-            })/>
-        </Show>
-        <Show when=move || !fetched.answered()>
-            <p class="empty">"Loading…"</p>
-        </Show>
-        <Show when=move || fetched.data.with(|p| p.as_ref().is_some_and(|p| p.schedules.is_empty()))>
-            <p class="empty">
+        <ui::Loaded
+            error=fetched.error_message()
+            ready=fetched.ready()
+            empty=Signal::derive(move || fetched.data.with(|p| p.as_ref().is_some_and(|p| p.schedules.is_empty())))
+            when_empty=|| view! {
                 "No schedules yet. Create one with " <code>"sked schedule create"</code>
                 " or " <code>"POST /api/v1/schedules"</code> "."
-            </p>
-        </Show>
-        <Show when=move || fetched.data.with(|p| p.as_ref().is_some_and(|p| !p.schedules.is_empty()))>
+            }
+        >
             <div class="table-wrap">
                 <table class="schedule-list">
                     <thead>
@@ -212,7 +206,7 @@ pub fn ScheduleList() -> impl IntoView {
                     </tbody>
                 </table>
             </div>
-        </Show>
+        </ui::Loaded>
     }
 }
 
@@ -361,24 +355,17 @@ pub fn SchedulePage() -> impl IntoView {
             .data
             .with(|d| d.as_ref().is_some_and(|d| d.schedule.paused_at.is_some()))
     };
-    let error_message = Signal::derive(move || {
-        fetched
-            .error
-            .with(|e| e.as_ref().map(|e| e.message.clone()).unwrap_or_default())
+    let fetch_error = fetched.error_message();
+    // A deleted schedule's page is left at once: the refetch that finds it gone says nothing.
+    let error = Signal::derive(move || match id.get() {
+        None => Some("This is not a schedule id.".to_owned()),
+        Some(_) if deleted.get() => None,
+        Some(_) => fetch_error.get(),
     });
 
     view! {
         <p class="hint"><a href="/schedules">"← Schedules"</a></p>
-        <Show when=move || id.with(Option::is_none)>
-            <ui::ErrorBox message="This is not a schedule id."/>
-        </Show>
-        <Show when=move || fetched.error.with(Option::is_some) && !deleted.get()>
-            <ui::ErrorBox message=error_message/>
-        </Show>
-        <Show when=move || id.with(Option::is_some) && !fetched.answered()>
-            <p class="empty">"Loading…"</p>
-        </Show>
-        <Show when=move || fetched.data.with(Option::is_some)>
+        <ui::Loaded error=error ready=fetched.ready()>
             <h1>
                 {move || fetched.data.with(|d| d.as_ref().map(|d| d.schedule.name.clone()))} " "
                 {move || status_badge(paused())}
@@ -409,22 +396,20 @@ pub fn SchedulePage() -> impl IntoView {
                     "Delete"
                 </button>
             </div>
-            <Show when=move || action_error.with(Option::is_some)>
-                <ui::ErrorBox message=Signal::derive(move || action_error.get().unwrap_or_default())/>
-            </Show>
+            <ui::ErrorBox message=action_error/>
             {move || ran.get().map(|r| view! {
                 <p class="notice" role="status">
                     "Submitted " {if r.task_id.is_some() { "task " } else { "workflow " }}
                     {occurrence(r.task_id, r.workflow_id)} "."
                 </p>
             })}
-        </Show>
-        {move || {
-            fetched
-                .data
-                .get()
-                .map(|d| view! { <Detail detail=d tick=tick template_open=template_open/> })
-        }}
+            {move || {
+                fetched
+                    .data
+                    .get()
+                    .map(|d| view! { <Detail detail=d tick=tick template_open=template_open/> })
+            }}
+        </ui::Loaded>
     }
 }
 
@@ -522,9 +507,9 @@ fn Detail(
         <h2>"Next ticks"</h2>
         {if no_next {
             view! {
-                <p class="empty">
+                <ui::Empty>
                     {if paused { "None while paused: a resumed schedule starts at its next tick." } else { "No further ticks." }}
-                </p>
+                </ui::Empty>
             }
             .into_any()
         } else {
@@ -537,7 +522,7 @@ fn Detail(
         }}
         <h2>"Recent runs"</h2>
         {if no_runs {
-            view! { <p class="empty">"No runs yet."</p> }.into_any()
+            view! { <ui::Empty>"No runs yet."</ui::Empty> }.into_any()
         } else {
             view! {
                 <div class="table-wrap">

@@ -40,9 +40,7 @@ pub fn ServiceCopies(id: Uuid, running: bool, tick: ReadSignal<u64>) -> impl Int
     view! {
         <section class="panel" data-service=id.to_string()>
             <h2>"Copies"</h2>
-            <Show when=move || error.with(Option::is_some)>
-                <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-            </Show>
+            <ui::ErrorBox message=error/>
             {move || service.get().map(|s| view! {
                 <p class="hint">
                     {format!(

@@ -15,7 +15,7 @@ use leptos::prelude::*;
 use sked_types::events::TaskSummary;
 use sked_types::service::{Service, ServiceList};
 
-use crate::ui::{self, ErrorBox, Fetched};
+use crate::ui::{self, Fetched};
 use crate::{api, live};
 
 /// Milliseconds without an answer after which the page fetches the list again.
@@ -182,12 +182,6 @@ pub fn Services() -> impl IntoView {
             .me
             .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
     };
-    let error = move || {
-        fetched
-            .error
-            .get()
-            .map(|e| view! { <ErrorBox message=e.message/> })
-    };
     let rows = move || {
         let admin = is_admin();
         fetched.data.with(|l| {
@@ -199,50 +193,42 @@ pub fn Services() -> impl IntoView {
     };
     view! {
         <h1>"Services"</h1>
-        {error}
-        <Show
-            when=move || fetched.data.with(Option::is_some)
-            fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
+        <ui::Loaded
+            error=fetched.error_message()
+            ready=fetched.ready()
+            empty=Signal::derive(move || fetched.data.with(|l| l.as_ref().is_some_and(|l| l.services.is_empty())))
+            when_empty=|| view! {
+                "No services run. Submit one as a task of kind " <code>"service"</code>
+                " (" <code>"sked submit --service --replicas 2 -- COMMAND"</code>
+                "); see " <code>"docs/services.md"</code> "."
             }
         >
-            <Show
-                when=move || fetched.data.with(|l| l.as_ref().is_some_and(|l| !l.services.is_empty()))
-                fallback=|| view! {
-                    <p class="empty">
-                        "No services run. Submit one as a task of kind " <code>"service"</code>
-                        " (" <code>"sked submit --service --replicas 2 -- COMMAND"</code>
-                        "); see " <code>"docs/services.md"</code> "."
-                    </p>
-                }
-            >
-                <p class="hint">
-                    {move || fetched.data.with(|l| {
-                        l.as_ref().map(|l| summary_line(&tally(&l.services))).unwrap_or_default()
-                    })}
-                </p>
-                <div class="table-wrap">
-                    <table class="service-list">
-                        <thead>
-                            <tr>
-                                <th>"Service"</th>
-                                <th>"State"</th>
-                                <th>"Copies"</th>
-                                <th>"Queue"</th>
-                                <th class="num hide-narrow">"Gen"</th>
-                                <th class="hide-narrow">"Restart"</th>
-                                <th class="hide-narrow">"Command"</th>
-                                <Show when=is_admin>
-                                    <th class="hide-narrow">"Owner"</th>
-                                </Show>
-                                <th>"Created"</th>
-                            </tr>
-                        </thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
-            </Show>
-        </Show>
+            <p class="hint">
+                {move || fetched.data.with(|l| {
+                    l.as_ref().map(|l| summary_line(&tally(&l.services))).unwrap_or_default()
+                })}
+            </p>
+            <div class="table-wrap">
+                <table class="service-list">
+                    <thead>
+                        <tr>
+                            <th>"Service"</th>
+                            <th>"State"</th>
+                            <th>"Copies"</th>
+                            <th>"Queue"</th>
+                            <th class="num hide-narrow">"Gen"</th>
+                            <th class="hide-narrow">"Restart"</th>
+                            <th class="hide-narrow">"Command"</th>
+                            <Show when=is_admin>
+                                <th class="hide-narrow">"Owner"</th>
+                            </Show>
+                            <th>"Created"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        </ui::Loaded>
     }
 }
 

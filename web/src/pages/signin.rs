@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use crate::api;
+use crate::{api, ui};
 
 #[component]
 pub fn SignIn() -> impl IntoView {
@@ -50,9 +50,7 @@ pub fn SignIn() -> impl IntoView {
                     on:input=move |ev| token.set(event_target_value(&ev))
                 />
                 <button type="submit" class="primary" disabled=move || busy.get()>"Sign in"</button>
-                <Show when=move || error.with(Option::is_some)>
-                    <p class="error" role="alert">{move || error.get()}</p>
-                </Show>
+                <ui::ErrorBox message=error/>
                 <p class="hint">
                     "Create a token with " <code>"sked token create --owner NAME"</code>
                     "; " <code>"sked dev"</code> " prints a sign-in link."

@@ -754,9 +754,7 @@ pub fn Submit() -> impl IntoView {
 
             <span></span>
             <div>
-                <Show when=move || error.with(Option::is_some)>
-                    <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-                </Show>
+                <ui::ErrorBox message=error/>
                 <div class="actions">
                     <button type="submit" class="primary" data-action="submit" disabled=move || busy.get()>
                         {move || if form.when.get() == When::Cron { "Create schedule" } else { "Submit task" }}

@@ -259,34 +259,23 @@ pub fn TaskPage() -> impl IntoView {
         None => "Task".to_owned(),
     };
     let state = move || detail.with(|d| d.as_ref().map(|d| d.task.state));
+    let page_error = Signal::derive(move || match id.get() {
+        None => Some(format!("“{}” is not a task id.", raw_id.get())),
+        Some(_) => error.get(),
+    });
     view! {
         <div class="task-head">
             <h1>{title}</h1>
             {move || state().map(|s| view! { <ui::StateBadge state=s/> })}
         </div>
-        <Show when=move || id.with(Option::is_none)>
-            <ui::ErrorBox message=Signal::derive(move || {
-                format!("“{}” is not a task id.", raw_id.get())
-            })/>
-        </Show>
-        <Show when=move || error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-        </Show>
-        <Show when=move || {
-            id.with(Option::is_some) && detail.with(Option::is_none) && error.with(Option::is_none)
-        }>
-            <p class="empty loading">"Loading…"</p>
-        </Show>
-        {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
-        <Show when=move || detail.with(Option::is_some)>
+        <ui::Loaded error=page_error ready=Signal::derive(move || detail.with(Option::is_some))>
+            {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
             <section class="panel">
                 <h2>"Log"</h2>
                 <Show when=move || log.dropped.get()>
                     <p class="hint">"Earlier output is not shown (the view keeps the last chunks)."</p>
                 </Show>
-                <Show when=move || log.error.with(Option::is_some)>
-                    <ui::ErrorBox message=Signal::derive(move || log.error.get().unwrap_or_default())/>
-                </Show>
+                <ui::ErrorBox message=log.error/>
                 <pre
                     class="log"
                     data-log=move || id.get().map(|i| i.to_string()).unwrap_or_default()
@@ -308,8 +297,8 @@ pub fn TaskPage() -> impl IntoView {
                     </p>
                 </Show>
             </section>
-        </Show>
-        {move || detail.get().map(|d| view! { <Definition detail=d tick=tick/> })}
+            {move || detail.get().map(|d| view! { <Definition detail=d tick=tick/> })}
+        </ui::Loaded>
     }
 }
 
@@ -584,9 +573,7 @@ fn Actions(
                 </button>
             })}
         </div>
-        <Show when=move || error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-        </Show>
+        <ui::ErrorBox message=error/>
     }
 }
 
@@ -597,7 +584,7 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
         return view! {
             <section class="panel">
                 <h2>"Attempts"</h2>
-                <p class="empty">"Not started yet."</p>
+                <ui::Empty>"Not started yet."</ui::Empty>
             </section>
         }
         .into_any();

@@ -450,28 +450,22 @@ pub fn TaskList() -> impl IntoView {
                 <span class="hint">"Updating…"</span>
             </Show>
         </form>
-        <Show when=move || error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-        </Show>
-        <Show when=move || !loaded.get() && error.with(Option::is_none)>
-            <p class="empty loading">"Loading…"</p>
-        </Show>
-        <Show when=move || loaded.get() && rows.with(Vec::is_empty)>
-            <p class="empty">
-                {move || {
-                    if scan_limited.get() {
-                        "No match among the tasks searched so far: “Older →” searches further."
-                    } else if filters.with(Filters::is_filtered) {
-                        "No tasks match these filters."
-                    } else if !filters.with(Filters::first_page) {
-                        "No older tasks."
-                    } else {
-                        "No tasks yet. Submit one on the Submit page, or with sked submit."
-                    }
-                }}
-            </p>
-        </Show>
-        <Show when=move || rows.with(|r| !r.is_empty())>
+        <ui::Loaded
+            error=error
+            ready=loaded
+            empty=Signal::derive(move || rows.with(Vec::is_empty))
+            when_empty=move || move || {
+                if scan_limited.get() {
+                    "No match among the tasks searched so far: “Older →” searches further."
+                } else if filters.with(Filters::is_filtered) {
+                    "No tasks match these filters."
+                } else if !filters.with(Filters::first_page) {
+                    "No older tasks."
+                } else {
+                    "No tasks yet. Submit one on the Submit page, or with sked submit."
+                }
+            }
+        >
             <div class="table-wrap">
                 <table class="task-list">
                     <thead>
@@ -496,12 +490,12 @@ pub fn TaskList() -> impl IntoView {
                     </tbody>
                 </table>
             </div>
-        </Show>
-        <Show when=move || scan_limited.get() && rows.with(|r| !r.is_empty())>
-            <p class="hint">
-                "The server stopped at its scan limit before filling this page: “Older →” continues the search."
-            </p>
-        </Show>
+            <Show when=move || scan_limited.get()>
+                <p class="hint">
+                    "The server stopped at its scan limit before filling this page: “Older →” continues the search."
+                </p>
+            </Show>
+        </ui::Loaded>
         <nav class="pager">
             <Show when=move || !filters.with(Filters::first_page)>
                 <a class="button" href=newest_href>"Newest"</a>

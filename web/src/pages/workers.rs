@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiResult};
 use crate::live;
-use crate::ui::{self, ErrorBox, Fetched};
+use crate::ui::{self, Fetched};
 
 /// Running tasks listed under a worker; the rest are behind a link to the task list.
 const RUNNING_SHOWN: usize = 10;
@@ -139,12 +139,6 @@ pub fn Workers() -> impl IntoView {
         }
     });
 
-    let error = move || {
-        fetched
-            .error
-            .get()
-            .map(|e| view! { <ErrorBox message=e.message/> })
-    };
     let rows = move || {
         fetched.data.with(|r| {
             let Some(r) = r else {
@@ -161,41 +155,33 @@ pub fn Workers() -> impl IntoView {
     };
     view! {
         <h1>"Workers"</h1>
-        {error}
-        <Show
-            when=move || fetched.data.with(Option::is_some)
-            fallback=move || {
-                (!fetched.answered()).then(|| view! { <p class="empty loading">"Loading…"</p> })
-            }
+        <ui::Loaded
+            error=fetched.error_message()
+            ready=fetched.ready()
+            empty=Signal::derive(move || fetched.data.with(|r| r.as_ref().is_some_and(|r| r.workers.is_empty())))
+            when_empty=|| view! { "No worker is registered. Start one with " <code>"sked-worker"</code> "." }
         >
-            <Show
-                when=move || fetched.data.with(|r| r.as_ref().is_some_and(|r| !r.workers.is_empty()))
-                fallback=|| view! {
-                    <p class="empty">"No worker is registered. Start one with " <code>"sked-worker"</code> "."</p>
-                }
-            >
-                <p class="hint">{move || summary_line(fetched)}</p>
-                <div class="table-wrap">
-                    <table class="workers">
-                        <thead>
-                            <tr>
-                                <th>"Worker"</th>
-                                <th>"State"</th>
-                                <th>"Slots"</th>
-                                <th>"Heartbeat"</th>
-                                <th>"Queues"</th>
-                                <th>"Host"</th>
-                                <th class="num hide-narrow">"PID"</th>
-                                <th class="hide-narrow">"Version"</th>
-                                <th class="hide-narrow">"Labels"</th>
-                                <th class="hide-narrow">"Started"</th>
-                            </tr>
-                        </thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
-            </Show>
-        </Show>
+            <p class="hint">{move || summary_line(fetched)}</p>
+            <div class="table-wrap">
+                <table class="workers">
+                    <thead>
+                        <tr>
+                            <th>"Worker"</th>
+                            <th>"State"</th>
+                            <th>"Slots"</th>
+                            <th>"Heartbeat"</th>
+                            <th>"Queues"</th>
+                            <th>"Host"</th>
+                            <th class="num hide-narrow">"PID"</th>
+                            <th class="hide-narrow">"Version"</th>
+                            <th class="hide-narrow">"Labels"</th>
+                            <th class="hide-narrow">"Started"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        </ui::Loaded>
     }
 }
 

@@ -170,26 +170,20 @@ pub fn WorkflowList() -> impl IntoView {
                     .collect_view()}
             </select>
         </form>
-        <Show when=move || error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-        </Show>
-        <Show when=move || page.with(Option::is_none) && error.with(Option::is_none)>
-            <p class="empty">"Loading…"</p>
-        </Show>
-        <Show when=move || page.with(|p| p.as_ref().is_some_and(|p| p.workflows.is_empty()))>
-            <p class="empty">
-                {move || {
-                    if !cursors.with(Vec::is_empty) {
-                        "No older workflows."
-                    } else if state_filter.with(|s| !s.is_empty()) {
-                        "No workflows in this state."
-                    } else {
-                        "No workflows yet. Submit one with sked submit -f FILE or POST /api/v1/workflows."
-                    }
-                }}
-            </p>
-        </Show>
-        <Show when=move || page.with(|p| p.as_ref().is_some_and(|p| !p.workflows.is_empty()))>
+        <ui::Loaded
+            error=error
+            ready=Signal::derive(move || page.with(Option::is_some))
+            empty=Signal::derive(move || page.with(|p| p.as_ref().is_some_and(|p| p.workflows.is_empty())))
+            when_empty=move || move || {
+                if !cursors.with(Vec::is_empty) {
+                    "No older workflows."
+                } else if state_filter.with(|s| !s.is_empty()) {
+                    "No workflows in this state."
+                } else {
+                    "No workflows yet. Submit one with sked submit -f FILE or POST /api/v1/workflows."
+                }
+            }
+        >
             <div class="table-wrap">
                 <table class="workflow-list">
                     <thead>
@@ -212,7 +206,7 @@ pub fn WorkflowList() -> impl IntoView {
                     </tbody>
                 </table>
             </div>
-        </Show>
+        </ui::Loaded>
         <nav class="pager">
             <Show when=move || !cursors.with(Vec::is_empty)>
                 <button type="button" on:click=newer>"← Newer"</button>
@@ -536,45 +530,41 @@ pub fn WorkflowPage() -> impl IntoView {
         })
     });
 
+    let page_error = Signal::derive(move || match id.get() {
+        None => Some("This is not a workflow id.".to_owned()),
+        Some(_) => error.get(),
+    });
+
     view! {
         <p class="hint"><a href="/workflows">"← Workflows"</a></p>
-        <Show when=move || id.with(Option::is_none)>
-            <ui::ErrorBox message="This is not a workflow id."/>
-        </Show>
-        <Show when=move || error.with(Option::is_some)>
-            <ui::ErrorBox message=Signal::derive(move || error.get().unwrap_or_default())/>
-        </Show>
-        <Show when=move || id.with(Option::is_some) && workflow.with(Option::is_none) && error.with(Option::is_none)>
-            <p class="empty">"Loading…"</p>
-        </Show>
-        {move || workflow.get().map(|w| view! {
-            <h1>
-                {display_name(&w.name)} " " <WorkflowBadge state=state/>
-            </h1>
-            <div class="panel">
-                <dl class="kv">
-                    <dt>"Id"</dt>
-                    <dd class="mono">{w.id.to_string()}</dd>
-                    <dt>"Owner"</dt>
-                    <dd>{w.owner.clone()}</dd>
-                    <dt>"Created"</dt>
-                    <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
-                    <dt>"Finished"</dt>
-                    <dd>
-                        {match w.finished_at {
-                            Some(at) => view! {
-                                <ui::Time at=at/>
-                                " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
-                            }.into_any(),
-                            None => view! { "not yet" }.into_any(),
-                        }}
-                    </dd>
-                    <dt>"Tasks"</dt>
-                    <dd>{summary}</dd>
-                </dl>
-            </div>
-        })}
-        <Show when=move || workflow.with(Option::is_some)>
+        <ui::Loaded error=page_error ready=Signal::derive(move || workflow.with(Option::is_some))>
+            {move || workflow.get().map(|w| view! {
+                <h1>
+                    {display_name(&w.name)} " " <WorkflowBadge state=state/>
+                </h1>
+                <div class="panel">
+                    <dl class="kv">
+                        <dt>"Id"</dt>
+                        <dd class="mono">{w.id.to_string()}</dd>
+                        <dt>"Owner"</dt>
+                        <dd>{w.owner.clone()}</dd>
+                        <dt>"Created"</dt>
+                        <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
+                        <dt>"Finished"</dt>
+                        <dd>
+                            {match w.finished_at {
+                                Some(at) => view! {
+                                    <ui::Time at=at/>
+                                    " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
+                                }.into_any(),
+                                None => view! { "not yet" }.into_any(),
+                            }}
+                        </dd>
+                        <dt>"Tasks"</dt>
+                        <dd>{summary}</dd>
+                    </dl>
+                </div>
+            })}
             <div class="actions">
                 <button
                     type="button"
@@ -595,9 +585,7 @@ pub fn WorkflowPage() -> impl IntoView {
                     "Re-run from failed"
                 </button>
             </div>
-            <Show when=move || action_error.with(Option::is_some)>
-                <ui::ErrorBox message=Signal::derive(move || action_error.get().unwrap_or_default())/>
-            </Show>
+            <ui::ErrorBox message=action_error/>
             <Show when=move || notice.with(Option::is_some)>
                 <p class="notice" role="status">{move || notice.get()}</p>
             </Show>
@@ -607,7 +595,7 @@ pub fn WorkflowPage() -> impl IntoView {
                 None => {
                     let n = nodes.with(|ns| ns.list.len());
                     if n == 0 {
-                        view! { <p class="empty">"This workflow has no tasks."</p> }.into_any()
+                        view! { <ui::Empty>"This workflow has no tasks."</ui::Empty> }.into_any()
                     } else {
                         view! {
                             <p class="notice">
@@ -623,7 +611,7 @@ pub fn WorkflowPage() -> impl IntoView {
             }}
             <h2>"Tasks"</h2>
             <TaskTable nodes=nodes tick=tick busy=busy retry=retry_task/>
-        </Show>
+        </ui::Loaded>
     }
 }
 
