@@ -277,60 +277,84 @@ impl Form {
     }
 }
 
+/// What the form asks the API to create.
+enum Request {
+    Task(Box<SubmitTask>),
+    Schedule(Box<CreateSchedule>),
+}
+
+impl Form {
+    /// The request the form describes, or the first thing wrong with it.
+    fn request(&self) -> Result<Request, String> {
+        let mut task = self.task()?;
+        match self.when.get_untracked() {
+            When::Now => {}
+            When::Delay => {
+                let amount = parse_secs("The delay", &self.delay.get_untracked())?
+                    .ok_or("Give the delay.")?;
+                let unit = if self.delay_unit.get_untracked() == "minutes" {
+                    60.0
+                } else {
+                    1.0
+                };
+                task.delay_secs = Some(amount * unit);
+            }
+            When::At => {
+                let text = self.run_at.get_untracked();
+                task.run_at =
+                    Some(local_input_time(&text).ok_or("Give the date and time to start.")?);
+            }
+            When::Cron => return self.schedule(task).map(|s| Request::Schedule(Box::new(s))),
+        }
+        Ok(Request::Task(Box::new(task)))
+    }
+
+    /// The schedule whose template is `task`.
+    fn schedule(&self, task: SubmitTask) -> Result<CreateSchedule, String> {
+        let name = self.name.get_untracked().trim().to_owned();
+        if name.is_empty() {
+            return Err("Give the schedule a name.".into());
+        }
+        let cron = self.cron.get_untracked().trim().to_owned();
+        if cron.is_empty() {
+            return Err("Give a cron expression.".into());
+        }
+        let time_zone = self.time_zone.get_untracked().trim().to_owned();
+        Ok(CreateSchedule {
+            name,
+            cron,
+            time_zone: (!time_zone.is_empty()).then_some(time_zone),
+            task: Some(task),
+            ..CreateSchedule::default()
+        })
+    }
+}
+
 /// What a submission created.
 enum Created {
     Task(uuid::Uuid),
     Schedule(uuid::Uuid),
 }
 
-async fn send(form: Form) -> Result<Created, String> {
-    let mut task = form.task()?;
-    match form.when.get_untracked() {
-        When::Now => {}
-        When::Delay => {
-            let amount =
-                parse_secs("The delay", &form.delay.get_untracked())?.ok_or("Give the delay.")?;
-            let unit = if form.delay_unit.get_untracked() == "minutes" {
-                60.0
-            } else {
-                1.0
-            };
-            task.delay_secs = Some(amount * unit);
-        }
-        When::At => {
-            let text = form.run_at.get_untracked();
-            task.run_at = Some(local_input_time(&text).ok_or("Give the date and time to start.")?);
-        }
-        When::Cron => {
-            let name = form.name.get_untracked().trim().to_owned();
-            if name.is_empty() {
-                return Err("Give the schedule a name.".into());
-            }
-            let cron = form.cron.get_untracked().trim().to_owned();
-            if cron.is_empty() {
-                return Err("Give a cron expression.".into());
-            }
-            let time_zone = form.time_zone.get_untracked().trim().to_owned();
-            let request = CreateSchedule {
-                name,
-                cron,
-                time_zone: (!time_zone.is_empty()).then_some(time_zone),
-                task: Some(task),
-                ..CreateSchedule::default()
-            };
-            let schedule: Schedule = api::post("/schedules", &request)
+/// Sends the request; the API's message when it refuses.
+async fn send(request: Request) -> Result<Created, String> {
+    match request {
+        Request::Schedule(schedule) => {
+            let schedule: Schedule = api::post("/schedules", &schedule)
                 .await
                 .map_err(|e| e.message)?;
-            return Ok(Created::Schedule(schedule.id));
+            Ok(Created::Schedule(schedule.id))
+        }
+        Request::Task(task) => {
+            let submitted: Submitted = api::post("/tasks", &task).await.map_err(|e| e.message)?;
+            submitted
+                .ids
+                .first()
+                .copied()
+                .map(Created::Task)
+                .ok_or_else(|| "The server answered without the new task's id.".into())
         }
     }
-    let submitted: Submitted = api::post("/tasks", &task).await.map_err(|e| e.message)?;
-    submitted
-        .ids
-        .first()
-        .copied()
-        .map(Created::Task)
-        .ok_or_else(|| "The server answered without the new task's id.".into())
 }
 
 #[component]
@@ -340,6 +364,7 @@ pub fn Submit() -> impl IntoView {
     let busy = RwSignal::new(false);
     let navigate = use_navigate();
 
+    // Sends the form once at a time, then opens what it created or shows why not.
     let on_submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         if busy.get_untracked() {
@@ -348,8 +373,12 @@ pub fn Submit() -> impl IntoView {
         busy.set(true);
         error.set(None);
         let navigate = navigate.clone();
+        let request = form.request();
         spawn_local(async move {
-            let result = send(form).await;
+            let result = match request {
+                Ok(request) => send(request).await,
+                Err(message) => Err(message),
+            };
             busy.try_set(false);
             match result {
                 Ok(Created::Task(id)) => navigate(&format!("/tasks/{id}"), Default::default()),
@@ -363,9 +392,334 @@ pub fn Submit() -> impl IntoView {
         });
     };
 
+    view! {
+        <h1>"Submit"</h1>
+        <form class="form submit" on:submit=on_submit novalidate=true>
+            <CommandField form=form/>
+            <EnvAndInputFields form=form/>
+            <PlacementFields form=form/>
+            <WhenFields form=form/>
+            <ResourceFields form=form/>
+            <span></span>
+            <div>
+                <ui::ErrorBox message=error/>
+                <div class="actions">
+                    <button type="submit" class="primary" data-action="submit" disabled=move || busy.get()>
+                        {move || if form.when.get() == When::Cron { "Create schedule" } else { "Submit task" }}
+                    </button>
+                </div>
+            </div>
+        </form>
+    }
+}
+
+/// The command line, with the arguments it splits into (or why it cannot be split).
+#[component]
+fn CommandField(form: Form) -> impl IntoView {
     let argv = Memo::new(move |_| form.command.with(|c| split_command(c)));
-    let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err()));
+    view! {
+        <label for="submit-command">"Command"</label>
+        <div>
+            <input
+                id="submit-command"
+                name="command"
+                class="mono wide"
+                placeholder="e.g. python3 -c 'print(42)'"
+                autocomplete="off"
+                spellcheck="false"
+                bind:value=form.command
+            />
+            <p class="hint">
+                "One line, split into arguments like a shell does: spaces separate them, '…' and \"…\" quote, \\ escapes. "
+                "Nothing is expanded ($VAR, *, |, > are plain text): for a shell, run sh -c '…'."
+            </p>
+            {move || match argv.get() {
+                Ok(args) if !args.is_empty() => Some(view! {
+                    <p class="hint mono" data-argv="">
+                        {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
+                    </p>
+                }.into_any()),
+                Ok(_) => None,
+                Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
+            }}
+        </div>
+    }
+}
+
+/// The environment lines and the input JSON, each with what is wrong with it as it is typed.
+#[component]
+fn EnvAndInputFields(form: Form) -> impl IntoView {
     let env_problem = Memo::new(move |_| form.env.with(|e| parse_env(e).err()));
+    let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err()));
+    view! {
+        <label for="submit-env">"Environment"</label>
+        <div>
+            <textarea
+                id="submit-env"
+                name="env"
+                rows="3"
+                spellcheck="false"
+                placeholder="KEY=VALUE, one per line"
+                bind:value=form.env
+            ></textarea>
+            <Problem of=env_problem/>
+        </div>
+
+        <label for="submit-input">"Input (JSON)"</label>
+        <div>
+            <textarea
+                id="submit-input"
+                name="input"
+                rows="4"
+                spellcheck="false"
+                placeholder="{\"any\": \"JSON\"} — given to the process on stdin"
+                bind:value=form.input
+            ></textarea>
+            <Problem of=input_problem/>
+        </div>
+    }
+}
+
+/// Why a field's text is refused, under the field; nothing while it is good.
+#[component]
+fn Problem(of: Memo<Option<String>>) -> impl IntoView {
+    move || of.get().map(|e| view! { <p class="hint bad">{e}</p> })
+}
+
+/// Where and how the task runs: queue (with the known queues as suggestions), priority,
+/// attempts, timeout and labels.
+#[component]
+fn PlacementFields(form: Form) -> impl IntoView {
+    // Queue names for suggestions.
+    let queues = RwSignal::new(Vec::<String>::new());
+    spawn_local(async move {
+        if let Ok(counts) = api::get::<Vec<QueueCounts>>("/queues").await {
+            queues.try_set(counts.into_iter().map(|c| c.queue).collect());
+        }
+    });
+    view! {
+        <label for="submit-queue">"Queue"</label>
+        <div>
+            <input id="submit-queue" name="queue" placeholder="default" list="submit-queues" bind:value=form.queue/>
+            <datalist id="submit-queues">
+                {move || queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()}
+            </datalist>
+        </div>
+
+        <label for="submit-priority">"Priority"</label>
+        <div>
+            <input id="submit-priority" name="priority" type="number" step="1" placeholder="0" bind:value=form.priority/>
+            <span class="hint">" Higher runs first."</span>
+        </div>
+
+        <label for="submit-max-attempts">"Max attempts"</label>
+        <div>
+            <input
+                id="submit-max-attempts"
+                name="max_attempts"
+                type="number"
+                min="1"
+                step="1"
+                placeholder="3"
+                bind:value=form.max_attempts
+            />
+        </div>
+
+        <label for="submit-timeout">"Timeout"</label>
+        <div>
+            <input
+                id="submit-timeout"
+                name="timeout_secs"
+                type="number"
+                min="0"
+                step="any"
+                placeholder="none"
+                bind:value=form.timeout_secs
+            />
+            <span class="hint">" seconds per attempt"</span>
+        </div>
+
+        <label for="submit-labels">"Labels"</label>
+        <div>
+            <input id="submit-labels" name="labels" placeholder="gpu, linux" bind:value=form.labels/>
+            <span class="hint">" comma-separated; only workers with all of them run it"</span>
+        </div>
+    }
+}
+
+/// When the task runs: now, after a delay, at a time, or on a cron schedule; the fields of
+/// the choice made.
+#[component]
+fn WhenFields(form: Form) -> impl IntoView {
+    let when_is = move |w: When| move || form.when.get() == w;
+    view! {
+        <span class="label">"When"</span>
+        <div class="choices" role="radiogroup" aria-label="When">
+            {When::ALL
+                .into_iter()
+                .map(|(w, value, label)| view! {
+                    <label class="choice">
+                        <input
+                            type="radio"
+                            name="when"
+                            value=value
+                            prop:checked=move || form.when.get() == w
+                            on:change=move |_| form.when.set(w)
+                        />
+                        {label}
+                    </label>
+                })
+                .collect_view()}
+        </div>
+
+        <Show when=when_is(When::Delay)>
+            <DelayFields form=form/>
+        </Show>
+        <Show when=when_is(When::At)>
+            <RunAtField form=form/>
+        </Show>
+        <Show when=when_is(When::Cron)>
+            <CronFields form=form/>
+        </Show>
+    }
+}
+
+/// The delay, in seconds or minutes.
+#[component]
+fn DelayFields(form: Form) -> impl IntoView {
+    view! {
+        <label for="submit-delay">"Delay"</label>
+        <div>
+            <input id="submit-delay" name="delay_secs" type="number" min="0" step="any" bind:value=form.delay/>
+            " "
+            <select
+                name="delay_unit"
+                aria-label="Unit of the delay"
+                on:change=move |ev| form.delay_unit.set(event_target_value(&ev))
+            >
+                <option value="seconds" selected=move || form.delay_unit.get() == "seconds">"seconds"</option>
+                <option value="minutes" selected=move || form.delay_unit.get() == "minutes">"minutes"</option>
+            </select>
+        </div>
+    }
+}
+
+/// The start time, in the browser's time zone, with the UTC time it stands for.
+#[component]
+fn RunAtField(form: Form) -> impl IntoView {
+    let feedback = move || {
+        let text = form.run_at.get();
+        if text.is_empty() {
+            return String::new();
+        }
+        match local_input_time(&text) {
+            Some(at) if at <= ui::now() => format!(
+                "{} UTC — in the past: it starts at once",
+                at.format("%Y-%m-%d %H:%M")
+            ),
+            Some(at) => format!("{} UTC, {}", at.format("%Y-%m-%d %H:%M"), ui::relative(at)),
+            None => "not a valid date and time".into(),
+        }
+    };
+    view! {
+        <label for="submit-run-at">"Start at"</label>
+        <div>
+            <input id="submit-run-at" name="run_at" type="datetime-local" bind:value=form.run_at/>
+            <p class="hint">"Your local time. " {feedback}</p>
+        </div>
+    }
+}
+
+/// The schedule's name, cron expression and time zone, and its next fire times.
+#[component]
+fn CronFields(form: Form) -> impl IntoView {
+    view! {
+        <label for="submit-name">"Schedule name"</label>
+        <div>
+            <input id="submit-name" name="name" placeholder="nightly-report" bind:value=form.name/>
+        </div>
+        <label for="submit-cron">"Cron"</label>
+        <div>
+            <input
+                id="submit-cron"
+                name="cron"
+                class="mono"
+                placeholder="*/5 * * * *"
+                autocomplete="off"
+                spellcheck="false"
+                bind:value=form.cron
+            />
+            <p class="hint">
+                "5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, @daily…"
+            </p>
+        </div>
+        <label for="submit-time-zone">"Time zone"</label>
+        <div>
+            <input id="submit-time-zone" name="time_zone" placeholder="UTC" bind:value=form.time_zone/>
+        </div>
+        <span class="label">"Next fire times"</span>
+        <CronPreviewView form=form/>
+    }
+}
+
+/// The next fire times of the expression and zone as they are typed, asked of the API
+/// [`PREVIEW_DEBOUNCE_MS`] after the last keystroke.
+#[component]
+fn CronPreviewView(form: Form) -> impl IntoView {
+    let preview = RwSignal::new(None::<Result<CronPreview, String>>);
+    let generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let cron = form.cron.get().trim().to_owned();
+        let zone = form.time_zone.get().trim().to_owned();
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        if cron.is_empty() {
+            preview.set(None);
+            return;
+        }
+        spawn_local(async move {
+            gloo_timers::future::sleep(Duration::from_millis(PREVIEW_DEBOUNCE_MS)).await;
+            if generation.try_get_value() != Some(mine) {
+                return;
+            }
+            let mut path = format!("/cron/preview?cron={}&n={PREVIEW_COUNT}", api::enc(&cron));
+            if !zone.is_empty() {
+                path.push_str(&format!("&time_zone={}", api::enc(&zone)));
+            }
+            let result = api::get::<CronPreview>(&path).await;
+            if generation.try_get_value() == Some(mine) {
+                preview.set(Some(result.map_err(|e| e.message)));
+            }
+        });
+    });
+    view! {
+        <div class="cron-preview" data-cron-preview="">
+            {move || match preview.get() {
+                None => view! { <p class="hint">"Type an expression to see when it fires."</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="hint bad">{e}</p> }.into_any(),
+                Some(Ok(p)) if p.next_fire_times.is_empty() => {
+                    view! { <p class="hint">"It never fires again."</p> }.into_any()
+                }
+                Some(Ok(p)) => view! {
+                    <ol class="times">
+                        {p.next_fire_times
+                            .into_iter()
+                            .map(|at| view! {
+                                <li><ui::Time at=at/> <span class="hint">" " {ui::relative(at)}</span></li>
+                            })
+                            .collect_view()}
+                    </ol>
+                }
+                .into_any(),
+            }}
+        </div>
+    }
+}
+
+/// "Resources and limits", folded: CPU, memory and output cap (each with what it is read
+/// as), the user to run as, and whether the task is preemptible.
+#[component]
+fn ResourceFields(form: Form) -> impl IntoView {
     let cpu_reading = move || {
         reading(form.cpu.with(|t| parse_cpu(t)), |m| {
             format!("{m} millicores = {} cores", f64::from(m) / 1000.0)
@@ -381,387 +735,57 @@ pub fn Submit() -> impl IntoView {
             format!("{b} bytes")
         })
     };
-    let when_is = move |w: When| move || form.when.get() == w;
-
-    // Queue names for suggestions.
-    let queues = RwSignal::new(Vec::<String>::new());
-    spawn_local(async move {
-        if let Ok(counts) = api::get::<Vec<QueueCounts>>("/queues").await {
-            queues.try_set(counts.into_iter().map(|c| c.queue).collect());
-        }
-    });
-
-    // The cron preview follows the expression and the zone as they are typed.
-    let preview = RwSignal::new(None::<Result<CronPreview, String>>);
-    let preview_generation = StoredValue::new(0u64);
-    Effect::new(move |_| {
-        let cron = form.cron.get().trim().to_owned();
-        let zone = form.time_zone.get().trim().to_owned();
-        let active = form.when.get() == When::Cron;
-        preview_generation.update_value(|g| *g += 1);
-        let mine = preview_generation.get_value();
-        if !active || cron.is_empty() {
-            preview.set(None);
-            return;
-        }
-        spawn_local(async move {
-            gloo_timers::future::sleep(Duration::from_millis(PREVIEW_DEBOUNCE_MS)).await;
-            if preview_generation.try_get_value() != Some(mine) {
-                return;
-            }
-            let mut path = format!("/cron/preview?cron={}&n={PREVIEW_COUNT}", api::enc(&cron));
-            if !zone.is_empty() {
-                path.push_str(&format!("&time_zone={}", api::enc(&zone)));
-            }
-            let result = api::get::<CronPreview>(&path).await;
-            if preview_generation.try_get_value() == Some(mine) {
-                preview.set(Some(result.map_err(|e| e.message)));
-            }
-        });
-    });
-    let run_at_feedback = move || {
-        let text = form.run_at.get();
-        if text.is_empty() {
-            return String::new();
-        }
-        match local_input_time(&text) {
-            Some(at) if at <= ui::now() => format!(
-                "{} UTC — in the past: it starts at once",
-                at.format("%Y-%m-%d %H:%M")
-            ),
-            Some(at) => format!("{} UTC, {}", at.format("%Y-%m-%d %H:%M"), ui::relative(at)),
-            None => "not a valid date and time".into(),
-        }
-    };
-
     view! {
-        <h1>"Submit"</h1>
-        <form class="form submit" on:submit=on_submit novalidate=true>
-            <label for="submit-command">"Command"</label>
-            <div>
-                <input
-                    id="submit-command"
-                    name="command"
-                    class="mono wide"
-                    placeholder="e.g. python3 -c 'print(42)'"
-                    autocomplete="off"
-                    spellcheck="false"
-                    prop:value=move || form.command.get()
-                    on:input=move |ev| form.command.set(event_target_value(&ev))
-                />
-                <p class="hint">
-                    "One line, split into arguments like a shell does: spaces separate them, '…' and \"…\" quote, \\ escapes. "
-                    "Nothing is expanded ($VAR, *, |, > are plain text): for a shell, run sh -c '…'."
-                </p>
-                {move || match argv.get() {
-                    Ok(args) if !args.is_empty() => Some(view! {
-                        <p class="hint mono" data-argv="">
-                            {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
-                        </p>
-                    }.into_any()),
-                    Ok(_) => None,
-                    Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
-                }}
-            </div>
-
-            <label for="submit-env">"Environment"</label>
-            <div>
-                <textarea
-                    id="submit-env"
-                    name="env"
-                    rows="3"
-                    spellcheck="false"
-                    placeholder="KEY=VALUE, one per line"
-                    prop:value=move || form.env.get()
-                    on:input=move |ev| form.env.set(event_target_value(&ev))
-                ></textarea>
-                {move || env_problem.get().map(|e| view! { <p class="hint bad">{e}</p> })}
-            </div>
-
-            <label for="submit-input">"Input (JSON)"</label>
-            <div>
-                <textarea
-                    id="submit-input"
-                    name="input"
-                    rows="4"
-                    spellcheck="false"
-                    placeholder="{\"any\": \"JSON\"} — given to the process on stdin"
-                    prop:value=move || form.input.get()
-                    on:input=move |ev| form.input.set(event_target_value(&ev))
-                ></textarea>
-                {move || input_problem.get().map(|e| view! { <p class="hint bad">{e}</p> })}
-            </div>
-
-            <label for="submit-queue">"Queue"</label>
-            <div>
-                <input
-                    id="submit-queue"
-                    name="queue"
-                    placeholder="default"
-                    list="submit-queues"
-                    prop:value=move || form.queue.get()
-                    on:input=move |ev| form.queue.set(event_target_value(&ev))
-                />
-                <datalist id="submit-queues">
-                    {move || queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()}
-                </datalist>
-            </div>
-
-            <label for="submit-priority">"Priority"</label>
-            <div>
-                <input
-                    id="submit-priority"
-                    name="priority"
-                    type="number"
-                    step="1"
-                    placeholder="0"
-                    prop:value=move || form.priority.get()
-                    on:input=move |ev| form.priority.set(event_target_value(&ev))
-                />
-                <span class="hint">" Higher runs first."</span>
-            </div>
-
-            <label for="submit-max-attempts">"Max attempts"</label>
-            <div>
-                <input
-                    id="submit-max-attempts"
-                    name="max_attempts"
-                    type="number"
-                    min="1"
-                    step="1"
-                    placeholder="3"
-                    prop:value=move || form.max_attempts.get()
-                    on:input=move |ev| form.max_attempts.set(event_target_value(&ev))
-                />
-            </div>
-
-            <label for="submit-timeout">"Timeout"</label>
-            <div>
-                <input
-                    id="submit-timeout"
-                    name="timeout_secs"
-                    type="number"
-                    min="0"
-                    step="any"
-                    placeholder="none"
-                    prop:value=move || form.timeout_secs.get()
-                    on:input=move |ev| form.timeout_secs.set(event_target_value(&ev))
-                />
-                <span class="hint">" seconds per attempt"</span>
-            </div>
-
-            <label for="submit-labels">"Labels"</label>
-            <div>
-                <input
-                    id="submit-labels"
-                    name="labels"
-                    placeholder="gpu, linux"
-                    prop:value=move || form.labels.get()
-                    on:input=move |ev| form.labels.set(event_target_value(&ev))
-                />
-                <span class="hint">" comma-separated; only workers with all of them run it"</span>
-            </div>
-
-            <span class="label">"When"</span>
-            <div class="choices" role="radiogroup" aria-label="When">
-                {When::ALL
-                    .into_iter()
-                    .map(|(w, value, label)| view! {
-                        <label class="choice">
-                            <input
-                                type="radio"
-                                name="when"
-                                value=value
-                                prop:checked=move || form.when.get() == w
-                                on:change=move |_| form.when.set(w)
-                            />
-                            {label}
-                        </label>
-                    })
-                    .collect_view()}
-            </div>
-
-            <Show when=when_is(When::Delay)>
-                <label for="submit-delay">"Delay"</label>
+        <details class="full resources" data-resources="">
+            <summary>"Resources and limits"</summary>
+            <div class="form submit">
+                <label for="submit-cpu">"CPU"</label>
                 <div>
-                    <input
-                        id="submit-delay"
-                        name="delay_secs"
-                        type="number"
-                        min="0"
-                        step="any"
-                        prop:value=move || form.delay.get()
-                        on:input=move |ev| form.delay.set(event_target_value(&ev))
-                    />
-                    " "
-                    <select
-                        name="delay_unit"
-                        aria-label="Unit of the delay"
-                        on:change=move |ev| form.delay_unit.set(event_target_value(&ev))
-                    >
-                        <option value="seconds" selected=move || form.delay_unit.get() == "seconds">"seconds"</option>
-                        <option value="minutes" selected=move || form.delay_unit.get() == "minutes">"minutes"</option>
-                    </select>
+                    <input id="submit-cpu" name="cpu_millis" placeholder="e.g. 0.5 or 500m" autocomplete="off" bind:value=form.cpu/>
+                    <span class="hint">" cores or millicores; only a worker with that much free runs it"</span>
+                    <Reading of=cpu_reading/>
                 </div>
-            </Show>
 
-            <Show when=when_is(When::At)>
-                <label for="submit-run-at">"Start at"</label>
+                <label for="submit-memory">"Memory"</label>
                 <div>
-                    <input
-                        id="submit-run-at"
-                        name="run_at"
-                        type="datetime-local"
-                        prop:value=move || form.run_at.get()
-                        on:input=move |ev| form.run_at.set(event_target_value(&ev))
-                    />
-                    <p class="hint">"Your local time. " {run_at_feedback}</p>
+                    <input id="submit-memory" name="memory_mb" placeholder="e.g. 512M or 2G" autocomplete="off" bind:value=form.memory/>
+                    <span class="hint">" reserved, and its limit; a plain number is MB"</span>
+                    <Reading of=memory_reading/>
                 </div>
-            </Show>
 
-            <Show when=when_is(When::Cron)>
-                <label for="submit-name">"Schedule name"</label>
+                <label for="submit-max-output">"Max output"</label>
                 <div>
                     <input
-                        id="submit-name"
-                        name="name"
-                        placeholder="nightly-report"
-                        prop:value=move || form.name.get()
-                        on:input=move |ev| form.name.set(event_target_value(&ev))
+                        id="submit-max-output"
+                        name="max_output_bytes"
+                        placeholder="worker's default"
+                        autocomplete="off"
+                        bind:value=form.max_output
                     />
+                    <span class="hint">" stdout and stderr together, e.g. 10M; a plain number is bytes"</span>
+                    <Reading of=max_output_reading/>
                 </div>
-                <label for="submit-cron">"Cron"</label>
+
+                <label for="submit-run-as">"Run as"</label>
                 <div>
                     <input
-                        id="submit-cron"
-                        name="cron"
-                        class="mono"
-                        placeholder="*/5 * * * *"
+                        id="submit-run-as"
+                        name="run_as"
+                        placeholder="worker's default"
                         autocomplete="off"
                         spellcheck="false"
-                        prop:value=move || form.cron.get()
-                        on:input=move |ev| form.cron.set(event_target_value(&ev))
+                        bind:value=form.run_as
                     />
-                    <p class="hint">
-                        "5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, @daily…"
-                    </p>
+                    <span class="hint">" a user name or uid"</span>
                 </div>
-                <label for="submit-time-zone">"Time zone"</label>
+
+                <label for="submit-preemptible">"Preemptible"</label>
                 <div>
-                    <input
-                        id="submit-time-zone"
-                        name="time_zone"
-                        placeholder="UTC"
-                        prop:value=move || form.time_zone.get()
-                        on:input=move |ev| form.time_zone.set(event_target_value(&ev))
-                    />
-                </div>
-                <span class="label">"Next fire times"</span>
-                <div class="cron-preview" data-cron-preview="">
-                    {move || match preview.get() {
-                        None => view! { <p class="hint">"Type an expression to see when it fires."</p> }.into_any(),
-                        Some(Err(e)) => view! { <p class="hint bad">{e}</p> }.into_any(),
-                        Some(Ok(p)) if p.next_fire_times.is_empty() => {
-                            view! { <p class="hint">"It never fires again."</p> }.into_any()
-                        }
-                        Some(Ok(p)) => view! {
-                            <ol class="times">
-                                {p.next_fire_times
-                                    .into_iter()
-                                    .map(|at| view! {
-                                        <li><ui::Time at=at/> <span class="hint">" " {ui::relative(at)}</span></li>
-                                    })
-                                    .collect_view()}
-                            </ol>
-                        }
-                        .into_any(),
-                    }}
-                </div>
-            </Show>
-
-            <details class="full resources" data-resources="">
-                <summary>"Resources and limits"</summary>
-                <div class="form submit">
-                    <label for="submit-cpu">"CPU"</label>
-                    <div>
-                        <input
-                            id="submit-cpu"
-                            name="cpu_millis"
-                            placeholder="e.g. 0.5 or 500m"
-                            autocomplete="off"
-                            prop:value=move || form.cpu.get()
-                            on:input=move |ev| form.cpu.set(event_target_value(&ev))
-                        />
-                        <span class="hint">" cores or millicores; only a worker with that much free runs it"</span>
-                        <Reading of=cpu_reading/>
-                    </div>
-
-                    <label for="submit-memory">"Memory"</label>
-                    <div>
-                        <input
-                            id="submit-memory"
-                            name="memory_mb"
-                            placeholder="e.g. 512M or 2G"
-                            autocomplete="off"
-                            prop:value=move || form.memory.get()
-                            on:input=move |ev| form.memory.set(event_target_value(&ev))
-                        />
-                        <span class="hint">" reserved, and its limit; a plain number is MB"</span>
-                        <Reading of=memory_reading/>
-                    </div>
-
-                    <label for="submit-max-output">"Max output"</label>
-                    <div>
-                        <input
-                            id="submit-max-output"
-                            name="max_output_bytes"
-                            placeholder="worker's default"
-                            autocomplete="off"
-                            prop:value=move || form.max_output.get()
-                            on:input=move |ev| form.max_output.set(event_target_value(&ev))
-                        />
-                        <span class="hint">" stdout and stderr together, e.g. 10M; a plain number is bytes"</span>
-                        <Reading of=max_output_reading/>
-                    </div>
-
-                    <label for="submit-run-as">"Run as"</label>
-                    <div>
-                        <input
-                            id="submit-run-as"
-                            name="run_as"
-                            placeholder="worker's default"
-                            autocomplete="off"
-                            spellcheck="false"
-                            prop:value=move || form.run_as.get()
-                            on:input=move |ev| form.run_as.set(event_target_value(&ev))
-                        />
-                        <span class="hint">" a user name or uid"</span>
-                    </div>
-
-                    <label for="submit-preemptible">"Preemptible"</label>
-                    <div>
-                        <input
-                            id="submit-preemptible"
-                            type="checkbox"
-                            name="preemptible"
-                            prop:checked=move || form.preemptible.get()
-                            on:change=move |ev| form.preemptible.set(event_target_checked(&ev))
-                        />
-                        <span class="hint">" may be stopped to make room for a service's copy; it then waits again, not charged"</span>
-                    </div>
-                </div>
-            </details>
-
-            <span></span>
-            <div>
-                <ui::ErrorBox message=error/>
-                <div class="actions">
-                    <button type="submit" class="primary" data-action="submit" disabled=move || busy.get()>
-                        {move || if form.when.get() == When::Cron { "Create schedule" } else { "Submit task" }}
-                    </button>
+                    <input id="submit-preemptible" type="checkbox" name="preemptible" bind:checked=form.preemptible/>
+                    <span class="hint">" may be stopped to make room for a service's copy; it then waits again, not charged"</span>
                 </div>
             </div>
-        </form>
+        </details>
     }
 }
 
@@ -901,6 +925,61 @@ mod tests {
         assert_eq!(
             form.task().unwrap_err(),
             r#"Max output must be a positive size, got "0""#
+        );
+    }
+
+    #[test]
+    fn a_delay_is_sent_in_seconds() {
+        let form = form("true");
+        form.when.set(When::Delay);
+        form.delay.set("1.5".into());
+        let Ok(Request::Task(task)) = form.request() else {
+            panic!("a delayed task is a task");
+        };
+        assert_eq!(task.delay_secs, Some(90.0), "minutes unless told otherwise");
+        form.delay_unit.set("seconds".into());
+        let Ok(Request::Task(task)) = form.request() else {
+            panic!("a delayed task is a task");
+        };
+        assert_eq!(task.delay_secs, Some(1.5));
+        form.delay.set(" ".into());
+        assert_eq!(form.request().err().as_deref(), Some("Give the delay."));
+    }
+
+    #[test]
+    fn a_cron_schedule_is_created_with_the_task_as_its_template() {
+        let form = form("echo hi");
+        form.when.set(When::Cron);
+        assert_eq!(
+            form.request().err().as_deref(),
+            Some("Give the schedule a name.")
+        );
+        form.name.set(" nightly ".into());
+        assert_eq!(
+            form.request().err().as_deref(),
+            Some("Give a cron expression.")
+        );
+        form.cron.set("0 0 * * *".into());
+        form.time_zone.set(" ".into());
+        let Ok(Request::Schedule(schedule)) = form.request() else {
+            panic!("the cron choice creates a schedule");
+        };
+        assert_eq!(schedule.name, "nightly");
+        assert_eq!(schedule.cron, "0 0 * * *");
+        assert_eq!(
+            schedule.time_zone, None,
+            "a blank zone is left to the server"
+        );
+        let template = schedule.task.expect("the task is the template");
+        assert_eq!(
+            template.command,
+            Some(vec!["echo".to_owned(), "hi".to_owned()])
+        );
+        form.command.set(String::new());
+        assert_eq!(
+            form.request().err().as_deref(),
+            Some("Give a command to run."),
+            "the task is checked before the schedule"
         );
     }
 
