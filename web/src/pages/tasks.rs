@@ -118,6 +118,23 @@ impl Filters {
                     .is_some_and(|n| n.to_lowercase().contains(&text)))
     }
 
+    /// These filters with the filter `key` set to `value`, on their first page.
+    fn with_filter(&self, key: &str, value: String) -> Filters {
+        let mut f = Filters {
+            after: String::new(),
+            ..self.clone()
+        };
+        match key {
+            "state" => f.state = value,
+            "queue" => f.queue = value.trim().to_owned(),
+            "owner" => f.owner = value.trim().to_owned(),
+            "q" => f.q = value,
+            "shard_of" => f.shard_of = value,
+            _ => {}
+        }
+        f
+    }
+
     fn is_filtered(&self) -> bool {
         self.pairs()[..5].iter().any(|(_, v)| !v.is_empty())
     }
@@ -162,94 +179,105 @@ impl Row {
     }
 }
 
-#[component]
-pub fn TaskList() -> impl IntoView {
-    let session = api::session();
-    let live = live::live();
-    let query = use_query_map();
-    let filters = Memo::new(move |_| query.with(Filters::from_query));
-    let rows = RwSignal::new(Vec::<Row>::new());
-    let next_cursor = RwSignal::new(None::<Uuid>);
-    let scan_limited = RwSignal::new(false);
-    let error = RwSignal::new(None::<String>);
-    let loaded = RwSignal::new(false);
-    let loading = RwSignal::new(false);
-    let generation = StoredValue::new(0u64);
-    // Tasks inserted from live events while a fetch was in flight: its answer may predate
-    // them, so they are put back into it.
-    let inserted_while_loading = StoredValue::new(Vec::<TaskSummary>::new());
-    // Re-renders ages and running durations every second.
-    let tick = ui::ticker(1000);
+/// The page of tasks the filters name, and what its last answer said; live events patch its
+/// rows.
+#[derive(Clone, Copy)]
+struct Listing {
+    filters: Memo<Filters>,
+    rows: RwSignal<Vec<Row>>,
+    next_cursor: RwSignal<Option<Uuid>>,
+    scan_limited: RwSignal<bool>,
+    error: RwSignal<Option<String>>,
+    /// Whether an answer has been shown.
+    loaded: RwSignal<bool>,
+    /// Whether a request is on its way.
+    loading: RwSignal<bool>,
+    generation: StoredValue<u64>,
+    /// Tasks inserted from live events while a fetch was in flight: its answer may predate
+    /// them, so they are put back into it.
+    inserted_while_loading: StoredValue<Vec<TaskSummary>>,
+    /// Whether a refetch is already planned.
+    refetch_planned: StoredValue<bool>,
+}
 
-    // Loads the page the filters name; an answer to an older request is dropped.
-    let fetch = move || {
-        let f = filters.get_untracked();
-        generation.update_value(|g| *g += 1);
-        let mine = generation.get_value();
-        loading.set(true);
-        inserted_while_loading.set_value(Vec::new());
+impl Listing {
+    fn new(filters: Memo<Filters>) -> Self {
+        Listing {
+            filters,
+            rows: RwSignal::new(Vec::new()),
+            next_cursor: RwSignal::new(None),
+            scan_limited: RwSignal::new(false),
+            error: RwSignal::new(None),
+            loaded: RwSignal::new(false),
+            loading: RwSignal::new(false),
+            generation: StoredValue::new(0),
+            inserted_while_loading: StoredValue::new(Vec::new()),
+            refetch_planned: StoredValue::new(false),
+        }
+    }
+
+    /// Loads the page the filters name; an answer to an older request is dropped.
+    fn fetch(self) {
+        let f = self.filters.get_untracked();
+        self.generation.update_value(|g| *g += 1);
+        let mine = self.generation.get_value();
+        self.loading.set(true);
+        self.inserted_while_loading.set_value(Vec::new());
         spawn_local(async move {
             let result = api::get::<TaskSummaryPage>(&f.api_path()).await;
-            if generation.try_get_value() != Some(mine) {
+            if self.generation.try_get_value() != Some(mine) {
                 return;
             }
-            loading.set(false);
+            self.loading.set(false);
             match result {
-                Ok(page) => {
-                    let size = page.tasks.len();
-                    let complete = page.next_cursor.is_none();
-                    let mut fresh: Vec<Row> = page.tasks.into_iter().map(Row::new).collect();
-                    for task in inserted_while_loading.get_value() {
-                        if !fresh.iter().any(|r| r.id == task.id) {
-                            insert_row(&mut fresh, task, complete, size);
-                        }
-                    }
-                    rows.set(fresh);
-                    next_cursor.set(page.next_cursor);
-                    scan_limited.set(page.scan_limit_reached);
-                    error.set(None);
-                    loaded.set(true);
-                }
-                Err(e) => error.set(Some(e.message)),
+                Ok(page) => self.show(page),
+                Err(e) => self.error.set(Some(e.message)),
             }
         });
-    };
-    let planned = StoredValue::new(false);
-    let fetch_soon = move || {
-        if planned.get_value() {
+    }
+
+    /// Shows an answer, with the tasks live events inserted while it was on its way.
+    fn show(self, page: TaskSummaryPage) {
+        let size = page.tasks.len();
+        let complete = page.next_cursor.is_none();
+        let mut fresh: Vec<Row> = page.tasks.into_iter().map(Row::new).collect();
+        for task in self.inserted_while_loading.get_value() {
+            if !fresh.iter().any(|r| r.id == task.id) {
+                insert_row(&mut fresh, task, complete, size);
+            }
+        }
+        self.rows.set(fresh);
+        self.next_cursor.set(page.next_cursor);
+        self.scan_limited.set(page.scan_limit_reached);
+        self.error.set(None);
+        self.loaded.set(true);
+    }
+
+    /// Fetches [`REFETCH_THROTTLE_MS`] from now, once for every call until then.
+    fn fetch_soon(self) {
+        if self.refetch_planned.get_value() {
             return;
         }
-        planned.set_value(true);
+        self.refetch_planned.set_value(true);
         spawn_local(async move {
             gloo_timers::future::sleep(Duration::from_millis(REFETCH_THROTTLE_MS)).await;
-            if planned.try_get_value().is_some() {
-                planned.set_value(false);
-                fetch();
+            if self.refetch_planned.try_get_value().is_some() {
+                self.refetch_planned.set_value(false);
+                self.fetch();
             }
         });
-    };
+    }
 
-    Effect::new(move |_| {
-        filters.track();
-        fetch();
-    });
-    Effect::new(move |previous: Option<()>| {
-        live.resync.track();
-        if previous.is_some() {
-            fetch();
-        }
-    });
-    Effect::new(move |previous: Option<()>| {
-        let batch = live.tasks.get();
-        if previous.is_none() {
-            return;
-        }
-        let f = filters.get_untracked();
-        let complete = next_cursor.get_untracked().is_none();
+    /// Patches the rows with live events: a row shown follows its task; on the first page a
+    /// new task that matches the filters is put in its place, and a row that no longer
+    /// matches them refetches the page.
+    fn apply(self, batch: &[TaskSummary]) {
+        let f = self.filters.get_untracked();
+        let complete = self.next_cursor.get_untracked().is_none();
         let mut refetch = false;
         let mut new_rows: Vec<TaskSummary> = Vec::new();
-        rows.with_untracked(|rows| {
-            for task in batch.iter() {
+        self.rows.with_untracked(|rows| {
+            for task in batch {
                 match rows.iter().find(|r| r.id == task.id) {
                     Some(row) => {
                         row.task.set(task.clone());
@@ -261,24 +289,106 @@ pub fn TaskList() -> impl IntoView {
             }
         });
         if !new_rows.is_empty() {
-            let size = rows.with_untracked(|r| r.len()).max(PAGE_SIZE);
+            let size = self.rows.with_untracked(|r| r.len()).max(PAGE_SIZE);
             let mut truncated = false;
-            rows.update(|rows| {
+            self.rows.update(|rows| {
                 for task in &new_rows {
                     truncated |= insert_row(rows, task.clone(), complete, size);
                 }
             });
             if truncated {
-                next_cursor.set(rows.with_untracked(|r| r.last().map(|r| r.id)));
+                self.next_cursor
+                    .set(self.rows.with_untracked(|r| r.last().map(|r| r.id)));
             }
-            if loading.get_untracked() {
-                inserted_while_loading.update_value(|v| v.extend(new_rows));
+            if self.loading.get_untracked() {
+                self.inserted_while_loading
+                    .update_value(|v| v.extend(new_rows));
             }
         }
         if refetch {
-            fetch_soon();
+            self.fetch_soon();
         }
+    }
+
+    /// Fetches when the filters change and on `resync`, and applies live task events.
+    fn follow(self, live: live::Live) {
+        Effect::new(move |_| {
+            self.filters.track();
+            self.fetch();
+        });
+        Effect::new(move |previous: Option<()>| {
+            live.resync.track();
+            if previous.is_some() {
+                self.fetch();
+            }
+        });
+        Effect::new(move |previous: Option<()>| {
+            let batch = live.tasks.get();
+            if previous.is_some() {
+                self.apply(&batch);
+            }
+        });
+    }
+
+    /// Why the page shows no task.
+    fn empty_sentence(self) -> &'static str {
+        if self.scan_limited.get() {
+            "No match among the tasks searched so far: “Older →” searches further."
+        } else if self.filters.with(Filters::is_filtered) {
+            "No tasks match these filters."
+        } else if !self.filters.with(Filters::first_page) {
+            "No older tasks."
+        } else {
+            "No tasks yet. Submit one on the Submit page, or with sked submit."
+        }
+    }
+}
+
+#[component]
+pub fn TaskList() -> impl IntoView {
+    let session = api::session();
+    let query = use_query_map();
+    let filters = Memo::new(move |_| query.with(Filters::from_query));
+    let listing = Listing::new(filters);
+    listing.follow(live::live());
+    let admin = Signal::derive(move || {
+        session
+            .me
+            .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
     });
+    let updating = Signal::derive(move || listing.loading.get() && listing.loaded.get());
+
+    view! {
+        <h1>"Tasks"</h1>
+        <FilterBar filters=filters updating=updating admin=admin/>
+        <ui::Loaded
+            error=listing.error
+            ready=listing.loaded
+            empty=Signal::derive(move || listing.rows.with(Vec::is_empty))
+            when_empty=move || move || listing.empty_sentence()
+        >
+            <TaskTable rows=listing.rows admin=admin/>
+            <Show when=move || listing.scan_limited.get()>
+                <p class="hint">
+                    "The server stopped at its scan limit before filling this page: “Older →” continues the search."
+                </p>
+            </Show>
+        </ui::Loaded>
+        <Pager filters=filters next_cursor=listing.next_cursor/>
+    }
+}
+
+/// The filters' fields; a change goes to the first page of the new filters.
+#[component]
+fn FilterBar(filters: Memo<Filters>, updating: Signal<bool>, admin: Signal<bool>) -> impl IntoView {
+    let set_filter = filter_setter(filters);
+    // The handler of a field's `change`: the filter `key` takes the field's value.
+    let on_change = move |key: &'static str| {
+        let set_filter = set_filter.clone();
+        move |ev: leptos::ev::Event| set_filter(key, event_target_value(&ev), false)
+    };
+    let (on_state, on_queue, on_owner) =
+        (on_change("state"), on_change("queue"), on_change("owner"));
 
     // Queue names for the queue filter's suggestions.
     let queues = RwSignal::new(Vec::<String>::new());
@@ -288,121 +398,9 @@ pub fn TaskList() -> impl IntoView {
         }
     });
 
-    let navigate = use_navigate();
-    let go = move |f: Filters, replace: bool| {
-        navigate(
-            &f.href(),
-            NavigateOptions {
-                replace,
-                scroll: false,
-                ..NavigateOptions::default()
-            },
-        );
-    };
-    // Changes one filter and goes back to the first page.
-    let set_filter = {
-        let go = go.clone();
-        move |key: &'static str, value: String, replace: bool| {
-            let mut f = filters.get_untracked();
-            match key {
-                "state" => f.state = value,
-                "queue" => f.queue = value.trim().to_owned(),
-                "owner" => f.owner = value.trim().to_owned(),
-                "q" => f.q = value,
-                "shard_of" => f.shard_of = value,
-                _ => return,
-            }
-            f.after.clear();
-            if f != filters.get_untracked() {
-                go(f, replace);
-            }
-        }
-    };
-    let typing = StoredValue::new(0u64);
-    let search_input = {
-        let set_filter = set_filter.clone();
-        move |text: String| {
-            typing.update_value(|n| *n += 1);
-            let mine = typing.get_value();
-            let set_filter = set_filter.clone();
-            spawn_local(async move {
-                gloo_timers::future::sleep(Duration::from_millis(TYPING_DEBOUNCE_MS)).await;
-                if typing.try_get_value() == Some(mine) {
-                    set_filter("q", text, true);
-                }
-            });
-        }
-    };
-
-    let is_admin = move || {
-        session
-            .me
-            .with(|m| m.as_ref().is_some_and(|m| m.role == "admin"))
-    };
-    let state_options = move || {
-        let current = filters.with(|f| f.state.clone());
-        let mut options: Vec<(String, String)> = vec![
-            (String::new(), "All states".into()),
-            (UNFINISHED.into(), "Unfinished".into()),
-        ];
-        options.extend(
-            TaskState::ALL
-                .iter()
-                .map(|s| (s.as_str().to_owned(), s.as_str().replace('_', " "))),
-        );
-        if !options.iter().any(|(v, _)| *v == current) {
-            options.push((current.clone(), current.replace(',', ", ")));
-        }
-        options
-            .into_iter()
-            .map(|(value, label)| {
-                let selected = value == current;
-                view! { <option value=value selected=selected>{label}</option> }
-            })
-            .collect_view()
-    };
-
-    let on_state = {
-        let set_filter = set_filter.clone();
-        move |ev| set_filter("state", event_target_value(&ev), false)
-    };
-    let on_queue = {
-        let set_filter = set_filter.clone();
-        move |ev| set_filter("queue", event_target_value(&ev), false)
-    };
-    let on_owner = {
-        let set_filter = set_filter.clone();
-        move |ev| set_filter("owner", event_target_value(&ev), false)
-    };
-    let on_search_change = {
-        let set_filter = set_filter.clone();
-        move |ev| {
-            typing.update_value(|n| *n += 1);
-            set_filter("q", event_target_value(&ev), false)
-        }
-    };
-    let clear_shard = {
-        let set_filter = set_filter.clone();
-        move |_| set_filter("shard_of", String::new(), false)
-    };
-
-    let newest_href = move || {
-        let mut f = filters.get();
-        f.after.clear();
-        f.href()
-    };
-    let older_href = move || {
-        next_cursor.get().map(|cursor| {
-            let mut f = filters.get();
-            f.after = cursor.to_string();
-            f.href()
-        })
-    };
-
     view! {
-        <h1>"Tasks"</h1>
         <form class="filters" role="search" on:submit=|ev| ev.prevent_default()>
-            <select name="state" aria-label="State" on:change=on_state>{state_options}</select>
+            <select name="state" aria-label="State" on:change=on_state>{move || state_options(filters)}</select>
             <input
                 name="queue"
                 placeholder="Queue"
@@ -417,7 +415,7 @@ pub fn TaskList() -> impl IntoView {
                     queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()
                 }}
             </datalist>
-            <Show when=is_admin>
+            <Show when=move || admin.get()>
                 <input
                     name="owner"
                     placeholder="Owner"
@@ -427,75 +425,165 @@ pub fn TaskList() -> impl IntoView {
                     on:change=on_owner.clone()
                 />
             </Show>
-            <input
-                type="search"
-                name="q"
-                placeholder="Search commands"
-                aria-label="Search commands"
-                prop:value=move || filters.with(|f| f.q.clone())
-                on:input=move |ev| search_input(event_target_value(&ev))
-                on:change=on_search_change
-            />
+            <SearchBox filters=filters/>
             <Show when=move || filters.with(|f| !f.shard_of.is_empty())>
-                <span class="notice">
-                    "Shards of "
-                    <a href=move || format!("/tasks/{}", filters.with(|f| f.shard_of.clone()))>
-                        {move || filters.with(|f| f.shard_of.clone())}
-                    </a>
-                    " "
-                    <button type="button" class="link" on:click=clear_shard.clone()>"show all"</button>
-                </span>
+                <ShardNotice filters=filters/>
             </Show>
-            <Show when=move || loading.get() && loaded.get()>
+            <Show when=move || updating.get()>
                 <span class="hint">"Updating…"</span>
             </Show>
         </form>
-        <ui::Loaded
-            error=error
-            ready=loaded
-            empty=Signal::derive(move || rows.with(Vec::is_empty))
-            when_empty=move || move || {
-                if scan_limited.get() {
-                    "No match among the tasks searched so far: “Older →” searches further."
-                } else if filters.with(Filters::is_filtered) {
-                    "No tasks match these filters."
-                } else if !filters.with(Filters::first_page) {
-                    "No older tasks."
-                } else {
-                    "No tasks yet. Submit one on the Submit page, or with sked submit."
+    }
+}
+
+/// A function that sets one filter and goes to the first page of the new filters (replacing
+/// the current entry of the history when told to); nothing when the filters stay the same.
+fn filter_setter(filters: Memo<Filters>) -> impl Fn(&'static str, String, bool) + Clone {
+    let navigate = use_navigate();
+    move |key, value, replace| {
+        let f = filters.with_untracked(|f| f.with_filter(key, value));
+        if f != filters.get_untracked() {
+            navigate(
+                &f.href(),
+                NavigateOptions {
+                    replace,
+                    scroll: false,
+                    ..NavigateOptions::default()
+                },
+            );
+        }
+    }
+}
+
+/// The search box: it searches [`TYPING_DEBOUNCE_MS`] after the last keystroke, and at once
+/// when it is left.
+#[component]
+fn SearchBox(filters: Memo<Filters>) -> impl IntoView {
+    let set_filter = filter_setter(filters);
+    let typing = StoredValue::new(0u64);
+    let on_input = {
+        let set_filter = set_filter.clone();
+        move |ev: leptos::ev::Event| {
+            let text = event_target_value(&ev);
+            typing.update_value(|n| *n += 1);
+            let mine = typing.get_value();
+            let set_filter = set_filter.clone();
+            spawn_local(async move {
+                gloo_timers::future::sleep(Duration::from_millis(TYPING_DEBOUNCE_MS)).await;
+                if typing.try_get_value() == Some(mine) {
+                    set_filter("q", text, true);
                 }
-            }
-        >
-            <div class="table-wrap">
-                <table class="task-list">
-                    <thead>
-                        <tr>
-                            <th>"Task"</th>
-                            <th>"State"</th>
-                            <th class="hide-narrow">"Queue"</th>
-                            <th>"Command"</th>
-                            <th class="num hide-narrow">"Attempt"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                            <th>"Created"</th>
-                            <th class="num hide-narrow">"Duration"</th>
-                            <th class="num hide-narrow">"Exit"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For each=move || rows.get() key=|row| row.id let:row>
-                            <TaskRow task=row.task tick=tick admin=Signal::derive(is_admin)/>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
-            <Show when=move || scan_limited.get()>
-                <p class="hint">
-                    "The server stopped at its scan limit before filling this page: “Older →” continues the search."
-                </p>
-            </Show>
-        </ui::Loaded>
+            });
+        }
+    };
+    let on_change = move |ev: leptos::ev::Event| {
+        typing.update_value(|n| *n += 1);
+        set_filter("q", event_target_value(&ev), false)
+    };
+    view! {
+        <input
+            type="search"
+            name="q"
+            placeholder="Search commands"
+            aria-label="Search commands"
+            prop:value=move || filters.with(|f| f.q.clone())
+            on:input=on_input
+            on:change=on_change
+        />
+    }
+}
+
+/// Says that the list shows the shards of one task, with a way back to every task.
+#[component]
+fn ShardNotice(filters: Memo<Filters>) -> impl IntoView {
+    let set_filter = filter_setter(filters);
+    let shard_of = move || filters.with(|f| f.shard_of.clone());
+    view! {
+        <span class="notice">
+            "Shards of "
+            <a href=move || format!("/tasks/{}", shard_of())>{shard_of}</a>
+            " "
+            <button type="button" class="link" on:click=move |_| set_filter("shard_of", String::new(), false)>
+                "show all"
+            </button>
+        </span>
+    }
+}
+
+/// The state filter's choices, the current one selected (also a list of states typed in the
+/// address).
+fn state_options(filters: Memo<Filters>) -> impl IntoView {
+    let current = filters.with(|f| f.state.clone());
+    let mut options: Vec<(String, String)> = vec![
+        (String::new(), "All states".into()),
+        (UNFINISHED.into(), "Unfinished".into()),
+    ];
+    options.extend(
+        TaskState::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), s.as_str().replace('_', " "))),
+    );
+    if !options.iter().any(|(v, _)| *v == current) {
+        options.push((current.clone(), current.replace(',', ", ")));
+    }
+    options
+        .into_iter()
+        .map(|(value, label)| {
+            let selected = value == current;
+            view! { <option value=value selected=selected>{label}</option> }
+        })
+        .collect_view()
+}
+
+/// The table of the rows shown; each row follows its task.
+#[component]
+fn TaskTable(rows: RwSignal<Vec<Row>>, admin: Signal<bool>) -> impl IntoView {
+    // Re-renders ages and running durations every second.
+    let tick = ui::ticker(1000);
+    view! {
+        <div class="table-wrap">
+            <table class="task-list">
+                <thead>
+                    <tr>
+                        <th>"Task"</th>
+                        <th>"State"</th>
+                        <th class="hide-narrow">"Queue"</th>
+                        <th>"Command"</th>
+                        <th class="num hide-narrow">"Attempt"</th>
+                        <Show when=move || admin.get()>
+                            <th class="hide-narrow">"Owner"</th>
+                        </Show>
+                        <th>"Created"</th>
+                        <th class="num hide-narrow">"Duration"</th>
+                        <th class="num hide-narrow">"Exit"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <For each=move || rows.get() key=|row| row.id let:row>
+                        <TaskRow task=row.task tick=tick admin=admin/>
+                    </For>
+                </tbody>
+            </table>
+        </div>
+    }
+}
+
+/// Links to the newest page and to the next older one, when there are such pages.
+#[component]
+fn Pager(filters: Memo<Filters>, next_cursor: RwSignal<Option<Uuid>>) -> impl IntoView {
+    let newest_href = move || {
+        let mut f = filters.get();
+        f.after.clear();
+        f.href()
+    };
+    let older_href = move || {
+        next_cursor.get().map(|cursor| {
+            let mut f = filters.get();
+            f.after = cursor.to_string();
+            f.href()
+        })
+    };
+    view! {
         <nav class="pager">
             <Show when=move || !filters.with(Filters::first_page)>
                 <a class="button" href=newest_href>"Newest"</a>
@@ -677,5 +765,23 @@ mod tests {
             ..Filters::default()
         };
         assert!(!page_two.is_filtered() && !page_two.first_page());
+    }
+
+    #[test]
+    fn a_changed_filter_goes_back_to_the_first_page() {
+        let page_two = Filters {
+            state: "failed".into(),
+            after: Uuid::nil().to_string(),
+            ..Filters::default()
+        };
+        let f = page_two.with_filter("queue", " reports ".into());
+        assert_eq!(f.queue, "reports", "a queue name is trimmed");
+        assert_eq!(f.state, "failed", "the other filters stay");
+        assert!(f.first_page(), "a new filter starts at the newest tasks");
+        assert_eq!(
+            page_two.with_filter("q", " two words ".into()).q,
+            " two words ",
+            "a search is kept as typed"
+        );
     }
 }
