@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
+use sked_types::events::TaskSummary;
 use sked_types::{
     StateChange, Task, TaskState, Workflow, WorkflowChange, WorkflowDetail, WorkflowPage,
     WorkflowState,
@@ -333,183 +334,239 @@ impl Nodes {
     fn count(&self, state: TaskState) -> usize {
         self.list.iter().filter(|n| n.state == state).count()
     }
+
+    /// Patches a task from a live event. True when the page must fetch the workflow again: the
+    /// task is not one it knows, or it has just failed (the event does not carry the error).
+    fn apply(&mut self, t: &TaskSummary) -> bool {
+        let Some(&i) = self.index.get(&t.id) else {
+            return true;
+        };
+        let n = &mut self.list[i];
+        let refetch = t.state == TaskState::Failed && n.state != TaskState::Failed;
+        if !t.state.is_final() {
+            n.error = None;
+        }
+        n.state = t.state;
+        n.attempt = t.attempt;
+        n.max_attempts = t.max_attempts;
+        n.started_at = t.started_at;
+        n.finished_at = t.finished_at;
+        n.exit_code = t.exit_code;
+        n.cancel_requested = t.cancel_requested;
+        refetch
+    }
 }
 
 #[component]
 pub fn WorkflowPage() -> impl IntoView {
-    let live = live::live();
     let params = use_params_map();
     let id = Memo::new(move |_| params.with(|p| p.get("id").and_then(|s| s.parse::<Uuid>().ok())));
-    let workflow = RwSignal::new(None::<Workflow>);
-    let nodes = RwSignal::new(Nodes::default());
-    let error = RwSignal::new(None::<String>);
-    let action_error = RwSignal::new(None::<String>);
-    let notice = RwSignal::new(None::<String>);
-    let busy = RwSignal::new(false);
-    let generation = StoredValue::new(0u64);
+    let shown = Shown::new(id);
+    let outcome = Outcome::new();
     let tick = ui::ticker(1000);
 
-    let fetch = move || {
-        let Some(wid) = id.get_untracked() else {
+    Effect::new(move |_| {
+        id.track();
+        shown.workflow.set(None);
+        shown.nodes.set(Nodes::default());
+        outcome.clear();
+        shown.fetch();
+    });
+    shown.follow(live::live());
+
+    let error = Signal::derive(move || match id.get() {
+        None => Some("This is not a workflow id.".to_owned()),
+        Some(_) => shown.error.get(),
+    });
+    let retry = move |task: Uuid, name: String| outcome.run(retry_task(task, name), shown);
+
+    view! {
+        <p class="hint"><a href="/workflows">"← Workflows"</a></p>
+        <ui::Loaded error=error ready=Signal::derive(move || shown.workflow.with(Option::is_some))>
+            {move || shown.workflow.get().map(|w| view! { <Header workflow=w nodes=shown.nodes tick=tick/> })}
+            <ActionBar shown=shown outcome=outcome/>
+            <h2>"Graph"</h2>
+            <GraphView nodes=shown.nodes/>
+            <h2>"Tasks"</h2>
+            <TaskTable nodes=shown.nodes tick=tick busy=outcome.busy retry=retry/>
+        </ui::Loaded>
+    }
+}
+
+/// What a workflow's page shows of it, and the error of its last fetch.
+#[derive(Clone, Copy)]
+struct Shown {
+    id: Memo<Option<Uuid>>,
+    workflow: RwSignal<Option<Workflow>>,
+    nodes: RwSignal<Nodes>,
+    error: RwSignal<Option<String>>,
+    generation: StoredValue<u64>,
+}
+
+impl Shown {
+    fn new(id: Memo<Option<Uuid>>) -> Self {
+        Shown {
+            id,
+            workflow: RwSignal::new(None),
+            nodes: RwSignal::new(Nodes::default()),
+            error: RwSignal::new(None),
+            generation: StoredValue::new(0),
+        }
+    }
+
+    /// Fetches the workflow; an answer to an older request is dropped.
+    fn fetch(self) {
+        let Some(wid) = self.id.get_untracked() else {
             return;
         };
-        generation.update_value(|g| *g += 1);
-        let mine = generation.get_value();
+        self.generation.update_value(|g| *g += 1);
+        let mine = self.generation.get_value();
         spawn_local(async move {
             let result = api::get::<WorkflowDetail>(&format!("/workflows/{wid}")).await;
-            if generation.try_get_value() != Some(mine) {
+            if self.generation.try_get_value() != Some(mine) {
                 return;
             }
             match result {
                 Ok(detail) => {
-                    nodes.set(Nodes::new(&detail));
-                    workflow.set(Some(detail.workflow));
-                    error.set(None);
+                    self.nodes.set(Nodes::new(&detail));
+                    self.workflow.set(Some(detail.workflow));
+                    self.error.set(None);
                 }
-                Err(e) => error.set(Some(e.message)),
+                Err(e) => self.error.set(Some(e.message)),
             }
         });
-    };
-    let fetch_soon = ui::throttled(REFETCH_GAP_MS, fetch);
+    }
 
-    Effect::new(move |_| {
-        id.track();
-        workflow.set(None);
-        nodes.set(Nodes::default());
-        notice.set(None);
-        action_error.set(None);
-        fetch();
-    });
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.workflows.get(),
-        {
-            let fetch_soon = fetch_soon.clone();
-            move |ids: &Arc<Vec<Uuid>>, _, _| {
-                if id.get_untracked().is_some_and(|wid| ids.contains(&wid)) {
+    /// Fetches again on `resync` and when the workflow changes, and patches its tasks from
+    /// live task events (fetching again when one is new or failed).
+    fn follow(self, live: live::Live) {
+        let fetch_soon = ui::throttled(REFETCH_GAP_MS, move || self.fetch());
+        Effect::watch(
+            move || live.resync.get(),
+            move |_, _, _| self.fetch(),
+            false,
+        );
+        Effect::watch(
+            move || live.workflows.get(),
+            {
+                let fetch_soon = fetch_soon.clone();
+                move |ids: &Arc<Vec<Uuid>>, _, _| {
+                    if self
+                        .id
+                        .get_untracked()
+                        .is_some_and(|wid| ids.contains(&wid))
+                    {
+                        fetch_soon();
+                    }
+                }
+            },
+            false,
+        );
+        Effect::watch(
+            move || live.tasks.get(),
+            move |batch, _, _| {
+                let Some(wid) = self.id.get_untracked() else {
+                    return;
+                };
+                if !batch.iter().any(|t| t.workflow_id == Some(wid)) {
+                    return;
+                }
+                let mut refetch = false;
+                self.nodes.update(|ns| {
+                    for t in batch.iter().filter(|t| t.workflow_id == Some(wid)) {
+                        refetch |= ns.apply(t);
+                    }
+                });
+                if refetch {
                     fetch_soon();
                 }
-            }
-        },
-        false,
-    );
-    Effect::watch(
-        move || live.tasks.get(),
-        move |batch, _, _| {
-            let Some(wid) = id.get_untracked() else {
-                return;
-            };
-            let ours: Vec<_> = batch
-                .iter()
-                .filter(|t| t.workflow_id == Some(wid))
-                .collect();
-            if ours.is_empty() {
-                return;
-            }
-            let mut refetch = false;
-            nodes.update(|ns| {
-                for t in ours {
-                    let Some(&i) = ns.index.get(&t.id) else {
-                        refetch = true;
-                        continue;
-                    };
-                    let n = &mut ns.list[i];
-                    if t.state == TaskState::Failed && n.state != TaskState::Failed {
-                        // The error message is not in the event.
-                        refetch = true;
-                    }
-                    if !t.state.is_final() {
-                        n.error = None;
-                    }
-                    n.state = t.state;
-                    n.attempt = t.attempt;
-                    n.max_attempts = t.max_attempts;
-                    n.started_at = t.started_at;
-                    n.finished_at = t.finished_at;
-                    n.exit_code = t.exit_code;
-                    n.cancel_requested = t.cancel_requested;
-                }
-            });
-            if refetch {
-                fetch_soon();
-            }
-        },
-        false,
-    );
+            },
+            false,
+        );
+    }
+}
 
-    // Runs an action, shows its outcome, and refetches.
-    let act = move |request: Action| {
-        busy.set(true);
-        action_error.set(None);
-        notice.set(None);
+/// The state of the actions: whether one is running, and what the last one said.
+#[derive(Clone, Copy)]
+struct Outcome {
+    busy: RwSignal<bool>,
+    error: RwSignal<Option<String>>,
+    notice: RwSignal<Option<String>>,
+}
+
+impl Outcome {
+    fn new() -> Self {
+        Outcome {
+            busy: RwSignal::new(false),
+            error: RwSignal::new(None),
+            notice: RwSignal::new(None),
+        }
+    }
+
+    fn clear(self) {
+        self.notice.set(None);
+        self.error.set(None);
+    }
+
+    /// Runs an action, shows its outcome, and fetches the workflow again.
+    fn run(self, request: Action, shown: Shown) {
+        self.busy.set(true);
+        self.clear();
         spawn_local(async move {
             match request.await {
                 Ok(message) => {
-                    notice.try_set(Some(message));
+                    self.notice.try_set(Some(message));
                 }
                 Err(e) => {
-                    action_error.try_set(Some(e.message));
+                    self.error.try_set(Some(e.message));
                 }
             }
-            busy.try_set(false);
-            fetch();
+            self.busy.try_set(false);
+            shown.fetch();
         });
-    };
-    let cancel = move |_| {
-        let Some(wid) = id.get_untracked() else {
-            return;
-        };
-        act(Box::pin(async move {
-            let change: WorkflowChange =
-                api::post_empty(&format!("/workflows/{wid}/cancel")).await?;
-            Ok(match change.state {
-                WorkflowState::Running => {
-                    "Cancelled: tasks not started are cancelled; running ones are being stopped."
-                        .to_owned()
-                }
-                state => format!("The workflow is {state}."),
-            })
-        }));
-    };
-    let rerun = move |_| {
-        let Some(wid) = id.get_untracked() else {
-            return;
-        };
-        act(Box::pin(async move {
-            let change: WorkflowChange =
-                api::post_empty(&format!("/workflows/{wid}/retry")).await?;
-            Ok(match change.tasks_rerun {
-                1 => "1 task runs again, and the tasks after it wait for it.".to_owned(),
-                n => format!("{n} tasks run again, and the tasks after them wait for them."),
-            })
-        }));
-    };
-    let retry_task = move |task: Uuid, name: String| {
-        act(Box::pin(async move {
-            let change: StateChange = api::post_empty(&format!("/tasks/{task}/retry")).await?;
-            Ok(format!(
-                "{name} runs again (now {}).",
-                change.state.as_str().replace('_', " ")
-            ))
-        }));
-    };
+    }
+}
 
-    let state = Signal::derive(move || {
-        workflow.with(|w| w.as_ref().map_or(WorkflowState::Running, |w| w.state))
-    });
-    let running = move || {
-        workflow.with(|w| {
-            w.as_ref()
-                .is_some_and(|w| w.state == WorkflowState::Running)
+/// `POST /workflows/{id}/cancel`, saying what it did.
+fn cancel_workflow(wid: Uuid) -> Action {
+    Box::pin(async move {
+        let change: WorkflowChange = api::post_empty(&format!("/workflows/{wid}/cancel")).await?;
+        Ok(match change.state {
+            WorkflowState::Running => {
+                "Cancelled: tasks not started are cancelled; running ones are being stopped."
+                    .to_owned()
+            }
+            state => format!("The workflow is {state}."),
         })
-    };
-    let rerunnable = move || {
-        nodes.with(|ns| {
-            ns.list
-                .iter()
-                .any(|n| matches!(n.state, TaskState::Failed | TaskState::Cancelled))
+    })
+}
+
+/// `POST /workflows/{id}/retry`, saying how many tasks run again.
+fn rerun_workflow(wid: Uuid) -> Action {
+    Box::pin(async move {
+        let change: WorkflowChange = api::post_empty(&format!("/workflows/{wid}/retry")).await?;
+        Ok(match change.tasks_rerun {
+            1 => "1 task runs again, and the tasks after it wait for it.".to_owned(),
+            n => format!("{n} tasks run again, and the tasks after them wait for them."),
         })
-    };
+    })
+}
+
+/// `POST /tasks/{id}/retry` of the task called `name`, saying its new state.
+fn retry_task(task: Uuid, name: String) -> Action {
+    Box::pin(async move {
+        let change: StateChange = api::post_empty(&format!("/tasks/{task}/retry")).await?;
+        Ok(format!(
+            "{name} runs again (now {}).",
+            change.state.as_str().replace('_', " ")
+        ))
+    })
+}
+
+/// The workflow's name and state, its facts, and a count of its tasks in each state.
+#[component]
+fn Header(workflow: Workflow, nodes: RwSignal<Nodes>, tick: ReadSignal<u64>) -> impl IntoView {
+    let w = workflow;
     let summary = move || {
         nodes.with(|ns| {
             let mut parts = vec![format!("{} tasks", ns.list.len())];
@@ -522,6 +579,90 @@ pub fn WorkflowPage() -> impl IntoView {
             parts.join(" · ")
         })
     };
+    view! {
+        <h1>
+            {display_name(&w.name)} " " <WorkflowBadge state=w.state/>
+        </h1>
+        <div class="panel">
+            <dl class="kv">
+                <dt>"Id"</dt>
+                <dd class="mono">{w.id.to_string()}</dd>
+                <dt>"Owner"</dt>
+                <dd>{w.owner.clone()}</dd>
+                <dt>"Created"</dt>
+                <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
+                <dt>"Finished"</dt>
+                <dd>
+                    {match w.finished_at {
+                        Some(at) => view! {
+                            <ui::Time at=at/>
+                            " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
+                        }.into_any(),
+                        None => view! { "not yet" }.into_any(),
+                    }}
+                </dd>
+                <dt>"Tasks"</dt>
+                <dd>{summary}</dd>
+            </dl>
+        </div>
+    }
+}
+
+/// Cancel and re-run, and what the last action said.
+#[component]
+fn ActionBar(shown: Shown, outcome: Outcome) -> impl IntoView {
+    let running = move || {
+        shown.workflow.with(|w| {
+            w.as_ref()
+                .is_some_and(|w| w.state == WorkflowState::Running)
+        })
+    };
+    let rerunnable = move || {
+        shown.nodes.with(|ns| {
+            ns.list
+                .iter()
+                .any(|n| matches!(n.state, TaskState::Failed | TaskState::Cancelled))
+        })
+    };
+    let on = move |request: fn(Uuid) -> Action| {
+        move |_: leptos::ev::MouseEvent| {
+            if let Some(wid) = shown.id.get_untracked() {
+                outcome.run(request(wid), shown);
+            }
+        }
+    };
+    let busy = outcome.busy;
+    view! {
+        <div class="actions">
+            <button
+                type="button"
+                class="danger"
+                data-action="cancel"
+                disabled=move || busy.get() || !running()
+                on:click=on(cancel_workflow)
+            >
+                "Cancel workflow"
+            </button>
+            <button
+                type="button"
+                data-action="rerun"
+                disabled=move || busy.get() || !rerunnable()
+                title="Run the failed and cancelled tasks again; the tasks after them wait for them"
+                on:click=on(rerun_workflow)
+            >
+                "Re-run from failed"
+            </button>
+        </div>
+        <ui::ErrorBox message=outcome.error/>
+        <Show when=move || outcome.notice.with(Option::is_some)>
+            <p class="notice" role="status">{move || outcome.notice.get()}</p>
+        </Show>
+    }
+}
+
+/// The graph of the workflow's tasks, or why it is not drawn.
+#[component]
+fn GraphView(nodes: RwSignal<Nodes>) -> impl IntoView {
     let shape = Memo::new(move |_| nodes.with(Nodes::shape));
     let graph = Memo::new(move |_| {
         shape.with(|(ids, edges)| {
@@ -529,89 +670,24 @@ pub fn WorkflowPage() -> impl IntoView {
                 .then(|| Arc::new(layout::layout(ids.len(), edges)))
         })
     });
-
-    let page_error = Signal::derive(move || match id.get() {
-        None => Some("This is not a workflow id.".to_owned()),
-        Some(_) => error.get(),
-    });
-
-    view! {
-        <p class="hint"><a href="/workflows">"← Workflows"</a></p>
-        <ui::Loaded error=page_error ready=Signal::derive(move || workflow.with(Option::is_some))>
-            {move || workflow.get().map(|w| view! {
-                <h1>
-                    {display_name(&w.name)} " " <WorkflowBadge state=state/>
-                </h1>
-                <div class="panel">
-                    <dl class="kv">
-                        <dt>"Id"</dt>
-                        <dd class="mono">{w.id.to_string()}</dd>
-                        <dt>"Owner"</dt>
-                        <dd>{w.owner.clone()}</dd>
-                        <dt>"Created"</dt>
-                        <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
-                        <dt>"Finished"</dt>
-                        <dd>
-                            {match w.finished_at {
-                                Some(at) => view! {
-                                    <ui::Time at=at/>
-                                    " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
-                                }.into_any(),
-                                None => view! { "not yet" }.into_any(),
-                            }}
-                        </dd>
-                        <dt>"Tasks"</dt>
-                        <dd>{summary}</dd>
-                    </dl>
-                </div>
-            })}
-            <div class="actions">
-                <button
-                    type="button"
-                    class="danger"
-                    data-action="cancel"
-                    disabled=move || busy.get() || !running()
-                    on:click=cancel
-                >
-                    "Cancel workflow"
-                </button>
-                <button
-                    type="button"
-                    data-action="rerun"
-                    disabled=move || busy.get() || !rerunnable()
-                    title="Run the failed and cancelled tasks again; the tasks after them wait for them"
-                    on:click=rerun
-                >
-                    "Re-run from failed"
-                </button>
-            </div>
-            <ui::ErrorBox message=action_error/>
-            <Show when=move || notice.with(Option::is_some)>
-                <p class="notice" role="status">{move || notice.get()}</p>
-            </Show>
-            <h2>"Graph"</h2>
-            {move || match graph.get() {
-                Some(g) => view! { <Graph layout=g nodes=nodes/> }.into_any(),
-                None => {
-                    let n = nodes.with(|ns| ns.list.len());
-                    if n == 0 {
-                        view! { <ui::Empty>"This workflow has no tasks."</ui::Empty> }.into_any()
-                    } else {
-                        view! {
-                            <p class="notice">
-                                {format!(
-                                    "This workflow has {} tasks: the graph is drawn for up to {MAX_GRAPH_TASKS}. The table below lists them all.",
-                                    ui::count(n as i64),
-                                )}
-                            </p>
-                        }
-                        .into_any()
-                    }
+    move || match graph.get() {
+        Some(g) => view! { <Graph layout=g nodes=nodes/> }.into_any(),
+        None => {
+            let n = nodes.with(|ns| ns.list.len());
+            if n == 0 {
+                view! { <ui::Empty>"This workflow has no tasks."</ui::Empty> }.into_any()
+            } else {
+                view! {
+                    <p class="notice">
+                        {format!(
+                            "This workflow has {} tasks: the graph is drawn for up to {MAX_GRAPH_TASKS}. The table below lists them all.",
+                            ui::count(n as i64),
+                        )}
+                    </p>
                 }
-            }}
-            <h2>"Tasks"</h2>
-            <TaskTable nodes=nodes tick=tick busy=busy retry=retry_task/>
-        </ui::Loaded>
+                .into_any()
+            }
+        }
     }
 }
 
@@ -793,4 +869,89 @@ fn TaskRow(
         </tr>
     }
     .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(states: &[TaskState]) -> Nodes {
+        let list: Vec<Node> = states
+            .iter()
+            .enumerate()
+            .map(|(i, &state)| Node {
+                id: Uuid::from_u128(i as u128 + 1),
+                name: format!("t{i}"),
+                state,
+                attempt: 1,
+                max_attempts: 3,
+                started_at: None,
+                finished_at: None,
+                exit_code: None,
+                error: state.is_final().then(|| "boom".to_owned()),
+                trigger_rule: "all_success".into(),
+                cancel_requested: false,
+                parents: Vec::new(),
+            })
+            .collect();
+        let index = list.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+        Nodes {
+            list,
+            index,
+            edges: Vec::new(),
+        }
+    }
+
+    fn event(id: u128, state: TaskState, attempt: i32) -> TaskSummary {
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        TaskSummary {
+            id: Uuid::from_u128(id),
+            owner: "alice".into(),
+            queue: "default".into(),
+            priority: 0,
+            kind: "command".into(),
+            argv: vec!["true".into()],
+            state,
+            attempt,
+            max_attempts: 3,
+            next_run_at: at,
+            created_at: at,
+            started_at: Some(at),
+            finished_at: state.is_final().then_some(at),
+            exit_code: state.is_final().then_some(1),
+            worker_id: None,
+            cancel_requested: false,
+            workflow_id: None,
+            name: None,
+            shard_of: None,
+        }
+    }
+
+    #[test]
+    fn live_events_patch_known_tasks_and_ask_for_what_they_lack() {
+        let mut ns = nodes(&[TaskState::Running, TaskState::Failed]);
+        assert!(
+            ns.apply(&event(99, TaskState::Waiting, 0)),
+            "a task the page does not know is fetched"
+        );
+        assert!(
+            ns.apply(&event(1, TaskState::Failed, 1)),
+            "a task that has just failed is fetched for its error"
+        );
+        assert_eq!(ns.list[0].state, TaskState::Failed);
+        assert_eq!(ns.list[0].exit_code, Some(1));
+        assert!(
+            !ns.apply(&event(2, TaskState::Failed, 1)),
+            "a task already failed needs nothing more"
+        );
+        assert!(
+            !ns.apply(&event(2, TaskState::Retry, 2)),
+            "a retry is in the event"
+        );
+        assert_eq!(
+            ns.list[1].error, None,
+            "a task that runs again has no error"
+        );
+        assert_eq!(ns.list[1].attempt, 2);
+    }
 }
