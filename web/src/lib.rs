@@ -14,6 +14,9 @@ pub mod live;
 pub mod pages;
 pub mod ui;
 
+#[cfg(test)]
+mod fixtures;
+
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::components::{A, Route, Router, Routes};

@@ -402,27 +402,9 @@ mod tests {
 
     #[test]
     fn only_events_about_services_or_their_copies_refetch_the_list() {
-        let t: DateTime<Utc> = "2026-12-01T00:00:00Z".parse().unwrap();
         let task = |kind: &str| TaskSummary {
-            id: Uuid::from_u128(2),
-            owner: "alice".into(),
-            queue: "default".into(),
-            priority: 0,
             kind: kind.into(),
-            argv: vec![],
-            state: TaskState::Running,
-            attempt: 1,
-            max_attempts: 3,
-            next_run_at: t,
-            created_at: t,
-            started_at: Some(t),
-            finished_at: None,
-            exit_code: None,
-            worker_id: None,
-            cancel_requested: false,
-            workflow_id: None,
-            name: None,
-            shard_of: None,
+            ..crate::fixtures::task_summary(2, TaskState::Running)
         };
         assert!(!about_services(&[task("command"), task("noop")]));
         assert!(about_services(&[task("command"), task("service")]));

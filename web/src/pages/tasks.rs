@@ -700,27 +700,10 @@ mod tests {
     use super::*;
 
     fn task(state: TaskState, queue: &str, argv: &[&str]) -> TaskSummary {
-        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         TaskSummary {
-            id: Uuid::nil(),
-            owner: "alice".into(),
             queue: queue.into(),
-            priority: 0,
-            kind: "command".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),
-            state,
-            attempt: 0,
-            max_attempts: 3,
-            next_run_at: at,
-            created_at: at,
-            started_at: None,
-            finished_at: None,
-            exit_code: None,
-            worker_id: None,
-            cancel_requested: false,
-            workflow_id: None,
-            name: None,
-            shard_of: None,
+            ..crate::fixtures::task_summary(0, state)
         }
     }
 

@@ -345,27 +345,12 @@ mod tests {
     }
 
     fn task(n: u128, state: TaskState, worker_id: Option<Uuid>) -> TaskSummary {
-        let t: DateTime<Utc> = "2026-11-30T00:00:00Z".parse().unwrap();
+        let t = crate::fixtures::task_summary(n, state);
         TaskSummary {
-            id: Uuid::from_u128(n),
-            owner: "alice".into(),
-            queue: "default".into(),
-            priority: 0,
-            kind: "command".into(),
-            argv: vec!["true".into()],
-            state,
             attempt: 1,
-            max_attempts: 3,
-            next_run_at: t,
-            created_at: t,
-            started_at: Some(t),
-            finished_at: None,
-            exit_code: None,
+            started_at: Some(t.created_at),
             worker_id,
-            cancel_requested: false,
-            workflow_id: None,
-            name: None,
-            shard_of: None,
+            ..t
         }
     }
 

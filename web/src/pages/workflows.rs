@@ -903,27 +903,13 @@ mod tests {
     }
 
     fn event(id: u128, state: TaskState, attempt: i32) -> TaskSummary {
-        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let t = crate::fixtures::task_summary(id, state);
         TaskSummary {
-            id: Uuid::from_u128(id),
-            owner: "alice".into(),
-            queue: "default".into(),
-            priority: 0,
-            kind: "command".into(),
-            argv: vec!["true".into()],
-            state,
             attempt,
-            max_attempts: 3,
-            next_run_at: at,
-            created_at: at,
-            started_at: Some(at),
-            finished_at: state.is_final().then_some(at),
+            started_at: Some(t.created_at),
+            finished_at: state.is_final().then_some(t.created_at),
             exit_code: state.is_final().then_some(1),
-            worker_id: None,
-            cancel_requested: false,
-            workflow_id: None,
-            name: None,
-            shard_of: None,
+            ..t
         }
     }
 
