@@ -1,5 +1,6 @@
 //! Extractors whose failures are API errors: the caller's token, and JSON bodies, query
-//! strings and path segments that reject with a JSON body instead of axum's plain text.
+//! strings and path segments that reject with a JSON body instead of axum's plain text, and
+//! refuse U+0000, which PostgreSQL cannot store.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
@@ -41,7 +42,8 @@ impl FromRequestParts<AppState> for Auth {
     }
 }
 
-/// A JSON body; malformed JSON and unknown fields are `invalid_request`.
+/// A JSON body; malformed JSON, unknown fields, and an array where an object is expected
+/// (at any depth: see [`sked_types::strict`]) are `invalid_request`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
@@ -53,8 +55,17 @@ where
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
-        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
-        Ok(Json(value))
+        let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state).await?;
+        if holds_nul(&value) {
+            return Err(nul_refused("strings of the body"));
+        }
+        sked_types::strict::from_value(value)
+            .map(Json)
+            .map_err(|e| {
+                Error::InvalidRequest(format!(
+                    "Failed to deserialize the JSON body into the target type: {e}"
+                ))
+            })
     }
 }
 
@@ -70,6 +81,9 @@ where
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        if parts.uri.query().is_some_and(|q| q.contains("%00")) {
+            return Err(nul_refused("query parameters"));
+        }
         let axum::extract::Query(value) =
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(Query(value))
@@ -88,9 +102,31 @@ where
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        if parts.uri.path().contains("%00") {
+            return Err(nul_refused("path segments"));
+        }
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(Path(value))
+    }
+}
+
+/// PostgreSQL's text and jsonb cannot hold U+0000, so no request may: bodies, query strings
+/// and paths holding it are refused here, before any handler (the OpenAPI document says so
+/// of every free string).
+fn nul_refused(what: &str) -> Error {
+    Error::InvalidRequest(format!(
+        "{what} must not contain the NUL character (U+0000)"
+    ))
+}
+
+/// Whether a string or a key of `value`, at any depth, holds U+0000.
+fn holds_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(holds_nul),
+        serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
     }
 }
 

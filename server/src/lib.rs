@@ -13,11 +13,12 @@
 //! - `system` — the overview, workers, queues, the caller (`me`) and health.
 //! - `queues` — pause, resume and limit a queue (admin tokens only).
 //! - `quotas` — the task rows one request may create, and one owner per minute.
-//! - `openapi` — the OpenAPI 3 document, generated from the handlers.
+//! - `openapi` — every route of the API and its OpenAPI 3 document, from one declaration.
 //! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
 //!   coalesced and filtered per client.
 //! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
-//! - `extract` — the caller's token and body/query/path extractors that fail as API errors.
+//! - `extract` — the caller's token and body/query/path extractors that fail as API errors;
+//!   a JSON body is read into its type as its schema reads it (`sked_types::strict`).
 //! - `error` — the one error type, rendered to HTTP in one place.
 //!
 //! Every endpoint but `GET /api/v1/health` and `GET /api/v1/openapi.json` needs
@@ -42,9 +43,8 @@ mod workflows;
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::handler::Handler;
-use axum::routing::{get, post};
+use axum::routing::get;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::compression::CompressionLayer;
@@ -52,7 +52,7 @@ use tower_http::trace::TraceLayer;
 
 pub use error::Error;
 pub use events::{EventsConfig, Hub};
-pub use openapi::ApiDoc;
+pub use openapi::document as openapi_document;
 pub use quotas::{
     DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE, DEFAULT_MAX_ROWS_PER_REQUEST,
     MAX_ROWS_PER_OWNER_PER_MINUTE, Quotas,
@@ -115,55 +115,11 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
 
 /// The API router over a pool, with live events from `events` when given and `quotas`.
 pub fn router_with(pool: PgPool, events: Option<Hub>, quotas: Quotas) -> Router {
-    let api = Router::new()
-        .route("/tasks", get(tasks::list).post(tasks::submit))
-        .route(
-            "/tasks/batch",
-            post(tasks::submit_batch).layer(DefaultBodyLimit::max(tasks::MAX_BATCH_BODY)),
-        )
-        .route("/tasks/{id}", get(tasks::detail))
-        .route("/tasks/{id}/logs", get(tasks::logs))
-        .route("/tasks/{id}/cancel", post(tasks::cancel))
-        .route("/tasks/{id}/retry", post(tasks::retry))
-        .route("/tasks/{id}/resubmit", post(tasks::resubmit))
-        .route(
-            "/workflows",
-            get(workflows::list)
-                .post(workflows::submit)
-                .layer(DefaultBodyLimit::max(tasks::MAX_BATCH_BODY)),
-        )
-        .route("/workflows/{id}", get(workflows::detail))
-        .route("/workflows/{id}/cancel", post(workflows::cancel))
-        .route("/workflows/{id}/retry", post(workflows::retry))
-        .route("/schedules", get(schedules::list).post(schedules::create))
-        .route(
-            "/schedules/{id}",
-            get(schedules::detail)
-                .patch(schedules::update)
-                .delete(schedules::delete),
-        )
-        .route("/services", get(services::list))
-        .route(
-            "/services/{id}",
-            get(services::detail).patch(services::update),
-        )
-        .route("/schedules/{id}/pause", post(schedules::pause))
-        .route("/schedules/{id}/resume", post(schedules::resume))
-        .route("/schedules/{id}/run", post(schedules::run))
-        .route("/cron/preview", get(schedules::preview))
-        .route("/overview", get(system::overview))
-        .route("/workers", get(system::workers))
-        .route("/queues", get(system::queues))
-        .route("/queues/{name}", axum::routing::patch(queues::update))
-        .route("/queues/{name}/pause", post(queues::pause))
-        .route("/queues/{name}/resume", post(queues::resume))
-        .route("/me", get(system::me))
-        .route("/health", get(system::health))
-        .route("/events", get(events::events))
-        .route("/openapi.json", get(openapi::openapi_json))
-        .method_not_allowed_fallback(method_not_allowed);
-    Router::new()
-        .nest("/api/v1", api)
+    let (api, _) = openapi::api().split_for_parts();
+    api
+        // Live events are a websocket, which OpenAPI 3 does not describe.
+        .route("/api/v1/events", get(events::events))
+        .method_not_allowed_fallback(method_not_allowed)
         // The dashboard's files, gzipped for browsers that accept it (the .wasm shrinks 3×).
         .fallback(web::serve.layer(CompressionLayer::new()))
         .layer(TraceLayer::new_for_http())

@@ -1,14 +1,27 @@
-//! The OpenAPI 3 document of the API, generated from the handlers' `#[utoipa::path]`
-//! annotations and the wire types' schemas, served at `GET /api/v1/openapi.json`.
+//! The API's routes and its OpenAPI 3 document, from one declaration: [`api`] registers each
+//! handler once with `routes!`, which gives axum its route and the document its operation
+//! (from the handler's `#[utoipa::path]`). The document is served at
+//! `GET /api/v1/openapi.json`.
+//!
+//! The errors every operation of a kind can meet are written once, as components the
+//! operations refer to ([`CommonErrors`]): 401 for an operation that needs a token, 400 for
+//! one with parameters or a body (what the extractors refuse), 413 for one with a body.
 
 use std::sync::LazyLock;
 
+use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::IntoResponse;
+use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder, schema,
+};
 use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
-use crate::{queues, schedules, services, system, tasks, workflows};
+use crate::{AppState, queues, schedules, services, system, tasks, workflows};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,44 +31,12 @@ use crate::{queues, schedules, services, system, tasks, workflows};
                        endpoint but `health` and `openapi.json` needs `Authorization: Bearer \
                        <token>`; errors have the body `ApiError` with a stable `code`."
     ),
-    paths(
-        tasks::submit,
-        tasks::submit_batch,
-        tasks::list,
-        tasks::detail,
-        tasks::logs,
-        tasks::cancel,
-        tasks::retry,
-        tasks::resubmit,
-        workflows::submit,
-        workflows::list,
-        workflows::detail,
-        workflows::cancel,
-        workflows::retry,
-        schedules::create,
-        schedules::list,
-        schedules::detail,
-        schedules::update,
-        schedules::pause,
-        schedules::resume,
-        schedules::run,
-        schedules::delete,
-        schedules::preview,
-        services::list,
-        services::detail,
-        services::update,
-        system::overview,
-        system::workers,
-        system::queues,
-        queues::pause,
-        queues::resume,
-        queues::update,
-        system::me,
-        system::health,
-        openapi_json,
-    ),
-    components(schemas(sked_types::ApiError, sked_types::TaskState, sked_types::TaskPage,
-                       sked_types::TaskSummaryPage)),
+    components(schemas(
+        sked_types::ApiError,
+        sked_types::TaskState,
+        sked_types::QueueName,
+        tasks::ListView
+    )),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
@@ -66,7 +47,265 @@ use crate::{queues, schedules, services, system, tasks, workflows};
         (name = "queues", description = "Pause, resume and limit queues (admin tokens)"),
     )
 )]
-pub struct ApiDoc;
+struct ApiDoc;
+
+/// Every route of the API under `/api/v1` that has an OpenAPI operation, each declared once:
+/// the route and its entry in the document both come from here.
+pub(crate) fn api() -> OpenApiRouter<AppState> {
+    // Batches and workflows may be larger than axum's default body limit (2 MiB).
+    let large_bodies = || DefaultBodyLimit::max(tasks::MAX_BATCH_BODY);
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(tasks::list, tasks::submit))
+        .routes(routes!(tasks::submit_batch).layer(large_bodies()))
+        .routes(routes!(tasks::detail))
+        .routes(routes!(tasks::logs))
+        .routes(routes!(tasks::cancel))
+        .routes(routes!(tasks::retry))
+        .routes(routes!(tasks::resubmit))
+        .routes(routes!(workflows::list, workflows::submit).layer(large_bodies()))
+        .routes(routes!(workflows::detail))
+        .routes(routes!(workflows::cancel))
+        .routes(routes!(workflows::retry))
+        .routes(routes!(schedules::list, schedules::create))
+        .routes(routes!(
+            schedules::detail,
+            schedules::update,
+            schedules::delete
+        ))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::run))
+        .routes(routes!(schedules::preview))
+        .routes(routes!(services::list))
+        .routes(routes!(services::detail, services::update))
+        .routes(routes!(system::overview))
+        .routes(routes!(system::workers))
+        .routes(routes!(system::queues))
+        .routes(routes!(queues::update))
+        .routes(routes!(queues::pause))
+        .routes(routes!(queues::resume))
+        .routes(routes!(system::me))
+        .routes(routes!(system::health))
+        .routes(routes!(openapi_json))
+}
+
+/// The OpenAPI document of [`api`], with the version of this build, as JSON.
+pub fn document() -> serde_json::Value {
+    let (_, mut doc) = api().split_for_parts();
+    CommonErrors.modify(&mut doc);
+    NoNulInStrings.modify(&mut doc);
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    let mut json = serde_json::to_value(doc).expect("the OpenAPI document serialises to JSON");
+    camel_case_links(&mut json);
+    task_rules(&mut json["components"]["schemas"]);
+    other_rules(&mut json);
+    json
+}
+
+/// `schema` without its `null`: a `type` list loses it, a `oneOf` its null branch.
+fn not_null(schema: &mut serde_json::Value) {
+    if let Some(types) = schema["type"].as_array_mut() {
+        types.retain(|t| t != "null");
+    }
+    if let Some(branches) = schema.get_mut("oneOf").and_then(|b| b.as_array_mut()) {
+        branches.retain(|b| b.get("type").is_none_or(|t| t != "null"));
+        if branches.len() == 1 {
+            let only = branches.remove(0);
+            *schema = only;
+        }
+    }
+}
+
+/// The cron expressions the document declares: a macro, or 5 fields (6 with seconds first) of
+/// `*`, `*/step` or one value in the field's range. The parser (`sql/schedules.sql`) reads
+/// more (lists, ranges, names); those are valid too, but not described here.
+const CRON_PATTERN: &str = concat!(
+    "^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|",
+    "((\\*|[1-5]?[0-9])(/([1-9]|[1-5][0-9]))? )?",
+    "(\\*|[1-5]?[0-9])(/([1-9]|[1-5][0-9]))? ",
+    "(\\*|1?[0-9]|2[0-3])(/([1-9]|1[0-9]|2[0-3]))? ",
+    "(\\*|[1-9]|1[0-9]|2[0-8]) ",
+    "(\\*|[1-9]|1[0-2]) ",
+    "(\\*|[0-7]))$"
+);
+
+/// The rules across fields of the other bodies, and what the schemas of free JSON values
+/// (`serde_json::Value` fields) are.
+fn other_rules(doc: &mut serde_json::Value) {
+    use serde_json::json;
+    let schemas = &mut doc["components"]["schemas"];
+    let given = |field: &str, schema: serde_json::Value| json!({"required": [field], "properties": {field: schema}});
+    // `check_changes`: a change names at least one key; `services_update_values_must_not_be_null`.
+    schemas["UpdateService"]["minProperties"] = json!(1);
+    for key in ["args", "env", "labels", "restart_policy", "replicas"] {
+        not_null(&mut schemas["UpdateService"]["properties"][key]);
+    }
+    // `queues_burst_needs_a_rate`.
+    schemas["QueueLimits"]["dependentSchemas"] = json!({"burst": {"if": given("burst", json!({"type": "integer"})),
+                         "then": given("rate_per_sec", json!({"type": "number"}))}});
+    // A schedule runs a task or a workflow (`schedules_run_a_task_or_a_workflow`); its
+    // workflow is a workflow submission.
+    let workflow =
+        json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/SubmitWorkflow"}]});
+    for schedule in ["CreateSchedule", "UpdateSchedule"] {
+        schemas[schedule]["properties"]["workflow"] = workflow.clone();
+        schemas[schedule]["properties"]["cron"]["pattern"] = json!(CRON_PATTERN);
+    }
+    schemas["CreateSchedule"]["oneOf"] = json!([
+        given("task", json!({"type": "object"})),
+        given("workflow", json!({"type": "object"})),
+    ]);
+    schemas["UpdateSchedule"]["not"] = json!({"allOf": [
+        given("task", json!({"type": "object"})),
+        given("workflow", json!({"type": "object"})),
+    ]});
+    let preview = doc["paths"]["/api/v1/cron/preview"]["get"]["parameters"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == "cron");
+    for parameter in preview {
+        parameter["schema"]["pattern"] = json!(CRON_PATTERN);
+    }
+}
+
+/// The rules of a task submission across its fields, as the table's constraints enforce them
+/// (`tasks_command_and_artifact_are_exclusive`, `tasks_artifact_requires_sha256`,
+/// `tasks_command_or_artifact_is_required`, `tasks_*_are_only_for_services`,
+/// `tasks_services_are_not_preemptible`, `tasks_shards_and_broadcast_are_exclusive`), and the
+/// schemas made from `SubmitTask`: a workflow's task (its fields plus `name`, `depends_on` and
+/// `trigger_rule`) and a schedule's task template (its fields but `owner`, `run_at` and
+/// `delay_secs`, which the schedule sets).
+fn task_rules(schemas: &mut serde_json::Value) {
+    use serde_json::json;
+    let given = |field: &str, schema: serde_json::Value| json!({"required": [field], "properties": {field: schema}});
+    for body in ["SubmitTask", "UpdateService"] {
+        let properties = &mut schemas[body]["properties"];
+        // `tasks_env_must_be_an_object_of_strings`: names are not empty and hold no `=`.
+        properties["env"]["propertyNames"] = json!({"pattern": "^[^=\\x00]+$"});
+        // `tasks_command_must_not_be_empty`: the program is named.
+        properties["command"]["prefixItems"] = json!([{"type": "string", "minLength": 1}]);
+    }
+    // Free JSON (a task's `input`, a health check) is stored as jsonb, which holds no U+0000.
+    schemas["JsonValue"] = json!({
+        "description": "Any JSON value whose strings and keys hold no U+0000",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL},
+             "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+        ],
+    });
+    for body in ["SubmitTask", "UpdateService"] {
+        let properties = &mut schemas[body]["properties"];
+        properties["input"] = json!({"oneOf": [
+            {"type": "null"},
+            {"$ref": "#/components/schemas/JsonValue"},
+        ]});
+        properties["health_check"] = json!({"oneOf": [
+            {"type": "null"},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL},
+             "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+        ]});
+    }
+    let submit = &mut schemas["SubmitTask"];
+    submit["allOf"] = json!([
+        {"not": {"allOf": [
+            given("command", json!({"type": "array"})),
+            given("artifact_url", json!({"type": "string"})),
+        ]}},
+        {"if": given("artifact_url", json!({"type": "string"})),
+         "then": given("artifact_sha256", json!({"type": "string"}))},
+        {"if": {"not": given("kind", json!({"enum": ["noop", "sleep"]}))},
+         "then": {"anyOf": [
+             given("command", json!({"type": "array"})),
+             given("artifact_url", json!({"type": "string"})),
+         ]}},
+        {"if": {"not": given("kind", json!({"const": "service"}))},
+         "then": {"properties": {
+             "replicas": {"type": "null"},
+             "restart_policy": {"type": "null"},
+             "health_check": {"type": "null"},
+         }}},
+        {"not": {"allOf": [
+            given("kind", json!({"const": "service"})),
+            given("preemptible", json!({"const": true})),
+        ]}},
+        {"not": {"allOf": [
+            given("shards", json!({"type": "integer"})),
+            given("broadcast", json!({"const": true})),
+        ]}},
+    ]);
+    let submit = submit.clone();
+
+    let mut template = submit.clone();
+    if let Some(properties) = template["properties"].as_object_mut() {
+        for set_by_schedule in ["owner", "run_at", "delay_secs"] {
+            properties.remove(set_by_schedule);
+        }
+    }
+    template["description"] = json!(
+        "A schedule's task: the fields of a task submission but `owner`, `run_at` and \
+         `delay_secs`, which the schedule sets for each occurrence."
+    );
+    schemas["TaskTemplate"] = template;
+    for schedule in ["CreateSchedule", "UpdateSchedule"] {
+        let task = &mut schemas[schedule]["properties"]["task"];
+        *task = serde_json::from_str(&task.to_string().replace(
+            "#/components/schemas/SubmitTask",
+            "#/components/schemas/TaskTemplate",
+        ))
+        .expect("a schema stays JSON");
+    }
+
+    // `#[serde(flatten)]` gives `allOf: [SubmitTask, {name, ...}]`, which no object can
+    // match since SubmitTask allows no other field: the workflow's task is SubmitTask's
+    // fields and its own, in one object.
+    let own = schemas["WorkflowTask"]["allOf"][1].clone();
+    let mut workflow_task = submit;
+    if let (Some(properties), Some(extra)) = (
+        workflow_task["properties"].as_object_mut(),
+        own["properties"].as_object(),
+    ) {
+        properties.extend(extra.clone());
+    }
+    workflow_task["required"] = own["required"].clone();
+    workflow_task["description"] = schemas["WorkflowTask"]["description"].clone();
+    schemas["WorkflowTask"] = workflow_task;
+}
+
+/// utoipa 5 writes the fields of a response's link in snake case (`operation_id`); OpenAPI
+/// names them in camel case (`operationId`), and tools ignore a link without one.
+fn camel_case_links(doc: &mut serde_json::Value) {
+    let responses = doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut());
+    for response in responses {
+        let links = response
+            .get_mut("links")
+            .and_then(|l| l.as_object_mut())
+            .into_iter()
+            .flat_map(|links| links.values_mut())
+            .filter_map(|link| link.as_object_mut());
+        for link in links {
+            for (snake, camel) in [
+                ("operation_id", "operationId"),
+                ("operation_ref", "operationRef"),
+                ("request_body", "requestBody"),
+            ] {
+                if let Some(value) = link.remove(snake) {
+                    link.insert(camel.to_owned(), value);
+                }
+            }
+        }
+    }
+}
 
 /// Declares the `bearer` security scheme the paths refer to.
 struct BearerAuth;
@@ -88,12 +327,178 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The errors of the extractors and the token check, declared once as response components
+/// and referred to from every operation that can meet them (unless the operation describes
+/// that status itself).
+struct CommonErrors;
+
+/// Every operation of the document.
+fn operations_mut(openapi: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &mut Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// The shared responses: (component name, status, description, applies to the operation).
+type Rule = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Operation) -> bool,
+);
+
+const COMMON_ERRORS: &[Rule] = &[
+    (
+        "InvalidRequest",
+        "400",
+        "`invalid_request`: a path segment, query parameter or body that does not read as \
+         declared (malformed JSON, an unknown field, a wrong type, a value out of its range); \
+         the message says which",
+        |op| op.parameters.as_ref().is_some_and(|p| !p.is_empty()) || op.request_body.is_some(),
+    ),
+    (
+        "Unauthorized",
+        "401",
+        "`unauthorized`: no token, a malformed `Authorization` header, or an unknown, revoked \
+         or expired token",
+        |op| op.security.as_ref().is_some_and(|s| !s.is_empty()),
+    ),
+    (
+        "BodyTooLarge",
+        "413",
+        "`too_large`: the body is larger than the server reads (2 MiB; 32 MiB for batches and \
+         workflows)",
+        |op| op.request_body.is_some(),
+    ),
+];
+
+impl Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for operation in operations_mut(openapi) {
+            for (name, status, _, applies) in COMMON_ERRORS {
+                if applies(operation) {
+                    operation
+                        .responses
+                        .responses
+                        .entry((*status).to_owned())
+                        .or_insert_with(|| RefOr::Ref(Ref::from_response_name(*name)));
+                }
+            }
+        }
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, status, description, _) in COMMON_ERRORS {
+            components.responses.insert(
+                (*name).to_owned(),
+                RefOr::T(error_response(status, description)),
+            );
+        }
+    }
+}
+
+/// A response whose body is an `ApiError`; a 401 also names the `Bearer` challenge.
+fn error_response(status: &str, description: &str) -> Response {
+    let mut response = ResponseBuilder::new().description(description).content(
+        "application/json",
+        ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name("ApiError")))
+            .build(),
+    );
+    if status == "401" {
+        response = response.header(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(schema::Object::with_type(schema::Type::String))
+                .description(Some("`Bearer`"))
+                .build(),
+        );
+    }
+    response.build()
+}
+
+/// PostgreSQL's text cannot hold U+0000, so no string the API takes may contain it (a request
+/// holding one is refused with 400): every free string of the document, in parameters and in
+/// schemas, says so with a pattern. Strings that have a format, an enumeration or a pattern
+/// of their own are left as they are.
+struct NoNulInStrings;
+
+/// Any text without U+0000.
+const NO_NUL: &str = "^[^\\x00]*$";
+
+impl Modify for NoNulInStrings {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for operation in operations_mut(openapi) {
+            for parameter in operation.parameters.iter_mut().flatten() {
+                if let Some(schema) = &mut parameter.schema {
+                    no_nul(schema);
+                }
+            }
+            for content in operation
+                .request_body
+                .iter_mut()
+                .flat_map(|b| b.content.values_mut())
+            {
+                if let Some(schema) = &mut content.schema {
+                    no_nul(schema);
+                }
+            }
+        }
+        for schema in openapi
+            .components
+            .iter_mut()
+            .flat_map(|c| c.schemas.values_mut())
+        {
+            no_nul(schema);
+        }
+    }
+}
+
+/// Adds [`NO_NUL`] to the free strings of `schema`, at any depth.
+fn no_nul(schema: &mut RefOr<schema::Schema>) {
+    let RefOr::T(schema) = schema else { return };
+    match schema {
+        schema::Schema::Object(object) => {
+            let is_string = match &object.schema_type {
+                schema::SchemaType::Type(t) => *t == schema::Type::String,
+                schema::SchemaType::Array(types) => types.contains(&schema::Type::String),
+                schema::SchemaType::AnyValue => false,
+            };
+            if is_string
+                && object.format.is_none()
+                && object.enum_values.is_none()
+                && object.pattern.is_none()
+            {
+                object.pattern = Some(NO_NUL.to_owned());
+            }
+            object.properties.values_mut().for_each(no_nul);
+            if let Some(additional) = &mut object.additional_properties
+                && let schema::AdditionalProperties::RefOr(additional) = additional.as_mut()
+            {
+                no_nul(additional);
+            }
+        }
+        schema::Schema::Array(array) => {
+            if let schema::ArrayItems::RefOrSchema(items) = &mut array.items {
+                no_nul(items);
+            }
+        }
+        schema::Schema::OneOf(one_of) => one_of.items.iter_mut().for_each(no_nul),
+        schema::Schema::AllOf(all_of) => all_of.items.iter_mut().for_each(no_nul),
+        schema::Schema::AnyOf(any_of) => any_of.items.iter_mut().for_each(no_nul),
+        _ => {}
+    }
+}
+
 /// The document, serialised once.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    let mut doc = ApiDoc::openapi();
-    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    doc.to_pretty_json()
-        .expect("the OpenAPI document serialises to JSON")
+    serde_json::to_string_pretty(&document()).expect("the OpenAPI document serialises to JSON")
 });
 
 /// This OpenAPI document; needs no token.
@@ -106,4 +511,151 @@ pub async fn openapi_json() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         DOCUMENT.as_str(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    fn doc() -> Value {
+        document()
+    }
+
+    /// The `minimum` and `maximum` the document declares for a query parameter.
+    fn range(doc: &Value, path: &str, name: &str) -> (i64, i64) {
+        let parameters = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+        let schema = &parameters
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} declares {name}"))["schema"];
+        (
+            schema["minimum"].as_i64().unwrap(),
+            schema["maximum"].as_i64().unwrap(),
+        )
+    }
+
+    #[test]
+    fn declared_ranges_are_the_enforced_ones() {
+        let doc = doc();
+        assert_eq!(range(&doc, "/api/v1/tasks", "limit"), (1, tasks::MAX_PAGE));
+        assert_eq!(
+            range(&doc, "/api/v1/workflows", "limit"),
+            (1, tasks::MAX_PAGE)
+        );
+        assert_eq!(
+            range(&doc, "/api/v1/tasks/{id}/logs", "limit"),
+            (1, tasks::MAX_LOG_CHUNKS)
+        );
+        assert_eq!(
+            range(&doc, "/api/v1/cron/preview", "n"),
+            (1, i64::from(schedules::MAX_PREVIEW))
+        );
+    }
+
+    /// Every `$ref` of `value`, at any depth.
+    fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(target)) = map.get("$ref") {
+                    found.push(target);
+                }
+                map.values().for_each(|v| refs(v, found));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = doc();
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(found.len() > 100, "the document refers to its components");
+        for target in found {
+            let pointer = target
+                .strip_prefix('#')
+                .unwrap_or_else(|| panic!("{target} is a reference inside the document"));
+            assert!(
+                doc.pointer(pointer).is_some(),
+                "{target} names a component of the document"
+            );
+        }
+    }
+
+    #[test]
+    fn the_common_errors_are_declared_once_and_referred_to() {
+        let doc = doc();
+        let get_task = &doc["paths"]["/api/v1/tasks/{id}"]["get"]["responses"];
+        assert_eq!(
+            get_task["400"]["$ref"], "#/components/responses/InvalidRequest",
+            "a path parameter can be refused: {get_task}"
+        );
+        assert_eq!(
+            get_task["401"]["$ref"],
+            "#/components/responses/Unauthorized"
+        );
+        assert!(get_task.get("413").is_none(), "no body, no 413: {get_task}");
+        let submit = &doc["paths"]["/api/v1/queues/{name}"]["patch"]["responses"];
+        assert_eq!(submit["413"]["$ref"], "#/components/responses/BodyTooLarge");
+        let health = &doc["paths"]["/api/v1/health"]["get"]["responses"];
+        assert!(
+            health.get("400").is_none() && health.get("401").is_none(),
+            "health takes no token and no input: {health}"
+        );
+        let me = &doc["paths"]["/api/v1/me"]["get"]["responses"];
+        assert!(me.get("400").is_none(), "me takes no input: {me}");
+        assert_eq!(
+            doc["components"]["responses"]["Unauthorized"]["headers"]["WWW-Authenticate"]["schema"]
+                ["type"],
+            "string"
+        );
+    }
+
+    #[test]
+    fn the_state_filter_names_every_state() {
+        let doc = doc();
+        let parameters = doc["paths"]["/api/v1/tasks"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        let pattern =
+            parameters.iter().find(|p| p["name"] == "state").unwrap()["schema"]["pattern"]
+                .as_str()
+                .unwrap();
+        for state in sked_types::TaskState::ALL {
+            assert_eq!(
+                pattern.matches(&format!("|{}|", state.as_str())).count()
+                    + pattern.matches(&format!("({}|", state.as_str())).count()
+                    + pattern.matches(&format!("|{})", state.as_str())).count(),
+                2,
+                "both alternations of {pattern} name {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn links_name_their_operation_in_camel_case() {
+        let doc = doc();
+        let links = &doc["paths"]["/api/v1/tasks"]["post"]["responses"]["201"]["links"];
+        assert_eq!(links["get_task"]["operationId"], "get_task", "{links}");
+        assert_eq!(
+            links["get_task"]["parameters"]["id"],
+            "$response.body#/ids/0"
+        );
+        assert!(links["get_task"].get("operation_id").is_none(), "{links}");
+    }
+
+    #[test]
+    fn free_strings_exclude_nul() {
+        let doc = doc();
+        let submit = &doc["components"]["schemas"]["SubmitTask"]["properties"];
+        assert_eq!(submit["command"]["items"]["pattern"], NO_NUL, "{submit}");
+        assert_eq!(
+            submit["run_at"].get("pattern"),
+            None,
+            "a date-time has its format: {submit}"
+        );
+    }
 }

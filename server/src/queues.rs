@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use sked_db::token::Principal;
-use sked_types::{ApiError, QueueControls, QueueLimits};
+use sked_types::{ApiError, QueueControls, QueueLimits, QueueName};
 
 use crate::AppState;
 use crate::error::{Error, Result};
@@ -23,6 +23,9 @@ fn admin_only(principal: &Principal) -> Result<()> {
     }
 }
 
+/// The smallest rate limit: the smallest normal double (PostgreSQL refuses subnormal ones).
+const MIN_RATE: f64 = f64::MIN_POSITIVE;
+
 /// The checks the schema words less well: values that fit the columns, said with the field's
 /// name.
 fn validate(limits: &QueueLimits) -> Result<()> {
@@ -34,10 +37,10 @@ fn validate(limits: &QueueLimits) -> Result<()> {
         )));
     }
     if let Some(Some(rate)) = limits.rate_per_sec
-        && !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0)
+        && !(rate.is_finite() && (MIN_RATE..=1_000_000.0).contains(&rate))
     {
         return Err(Error::InvalidRequest(format!(
-            "rate_per_sec must be more than 0 and at most 1000000 tasks per second (null: no limit), got {rate}"
+            "rate_per_sec must be more than 0 (at least {MIN_RATE:e}) and at most 1000000 tasks per second (null: no limit), got {rate}"
         )));
     }
     if let Some(Some(n)) = limits.burst
@@ -56,10 +59,9 @@ fn validate(limits: &QueueLimits) -> Result<()> {
 /// paused queue changes nothing (it keeps its `paused_at`).
 #[utoipa::path(
     post, path = "/api/v1/queues/{name}/pause", operation_id = "pause_queue", tag = "queues",
-    params(("name" = String, Path, description = "Queue name")),
+    params(("name" = QueueName, Path, description = "Queue name")),
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "Not an admin token", body = ApiError),
         (status = 422, description = "Not a valid queue name", body = ApiError),
     ),
@@ -80,10 +82,9 @@ pub async fn pause(
 /// paused changes nothing.
 #[utoipa::path(
     post, path = "/api/v1/queues/{name}/resume", operation_id = "resume_queue", tag = "queues",
-    params(("name" = String, Path, description = "Queue name")),
+    params(("name" = QueueName, Path, description = "Queue name")),
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "Not an admin token", body = ApiError),
         (status = 422, description = "Not a valid queue name", body = ApiError),
     ),
@@ -108,12 +109,10 @@ pub async fn resume(
 /// hold however many workers claim (`docs/runtime.md`). A bad value changes nothing.
 #[utoipa::path(
     patch, path = "/api/v1/queues/{name}", operation_id = "update_queue", tag = "queues",
-    params(("name" = String, Path, description = "Queue name")),
+    params(("name" = QueueName, Path, description = "Queue name")),
     request_body = QueueLimits,
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 400, description = "Malformed JSON, an unknown field or a value out of range", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "Not an admin token", body = ApiError),
         (status = 422, description = "Not a valid queue name, or a burst without a rate", body = ApiError),
     ),

@@ -36,7 +36,6 @@ pub struct ServiceParams {
     params(ServiceParams),
     responses(
         (status = 200, description = "The services that run", body = ServiceList),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -62,7 +61,6 @@ pub async fn list(
     params(("id" = Uuid, Path, description = "The service's task id")),
     responses(
         (status = 200, description = "The service and its copies", body = Service),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such service, or not the caller's", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -93,7 +91,6 @@ pub async fn detail(
     responses(
         (status = 200, description = "The generation and replicas after the change", body = ServiceUpdated),
         (status = 400, description = "A malformed body, an unknown key, or an env value that holds the mask", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such service, or not the caller's", body = ApiError),
         (status = 409, description = "`already_finished`: the service has ended", body = ApiError),
         (status = 413, description = "`too_large`: the copies the change makes are more task rows than the owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
@@ -189,7 +186,7 @@ fn check_changes(changes: &serde_json::Value) -> Result<()> {
         return Err(Error::InvalidRequest("nothing to change".to_owned()));
     }
     // The typed form catches wrong types with a message naming the field.
-    serde_json::from_value::<UpdateService>(changes.clone())
+    sked_types::strict::from_value::<UpdateService>(changes.clone())
         .map_err(|e| Error::InvalidRequest(format!("invalid changes: {e}")))?;
     if let Some(env) = map.get("env").and_then(|e| e.as_object()) {
         for (name, value) in env {

@@ -35,7 +35,6 @@ pub struct OverviewParams {
     params(OverviewParams),
     responses(
         (status = 200, description = "Counts per queue, the per-minute series and the workers", body = Overview),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -59,7 +58,6 @@ pub async fn overview(
     get, path = "/api/v1/workers", operation_id = "list_workers", tag = "system",
     responses(
         (status = 200, description = "Registered workers, oldest first", body = Vec<Worker>),
-        (status = 401, description = "No valid token", body = ApiError),
     ),
     security(("bearer" = [])),
 )]
@@ -101,7 +99,6 @@ fn hide_location(worker: &mut Worker) {
     get, path = "/api/v1/queues", operation_id = "list_queues", tag = "system",
     responses(
         (status = 200, description = "Counts by state and controls of every queue with unfinished tasks, tasks finished in the last hour or a control, by name", body = Vec<QueueCounts>),
-        (status = 401, description = "No valid token", body = ApiError),
     ),
     security(("bearer" = [])),
 )]
@@ -166,7 +163,6 @@ pub async fn queues(
     get, path = "/api/v1/me", operation_id = "get_me", tag = "system",
     responses(
         (status = 200, description = "The token's owner and role", body = Me),
-        (status = 401, description = "No valid token", body = ApiError),
     ),
     security(("bearer" = [])),
 )]

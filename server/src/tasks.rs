@@ -45,9 +45,14 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
     post, path = "/api/v1/tasks", operation_id = "submit_task", tag = "tasks",
     request_body = SubmitTask,
     responses(
-        (status = 201, description = "The task was created (or an unfinished task with the same idempotency key exists)", body = Submitted),
-        (status = 400, description = "Malformed JSON or an unknown field", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
+        (status = 201, description = "The task was created (or an unfinished task with the same idempotency key exists)", body = Submitted,
+         links(
+             ("get_task" = (operation_id = "get_task", parameters(("id" = "$response.body#/ids/0")))),
+             ("get_task_logs" = (operation_id = "get_task_logs", parameters(("id" = "$response.body#/ids/0")))),
+             ("cancel_task" = (operation_id = "cancel_task", parameters(("id" = "$response.body#/ids/0")))),
+             ("retry_task" = (operation_id = "retry_task", parameters(("id" = "$response.body#/ids/0")))),
+             ("resubmit_task" = (operation_id = "resubmit_task", parameters(("id" = "$response.body#/ids/0")))),
+         )),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 409, description = "The idempotency key is taken", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
@@ -74,8 +79,6 @@ pub async fn submit(
     request_body = SubmitBatch,
     responses(
         (status = 201, description = "Every task was created", body = Submitted),
-        (status = 400, description = "Malformed JSON or an unknown field", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 409, description = "An idempotency key is taken", body = ApiError),
         (status = 413, description = "More than 10000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
@@ -132,8 +135,8 @@ fn in_batch(err: Error, index: usize, len: usize) -> Error {
     }
 }
 
-/// The checks the schema cannot make, or cannot word well: ownership, durations that fit an
-/// interval, and strings Postgres cannot store.
+/// The checks the schema cannot make, or cannot word well: ownership, and durations that fit
+/// an interval.
 pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
     may_act_for(principal, task.owner.as_deref(), "submit tasks")?;
     let durations = [
@@ -156,13 +159,6 @@ pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
             "delay_secs must be zero or more seconds".to_owned(),
         ));
     }
-    // Postgres text and jsonb cannot hold U+0000; serde_json writes it as this escape.
-    let json = serde_json::to_string(task).map_err(|e| Error::Internal(Box::new(e)))?;
-    if json.contains("\\u0000") {
-        return Err(Error::InvalidRequest(
-            "strings must not contain the NUL character (U+0000)".to_owned(),
-        ));
-    }
     Ok(())
 }
 
@@ -174,7 +170,10 @@ pub struct ListParams {
     /// Only tasks in these states, comma-separated (`blocked`, `waiting`, `running`, `retry`,
     /// `succeeded`, `failed`, `cancelled`, `upstream_failed`, `skipped`), e.g.
     /// `failed,cancelled`.
-    #[param(example = "failed,cancelled")]
+    #[param(
+        example = "failed,cancelled",
+        pattern = "^ *(blocked|waiting|running|retry|succeeded|failed|cancelled|upstream_failed|skipped)? *(, *(blocked|waiting|running|retry|succeeded|failed|cancelled|upstream_failed|skipped)? *)*$"
+    )]
     state: Option<String>,
     /// Only tasks of this queue.
     queue: Option<String>,
@@ -189,12 +188,12 @@ pub struct ListParams {
     shard_of: Option<Uuid>,
     /// The `next_cursor` of the previous page: only tasks older than this id.
     after: Option<Uuid>,
-    /// Page size, 1 to 500 (default 50; larger values are capped at 500).
+    /// Page size, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<i64>,
     /// `full` (default): whole tasks; `summary`: the fields a task list shows
     /// (`TaskSummary`), without the environment, input and output.
-    #[param(value_type = Option<ListView>)]
-    view: Option<String>,
+    view: Option<ListView>,
 }
 
 /// What a listing answers with.
@@ -205,12 +204,24 @@ pub enum ListView {
     Summary,
 }
 
-/// The answer of `GET /api/v1/tasks`: a page of tasks, or of summaries with `view=summary`.
+/// The answer of `GET /api/v1/tasks`: a page of tasks, or of summaries with `view=summary`;
+/// `view` says which.
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
+#[serde(tag = "view", rename_all = "snake_case")]
 pub enum Listing {
     Full(TaskPage),
     Summary(TaskSummaryPage),
+}
+
+/// The `limit` of a listing: `default` when absent, refused outside 1 to `max`.
+pub(crate) fn page_size(limit: Option<i64>, default: i64, max: i64) -> Result<i64> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(Error::InvalidRequest(format!(
+            "limit must be between 1 and {max}, got {n}"
+        ))),
+    }
 }
 
 /// An empty query value (`?queue=`) means "no filter".
@@ -218,10 +229,15 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.is_empty())
 }
 
-/// The states of a comma-separated list (empty elements ignored), in the order given.
+/// The states of a comma-separated list (spaces around names and empty elements ignored),
+/// in the order given.
 fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
     let mut states = Vec::new();
-    for name in text.iter().flat_map(|t| t.split(',')).map(str::trim) {
+    for name in text
+        .iter()
+        .flat_map(|t| t.split(','))
+        .map(|name| name.trim_matches(' '))
+    {
         if name.is_empty() {
             continue;
         }
@@ -249,7 +265,6 @@ fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
     responses(
         (status = 200, description = "One page of tasks (`TaskPage`), or of task summaries with `view=summary` (`TaskSummaryPage`)", body = Listing),
         (status = 400, description = "An unknown state or view, or a malformed parameter", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -260,27 +275,9 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> Result<axum::Json<Listing>> {
     let states = parse_states(params.state)?;
-    let view = match non_empty(params.view).as_deref() {
-        None | Some("full") => ListView::Full,
-        Some("summary") => ListView::Summary,
-        Some(other) => {
-            return Err(Error::InvalidRequest(format!(
-                "unknown view {other:?} (expected full or summary)"
-            )));
-        }
-    };
-    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
-    if limit < 1 {
-        return Err(Error::InvalidRequest(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        )));
-    }
+    let view = params.view.unwrap_or(ListView::Full);
+    let limit = page_size(params.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let text = non_empty(params.q);
-    if text.as_deref().is_some_and(|t| t.contains('\0')) {
-        return Err(Error::InvalidRequest(
-            "q must not contain the NUL character (U+0000)".to_owned(),
-        ));
-    }
     let filter = ListFilter {
         owner: listing_owner(&principal, params.owner, "tasks")?,
         states,
@@ -289,7 +286,7 @@ pub async fn list(
         worker: params.worker,
         text,
         after: params.after,
-        limit: limit.min(MAX_PAGE),
+        limit,
         ..ListFilter::default()
     };
     let ListPage {
@@ -336,8 +333,6 @@ async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Resu
     params(("id" = Uuid, Path, description = "Task id")),
     responses(
         (status = 200, description = "The task and its attempts, oldest first", body = TaskDetail),
-        (status = 400, description = "The id is not a UUID", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -372,7 +367,8 @@ pub async fn detail(
 pub struct LogParams {
     /// Only chunks with a larger id (the last `id` seen); default 0, from the start.
     after: Option<i64>,
-    /// Chunks per response, 1 to 10000 (default 1000; larger values are capped).
+    /// Chunks per response, 1 to 10000 (default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<i64>,
 }
 
@@ -382,8 +378,6 @@ pub struct LogParams {
     params(("id" = Uuid, Path, description = "Task id"), LogParams),
     responses(
         (status = 200, description = "Log chunks after `after`, oldest first", body = Vec<LogChunk>),
-        (status = 400, description = "A malformed parameter", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -395,19 +389,8 @@ pub async fn logs(
     Query(params): Query<LogParams>,
 ) -> Result<axum::Json<Vec<LogChunk>>> {
     visible_task(&state, &principal, id).await?;
-    let limit = params.limit.unwrap_or(DEFAULT_LOG_CHUNKS);
-    if limit < 1 {
-        return Err(Error::InvalidRequest(format!(
-            "limit must be between 1 and {MAX_LOG_CHUNKS}"
-        )));
-    }
-    let chunks = sked_db::task::logs(
-        &state.pool,
-        id,
-        params.after.unwrap_or(0),
-        limit.min(MAX_LOG_CHUNKS),
-    )
-    .await?;
+    let limit = page_size(params.limit, DEFAULT_LOG_CHUNKS, MAX_LOG_CHUNKS)?;
+    let chunks = sked_db::task::logs(&state.pool, id, params.after.unwrap_or(0), limit).await?;
     Ok(axum::Json(chunks))
 }
 
@@ -420,7 +403,6 @@ pub async fn logs(
     params(("id" = Uuid, Path, description = "Task id")),
     responses(
         (status = 200, description = "The state after the call", body = StateChange),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
         (status = 409, description = "`already_finished`: the task is in a final state", body = ApiError),
     ),
@@ -460,7 +442,6 @@ pub async fn cancel(
     params(("id" = Uuid, Path, description = "Task id")),
     responses(
         (status = 200, description = "The state after the call (`waiting`, or `blocked` for a task whose parents are unfinished)", body = StateChange),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
         (status = 409, description = "`not_finished`: the task is not in a final state", body = ApiError),
     ),
@@ -505,7 +486,6 @@ pub async fn retry(
     params(("id" = Uuid, Path, description = "Id of the task whose definition to submit again")),
     responses(
         (status = 201, description = "The new task's id", body = Submitted),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "`rejected`: the task belongs to a workflow, or is a shard", body = ApiError),

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
-use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, validate};
+use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, page_size, validate};
 
 /// The most tasks one workflow may hold.
 pub const MAX_WORKFLOW_TASKS: usize = 50_000;
@@ -35,9 +35,12 @@ pub const MAX_WORKFLOW_TASKS: usize = 50_000;
     post, path = "/api/v1/workflows", operation_id = "submit_workflow", tag = "workflows",
     request_body = SubmitWorkflow,
     responses(
-        (status = 201, description = "The workflow was created", body = WorkflowSubmitted),
-        (status = 400, description = "Malformed JSON or an unknown field", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
+        (status = 201, description = "The workflow was created", body = WorkflowSubmitted,
+         links(
+             ("get_workflow" = (operation_id = "get_workflow", parameters(("id" = "$response.body#/id")))),
+             ("cancel_workflow" = (operation_id = "cancel_workflow", parameters(("id" = "$response.body#/id")))),
+             ("retry_workflow" = (operation_id = "retry_workflow", parameters(("id" = "$response.body#/id")))),
+         )),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 413, description = "More than 50000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A rule of workflows or tasks was broken (the message names it); nothing was inserted", body = ApiError),
@@ -89,13 +92,13 @@ fn in_task(err: Error, name: &str) -> Error {
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// Only workflows in this state (`running`, `succeeded`, `failed` or `cancelled`).
-    #[param(value_type = Option<WorkflowState>)]
-    state: Option<String>,
+    state: Option<WorkflowState>,
     /// Only workflows of this owner. A user token may name only its own owner.
     owner: Option<String>,
     /// The `next_cursor` of the previous page: only workflows older than this id.
     after: Option<Uuid>,
-    /// Page size, 1 to 500 (default 50; larger values are capped at 500).
+    /// Page size, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<i64>,
 }
 
@@ -108,7 +111,6 @@ pub struct ListParams {
     responses(
         (status = 200, description = "One page of workflows", body = WorkflowPage),
         (status = 400, description = "An unknown state or a malformed parameter", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 403, description = "A user token named another owner", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -118,23 +120,11 @@ pub async fn list(
     Auth(principal): Auth,
     Query(params): Query<ListParams>,
 ) -> Result<axum::Json<WorkflowPage>> {
-    let workflow_state = params
-        .state
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<WorkflowState>())
-        .transpose()
-        .map_err(Error::InvalidRequest)?;
-    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
-    if limit < 1 {
-        return Err(Error::InvalidRequest(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        )));
-    }
-    let limit = limit.min(MAX_PAGE);
+    let limit = page_size(params.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let owner = listing_owner(&principal, params.owner, "workflows")?;
     let filter = ListFilter {
         owner,
-        state: workflow_state,
+        state: params.state,
         after: params.after,
         // One row more than the page tells whether another page follows.
         limit: limit + 1,
@@ -166,8 +156,6 @@ async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<Wo
     params(("id" = Uuid, Path, description = "Workflow id")),
     responses(
         (status = 200, description = "The workflow, its tasks and its edges", body = WorkflowDetail),
-        (status = 400, description = "The id is not a UUID", body = ApiError),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -196,7 +184,6 @@ pub async fn detail(
     params(("id" = Uuid, Path, description = "Workflow id")),
     responses(
         (status = 200, description = "The workflow's state after the call", body = WorkflowChange),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
         (status = 409, description = "`already_finished`: the workflow is finished", body = ApiError),
     ),
@@ -230,7 +217,6 @@ pub async fn cancel(
     params(("id" = Uuid, Path, description = "Workflow id")),
     responses(
         (status = 200, description = "The workflow runs again", body = WorkflowChange),
-        (status = 401, description = "No valid token", body = ApiError),
         (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
         (status = 409, description = "`conflict`: no task of the workflow failed or was cancelled", body = ApiError),
     ),

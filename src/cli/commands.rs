@@ -175,7 +175,7 @@ pub struct ListArgs {
     #[arg(long, value_name = "ID")]
     shard_of: Option<Uuid>,
     /// Tasks per page.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=sked_server::MAX_PAGE))]
     limit: u32,
     /// Only tasks older than this one (the cursor printed below a full page).
     #[arg(long)]

@@ -30,7 +30,7 @@ pub struct ListArgs {
     #[command(flatten)]
     api: ApiArgs,
     /// Workflows per page.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=sked_server::MAX_PAGE))]
     limit: u32,
     /// Only workflows older than this one (the cursor printed below a full page).
     #[arg(long)]

@@ -719,16 +719,29 @@ async fn keyset_pagination_returns_every_task_once() {
         "tasks are listed newest (largest id) first"
     );
 
-    let (status, page) = api.get("/api/v1/tasks?limit=100000", &api.admin).await;
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "a large limit is capped, not refused"
-    );
+    let (status, page) = api.get("/api/v1/tasks?limit=500", &api.admin).await;
+    assert_eq!(status, StatusCode::OK, "the largest page is 500: {page}");
     assert_eq!(page["tasks"].as_array().unwrap().len(), 24);
-    let (status, json) = api.get("/api/v1/tasks?limit=0", &api.admin).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "limit must be positive");
-    assert_error(&json, "invalid_request");
+    for limit in ["0", "-1", "501", "100000"] {
+        for listing in ["tasks", "workflows"] {
+            let (status, json) = api
+                .get(&format!("/api/v1/{listing}?limit={limit}"), &api.admin)
+                .await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "a {listing} limit of {limit} is out of range, refused rather than capped"
+            );
+            assert_error(&json, "invalid_request");
+            assert!(
+                json["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("between 1 and 500"),
+                "the refusal names the range: {json}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

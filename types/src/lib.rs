@@ -18,9 +18,12 @@ mod schedule;
 pub mod secrets;
 pub mod service;
 pub mod shell;
+pub mod strict;
 pub mod units;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
-pub use queue::{QueueControls, QueueLimits, WaitingReason};
+#[cfg(feature = "openapi")]
+pub use queue::QueueName;
+pub use queue::{QUEUE_NAME_PATTERN, QueueControls, QueueLimits, WaitingReason};
 pub use schedule::{
     CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
     UpdateSchedule,
@@ -264,13 +267,17 @@ pub struct TaskDetail {
 #[serde(deny_unknown_fields)]
 pub struct SubmitTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     /// `command` (default), or the built-ins `noop` and `sleep`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<TaskKind>))]
     pub kind: Option<String>,
+    /// The queue, `default` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<QueueName>))]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
@@ -283,32 +290,58 @@ pub struct SubmitTask {
     pub run_at: Option<DateTime<Utc>>,
     /// Start no earlier than this many seconds from now (added to `run_at` when both are given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
     pub delay_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max_attempts: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0.000001, maximum = 3155760000.0)
+    )]
     pub timeout_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0.000001, maximum = 3155760000.0)
+    )]
     pub backoff_base_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0.000001, maximum = 3155760000.0)
+    )]
     pub backoff_max_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub idempotency_key: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The program to fetch and run instead of `command`: `file:///…` (beneath the worker's
+    /// `--artifact-dir`), `http(s)://…`, or `pg:<artifact_sha256>` (stored in the database;
+    /// the pattern leaves it out, as it cannot name the hash).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^(file:///|https?://)[^\\x00]*$")
+    )]
     pub artifact_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub artifact_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub output_path: Option<String>,
     /// Admins may submit on behalf of another owner; for users it must be absent or their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub owner: Option<String>,
     /// Run as this many shard tasks (1 to 10000), which see `SKED_SHARD_INDEX` and
     /// `SKED_SHARD_TOTAL`; the submitted task succeeds when all of them have (see
     /// `docs/shards.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
     pub shards: Option<i32>,
     /// Run once on every live worker that serves the queue and has the labels.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -316,28 +349,38 @@ pub struct SubmitTask {
     /// CPU to reserve, in millicores (1000 = one core; 1 to 1,000,000): only a worker with
     /// that much free claims the task, and runs it with that limit where it enforces limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub cpu_millis: Option<i32>,
     /// Memory to reserve, in MB (1 to 16,777,216); also the task's memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16777216))]
     pub memory_mb: Option<i32>,
     /// The most bytes stdout and stderr may write together; beyond it the attempt is
     /// stopped and fails. The worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max_output_bytes: Option<i64>,
     /// The user to run as (a name or a numeric uid); the worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$")
+    )]
     pub run_as: Option<String>,
     /// For kind `service`: how many copies to keep running, 1 to 1000 (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub replicas: Option<i32>,
     /// For kind `service`: restart a copy that exits `always` (default) or only
     /// `on_failure` (an exit with code 0 then ends the copy as succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<RestartPolicy>))]
     pub restart_policy: Option<String>,
     /// For kind `service`: `{"command": [...]}` or `{"http": "http://host:port/path"}`, with
     /// optional `interval_secs` (10), `timeout_secs` (5) and `failures` (3): a copy that
     /// fails its check that many times in a row is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub health_check: Option<serde_json::Value>,
     /// May be stopped while it runs to make room for a copy of a service (services first):
     /// the attempt ends `interrupted` with an error starting "preempted:", is not charged, and
@@ -345,6 +388,29 @@ pub struct SubmitTask {
     /// service cannot be preemptible.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+}
+
+/// The kinds of task (`SubmitTask::kind`), for the OpenAPI document.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum TaskKind {
+    Command,
+    Noop,
+    Sleep,
+    Service,
+}
+
+/// When a service's copy is restarted (`SubmitTask::restart_policy`), for the OpenAPI
+/// document.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
 }
 
 /// The answer to a submission: the ids in request order.
@@ -359,6 +425,7 @@ pub struct Submitted {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBatch {
+    #[cfg_attr(feature = "openapi", schema(max_items = 10000))]
     pub tasks: Vec<SubmitTask>,
 }
 

@@ -4,6 +4,31 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// What a queue's name may be: 1 to 64 of `A-Z a-z 0-9 _ . : -`, starting with a letter or a
+/// digit (the rule of `sked.queue_name_check` and of the tasks' `queue`).
+pub const QUEUE_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$";
+
+/// The OpenAPI schema of a queue's name: a string of [`QUEUE_NAME_PATTERN`].
+#[cfg(feature = "openapi")]
+pub struct QueueName;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for QueueName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(QUEUE_NAME_PATTERN))
+            .description(Some(
+                "A queue's name: 1 to 64 of `A-Z a-z 0-9 _ . : -`, starting with a letter or \
+                 a digit",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for QueueName {}
+
 /// A queue's controls: `POST /api/v1/queues/{name}/pause`, `/resume` and
 /// `PATCH /api/v1/queues/{name}` answer with them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -34,16 +59,22 @@ pub struct QueueLimits {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<i32>))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)
+    )]
     pub max_running: Option<Option<i32>>,
-    /// Tasks started per second, more than 0 and at most 1,000,000 (0.5: one every two
-    /// seconds); null: no limit.
+    /// Tasks started per second, more than 0 (a normal double) and at most 1,000,000 (0.5: one
+    /// every two seconds); null: no limit.
     #[serde(
         default,
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<f64>, minimum = 2.2250738585072014e-308, maximum = 1000000)
+    )]
     pub rate_per_sec: Option<Option<f64>>,
     /// Starts at once under the rate limit, 1 to 1,000,000; null: the rate rounded up.
     #[serde(
@@ -51,7 +82,10 @@ pub struct QueueLimits {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<i32>))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)
+    )]
     pub burst: Option<Option<i32>>,
 }
 

@@ -79,6 +79,7 @@ pub struct ScheduleDetail {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub name: String,
     pub cron: String,
     /// Default `UTC`.
@@ -92,27 +93,34 @@ pub struct CreateSchedule {
     pub workflow: Option<serde_json::Value>,
     /// `skip`, `run_once` (default) or `catch_up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
     pub misfire_policy: Option<String>,
     /// Default 60.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
     pub misfire_grace_secs: Option<f64>,
     /// Default 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
     pub catch_up_limit: Option<i32>,
     /// `allow`, `skip` (default), `queue_one` or `replace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<OverlapPolicy>))]
     pub overlap_policy: Option<String>,
     /// Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
     pub jitter_secs: Option<f64>,
     /// Default 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub history_limit: Option<i32>,
     /// Create it paused.
     #[serde(default)]
     pub paused: bool,
     /// Admins may create schedules for another owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub owner: Option<String>,
 }
 
@@ -140,6 +148,7 @@ pub struct CronPreview {
 #[serde(deny_unknown_fields)]
 pub struct UpdateSchedule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -152,16 +161,22 @@ pub struct UpdateSchedule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
     pub misfire_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
     pub misfire_grace_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
     pub catch_up_limit: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<OverlapPolicy>))]
     pub overlap_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
     pub jitter_secs: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub history_limit: Option<i32>,
 }
 
@@ -172,4 +187,28 @@ pub struct RunNow {
     pub schedule_id: Uuid,
     pub task_id: Option<Uuid>,
     pub workflow_id: Option<Uuid>,
+}
+
+/// What a schedule does with missed ticks (`misfire_policy`), for the OpenAPI document.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum MisfirePolicy {
+    Skip,
+    RunOnce,
+    CatchUp,
+}
+
+/// What a tick does while the previous occurrence runs (`overlap_policy`), for the OpenAPI
+/// document.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum OverlapPolicy {
+    Allow,
+    Skip,
+    QueueOne,
+    Replace,
 }

@@ -133,20 +133,41 @@ pub struct ServiceList {
 /// `cpu_millis`, …).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(min_properties = 1))]
+#[serde(deny_unknown_fields)]
 pub struct UpdateService {
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
     pub command: Option<Vec<String>>,
     pub args: Option<Vec<String>>,
     pub env: Option<BTreeMap<String, String>>,
     pub input: Option<serde_json::Value>,
+    /// The program to fetch and run instead of `command`: `file:///…` (beneath the worker's
+    /// `--artifact-dir`), `http(s)://…`, or `pg:<artifact_sha256>` (stored in the database;
+    /// the pattern leaves it out, as it cannot name the hash).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^(file:///|https?://)[^\\x00]*$")
+    )]
     pub artifact_url: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub artifact_sha256: Option<String>,
     pub labels: Option<Vec<String>>,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000000))]
     pub cpu_millis: Option<i32>,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16777216))]
     pub memory_mb: Option<i32>,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max_output_bytes: Option<i64>,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$")
+    )]
     pub run_as: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::RestartPolicy>))]
     pub restart_policy: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub health_check: Option<serde_json::Value>,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub replicas: Option<i32>,
 }
 

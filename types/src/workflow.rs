@@ -30,6 +30,7 @@ pub enum TriggerRule {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkflowTask {
     /// Unique within the workflow; children's outputs are keyed by it.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub name: String,
     /// Names of tasks of this workflow that must finish first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -67,7 +68,7 @@ impl<'de> Deserialize<'de> for WorkflowTask {
                     .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?,
             ),
         };
-        let task = serde_json::from_value(serde_json::Value::Object(map))
+        let task = crate::strict::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
         Ok(WorkflowTask {
             name,
@@ -85,6 +86,7 @@ impl<'de> Deserialize<'de> for WorkflowTask {
 pub struct SubmitWorkflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 50000))]
     pub tasks: Vec<WorkflowTask>,
     /// Admins may submit on behalf of another owner; every task belongs to the workflow's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
