@@ -10,6 +10,7 @@ mod dashboard_api;
 mod delayed;
 mod events;
 mod isolation;
+mod openapi_contract;
 mod placement;
 mod queues;
 mod recovery;

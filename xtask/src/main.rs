@@ -17,6 +17,11 @@
 //! a `bwrap` that works here, it prints why and sets `SKED_SANDBOX_TESTS=skip` (which also
 //! leaves them out when set by hand).
 //!
+//! The OpenAPI contract test runs Schemathesis against the API: `test` finds `schemathesis`
+//! in `<target dir>/schemathesis` (a Python virtual environment) or on the PATH; when it is
+//! missing with `CI` set, it installs the pinned version there (`python3 -m venv`, pip).
+//! `SKED_SCHEMATHESIS_TESTS=skip` leaves that test out.
+//!
 //! The tests need a PostgreSQL server on which user `postgres` may create databases; this
 //! picks one, in this order:
 //!
@@ -40,6 +45,7 @@ use std::time::Duration;
 
 mod browser;
 mod sandbox;
+mod schemathesis;
 mod web;
 
 use sked::embedded_pg::{Cluster, PgBinaries, PgError};
@@ -64,7 +70,9 @@ test: builds the dashboard, then runs `cargo test` against a PostgreSQL: DATABAS
       private cluster. Browser tests need chromium and chromedriver (installed on Debian as
       root when CI is set); SKED_BROWSER_TESTS=skip leaves them out. Sandbox tests need
       bubblewrap (installed the same way; skipped, saying why, when it cannot be had);
-      SKED_SANDBOX_TESTS=skip leaves them out.";
+      SKED_SANDBOX_TESTS=skip leaves them out. The OpenAPI contract test needs schemathesis
+      (installed into target/schemathesis when CI is set); SKED_SCHEMATHESIS_TESTS=skip
+      leaves it out.";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -146,6 +154,13 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
         }
     };
     let sandbox = sandbox::find_or_install();
+    let schemathesis = match schemathesis::find_or_install(&target_dir()) {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let database = match choose_database().await {
         Ok(d) => d,
         Err(message) => {
@@ -200,6 +215,7 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
         .current_dir(workspace_root());
     browser.export(&mut command);
     sandbox.export(&mut command);
+    schemathesis.export(&mut command);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(set_by_cargo_run) {
             command.env_remove(name);

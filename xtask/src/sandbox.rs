@@ -95,7 +95,7 @@ fn install() -> Result<PathBuf, String> {
     on_path("bwrap").ok_or_else(|| "bwrap is still not on the PATH after installing".to_owned())
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
