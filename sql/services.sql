@@ -279,9 +279,9 @@ begin
    where s.id = p_service;
   update sked.tasks c
      set children = 0,
-         state = case when sked.state_waits_to_run(c.state) then 'cancelled' else c.state end,
-         finished_at = case when sked.state_waits_to_run(c.state) then p_now else c.finished_at end,
-         error = case when sked.state_waits_to_run(c.state) then p_why else c.error end,
+         state = case when c.state in ('blocked', 'waiting', 'retry') then 'cancelled' else c.state end,
+         finished_at = case when c.state in ('blocked', 'waiting', 'retry') then p_now else c.finished_at end,
+         error = case when c.state in ('blocked', 'waiting', 'retry') then p_why else c.error end,
          cancel_requested_at = case when c.state = 'running'
                                     then coalesce(c.cancel_requested_at, p_now)
                                     else c.cancel_requested_at end
@@ -594,9 +594,8 @@ language sql stable as $$
 $$;
 
 -- The first pass of a claim: up to p_limit due copies of services of these queues that fit
--- the free capacity, picked and locked here and started by sked.tasks_start by the rule of
--- every claim (those without requests and the longest prefix in claim order whose running
--- sums fit), one copy of a service per claim while copies are new. Queue limits
+-- the free capacity (the longest prefix in claim order whose running sums fit, as for
+-- other tasks), one copy of a service per claim while copies are new. Queue limits
 -- (max_running, rate) hold back other tasks, not copies: a service's replicas are its own
 -- limit, and its copies count towards the queue's running tasks. A paused queue starts no
 -- copy. Walks the index tasks_waiting_copies, which holds the waiting copies only.
@@ -611,17 +610,35 @@ set jit = off
 as $$
 begin
   return query
-  select * from sked.tasks_start(array(
-    select t.id
+  with picked as materialized (
+    select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
+           sked.shard_is_new(t.next_run_at, p_now) as spread
       from sked.tasks t
-     where t.kind = 'service' and t.shard_of is not null and sked.state_is_claimable(t.state)
+     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
        and t.queue = any(p_queues) and t.next_run_at <= p_now and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                p_worker, p_labels, p_now)
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
      order by t.priority desc, t.next_run_at
      limit p_limit
-     for update of t skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
+     for update of t skip locked
+  )
+  update sked.tasks t
+     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+         stdout_tail = null, stderr_tail = null, output_sha256 = null
+    from picked
+   where t.id = picked.id
+     and picked.id in (select f.id
+                         from (select p.id, sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                 from picked p
+                               window w as (order by p.priority desc, p.next_run_at, p.id
+                                            rows unbounded preceding)) f
+                        where sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb))
+     and (not picked.spread
+          or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                            where q.spread order by q.shard_of, q.shard_index))
+  returning t.*;
 end
 $$;
 
@@ -639,10 +656,10 @@ language sql
 set enable_seqscan = off -- see the note at the top of sql/workers.sql
 set jit = off
 as $$
-  select * from sked.tasks_start(array(
+  with picked as materialized (
     select t.id
       from sked.tasks t
-     where t.kind = 'service' and t.shard_of is not null and sked.state_is_claimable(t.state)
+     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
        and t.queue = any(p_queues) and t.next_run_at <= p_now - sked.preempt_after()
        and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
@@ -650,5 +667,13 @@ as $$
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
      order by t.priority desc, t.next_run_at
      limit 1
-     for update of t skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now)
+     for update of t skip locked
+  )
+  update sked.tasks t
+     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+         stdout_tail = null, stderr_tail = null, output_sha256 = null
+    from picked
+   where t.id = picked.id
+  returning t.*
 $$;
