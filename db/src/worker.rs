@@ -297,6 +297,24 @@ pub struct Finished {
     pub output: Option<serde_json::Value>,
 }
 
+impl Finished {
+    /// An attempt the worker hands back without having run it: `interrupted`, so the task
+    /// waits again uncharged, with `why` as its error.
+    pub fn handed_back(id: Uuid, attempt: i32, why: String) -> Finished {
+        Finished {
+            id,
+            attempt,
+            outcome: Outcome::Interrupted,
+            exit_code: None,
+            error: Some(format!("handed back: {why}")),
+            stdout_tail: None,
+            stderr_tail: None,
+            output_sha256: None,
+            output: None,
+        }
+    }
+}
+
 /// Writes a batch of finished attempts with one statement, fenced by (id, running, attempt).
 /// Returns, in input order, the new state of each attempt's task, or `None` for an attempt
 /// whose lease was lost (its task was rescued or cancelled by someone else): that result is

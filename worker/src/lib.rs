@@ -572,17 +572,11 @@ impl Worker {
             // The attempts it counted on ended meanwhile and others took their place: hand
             // the copy back, uncharged, for a worker with room.
             tracing::info!(copy = %copy.id, "no room for the copy of a service after all; handing it back");
-            let _ = self.done.send(sked_db::worker::Finished {
-                id: copy.id,
-                attempt: copy.attempt,
-                outcome: sked_db::worker::Outcome::Interrupted,
-                exit_code: None,
-                error: Some("handed back: the worker had no room for it after all".to_owned()),
-                stdout_tail: None,
-                stderr_tail: None,
-                output_sha256: None,
-                output: None,
-            });
+            let _ = self.done.send(sked_db::worker::Finished::handed_back(
+                copy.id,
+                copy.attempt,
+                "the worker had no room for it after all".to_owned(),
+            ));
             return;
         };
         {
@@ -618,18 +612,12 @@ impl Worker {
             theirs
                 .into_iter()
                 .filter(|key| !running.contains_key(key))
-                .map(|(id, attempt)| sked_db::worker::Finished {
-                    id,
-                    attempt,
-                    outcome: sked_db::worker::Outcome::Interrupted,
-                    exit_code: None,
-                    error: Some(format!(
-                        "handed back: the answer to the claim that took it was lost ({claim_error})"
-                    )),
-                    stdout_tail: None,
-                    stderr_tail: None,
-                    output_sha256: None,
-                    output: None,
+                .map(|(id, attempt)| {
+                    sked_db::worker::Finished::handed_back(
+                        id,
+                        attempt,
+                        format!("the answer to the claim that took it was lost ({claim_error})"),
+                    )
                 })
                 .collect()
         };
