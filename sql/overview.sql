@@ -31,7 +31,7 @@ language sql stable as $$
            count(*) filter (where t.next_run_at > p_now) as delayed,
            min(t.next_run_at) filter (where t.next_run_at <= p_now) as oldest_due_at
       from sked.tasks t
-     where t.state in ('waiting', 'retry') and (p_owner is null or t.owner = p_owner)
+     where sked.state_is_claimable(t.state) and (p_owner is null or t.owner = p_owner)
      group by t.queue
   ), held as (
     -- tasks_by_state: blocked and retry, which waiting is told apart from.

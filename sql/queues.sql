@@ -245,7 +245,7 @@ declare
 begin
   select * into t from sked.tasks x where x.id = p_id;
   copy := t.kind = 'service' and t.shard_of is not null;
-  if not found or t.state not in ('blocked', 'waiting', 'retry') then
+  if not found or not sked.state_waits_to_run(t.state) then
     return;
   end if;
   if t.state = 'blocked' then
@@ -378,7 +378,7 @@ begin
   -- (for a copy of a service, only the copies ahead: services first).
   select count(*) into ahead
     from (select 1 from sked.tasks a
-           where a.state in ('waiting', 'retry') and a.queue = t.queue and a.next_run_at <= p_now
+           where sked.state_is_claimable(a.state) and a.queue = t.queue and a.next_run_at <= p_now
              and (a.priority > t.priority or (a.priority = t.priority and a.next_run_at < t.next_run_at))
              and (not copy or (a.kind = 'service' and a.shard_of is not null))
            limit 10000) x;
@@ -386,7 +386,7 @@ begin
   -- memory for them.
   select count(*) into copies
     from sked.tasks c
-   where c.kind = 'service' and c.shard_of is not null and c.state in ('waiting', 'retry')
+   where c.kind = 'service' and c.shard_of is not null and sked.state_is_claimable(c.state)
      and c.queue = t.queue and c.next_run_at <= p_now and c.id <> t.id
      and (c.cpu_millis is not null or c.memory_mb is not null);
   select count(*) into roomy

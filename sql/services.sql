@@ -610,35 +610,18 @@ set jit = off
 as $$
 begin
   return query
-  with picked as materialized (
-    select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
-           sked.shard_is_new(t.next_run_at, p_now) as spread
+  select * from sked.tasks_start(array(
+    select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                              t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb, p_now)
       from sked.tasks t
-     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
+     where t.kind = 'service' and t.shard_of is not null and sked.state_is_claimable(t.state)
        and t.queue = any(p_queues) and t.next_run_at <= p_now and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                p_worker, p_labels, p_now)
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
      order by t.priority desc, t.next_run_at
      limit p_limit
-     for update of t skip locked
-  )
-  update sked.tasks t
-     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
-         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
-         stdout_tail = null, stderr_tail = null, output_sha256 = null
-    from picked
-   where t.id = picked.id
-     and picked.id in (select f.id
-                         from (select p.id, sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
-                                 from picked p
-                               window w as (order by p.priority desc, p.next_run_at, p.id
-                                            rows unbounded preceding)) f
-                        where sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb))
-     and (not picked.spread
-          or picked.id in (select distinct on (q.shard_of) q.id from picked q
-                            where q.spread order by q.shard_of, q.shard_index))
-  returning t.*;
+     for update of t skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
 end
 $$;
 
@@ -656,10 +639,12 @@ language sql
 set enable_seqscan = off -- see the note at the top of sql/workers.sql
 set jit = off
 as $$
-  with picked as materialized (
-    select t.id
+  -- Started whatever the free capacity: the worker makes the room (null: unbounded).
+  select * from sked.tasks_start(array(
+    select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                              t.cpu_millis, t.memory_mb, null, null, p_now)
       from sked.tasks t
-     where t.kind = 'service' and t.shard_of is not null and t.state in ('waiting', 'retry')
+     where t.kind = 'service' and t.shard_of is not null and sked.state_is_claimable(t.state)
        and t.queue = any(p_queues) and t.next_run_at <= p_now - sked.preempt_after()
        and t.attempt < t.max_attempts
        and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
@@ -667,13 +652,5 @@ as $$
        and sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
      order by t.priority desc, t.next_run_at
      limit 1
-     for update of t skip locked
-  )
-  update sked.tasks t
-     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
-         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
-         stdout_tail = null, stderr_tail = null, output_sha256 = null
-    from picked
-   where t.id = picked.id
-  returning t.*
+     for update of t skip locked), p_worker, p_lease, null, null, p_now)
 $$;

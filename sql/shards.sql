@@ -216,7 +216,7 @@ declare
 begin
   update sked.tasks t
      set state = 'cancelled', finished_at = p_now, error = 'cancelled with its sharded task'
-   where t.shard_of = p_id and t.state in ('blocked', 'waiting', 'retry');
+   where t.shard_of = p_id and sked.state_waits_to_run(t.state);
   with requested as (
     update sked.tasks t set cancel_requested_at = coalesce(t.cancel_requested_at, p_now)
      where t.shard_of = p_id and t.state = 'running'
@@ -256,7 +256,7 @@ declare
 begin
   with orphaned as (
     select t.id from sked.tasks t
-     where t.pinned_worker is not null and t.state in ('waiting', 'retry')
+     where t.pinned_worker is not null and sked.state_is_claimable(t.state)
        and not exists (select 1 from sked.workers w
                         where w.id = t.pinned_worker
                           and sked.worker_is_live(w.heartbeat_at, w.lease, w.stopping_at, p_now))

@@ -99,7 +99,7 @@ begin
   -- Shards (sql/shards.sql) are covered by the notification of the statement that inserted
   -- their parent: the parent, in the same queue, was inserted waiting, or blocked with them.
   select string_agg(distinct queue, ',') into queues from new_rows
-   where state in ('waiting', 'retry') and shard_of is null;
+   where sked.state_is_claimable(state) and shard_of is null;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
@@ -340,7 +340,7 @@ declare
   queues text;
 begin
   update sked.tasks set state = 'cancelled', finished_at = p_now, error = 'cancelled before it ran'
-   where id = p_id and state in ('blocked', 'waiting', 'retry')
+   where id = p_id and sked.state_waits_to_run(state)
   returning state, children > 0 or workflow_id is not null, trigger_rule = 'shards'
     into result, settles, sharded;
   if found then

@@ -61,16 +61,102 @@ language sql immutable parallel safe as $$
      and (memory_mb is null or cap_memory_mb is null or memory_mb <= cap_memory_mb)
 $$;
 
+-- May worker p_worker pick this due task (its columns) in a claim: it has the task's labels,
+-- the shard rules let it (sql/shards.sql), and the task asks for nothing, or its requests fit
+-- the free capacity (p_cpu_millis, p_memory_mb), or it is due for more than
+-- sked.claim_reserve_after() and fits the worker's whole capacity (p_whole_cpu, p_whole_mem):
+-- see "Placement" at sked.tasks_claim. Inlined into the claim's scans: a filter on the row
+-- the index scan visits.
+create or replace function sked.task_claimable_by(
+  labels text[], shard_of uuid, pinned_worker uuid, next_run_at timestamptz,
+  cpu_millis integer, memory_mb integer, p_worker uuid, p_labels text[],
+  p_cpu_millis integer, p_memory_mb integer, p_whole_cpu integer, p_whole_mem integer,
+  p_now timestamptz)
+returns boolean
+language sql stable as $$
+  select (labels = '{}' or labels <@ p_labels)
+     and (shard_of is null
+          or sked.shard_claimable(shard_of, pinned_worker, next_run_at, p_worker, p_now))
+     and (cpu_millis is null and memory_mb is null
+          or sked.task_fits(cpu_millis, memory_mb, p_cpu_millis, p_memory_mb)
+          or (next_run_at <= p_now - sked.claim_reserve_after()
+              and sked.task_fits(cpu_millis, memory_mb, p_whole_cpu, p_whole_mem)))
+$$;
+
+-- The pick of a locked row (its columns) for sked.tasks_start, given the worker's free
+-- capacity (p_cpu_millis, p_memory_mb): whether it is a new shard, and whether it is locked
+-- only to hold the capacity for it (its requests do not fit the free capacity).
+create or replace function sked.claim_pick_of(
+  id uuid, priority integer, next_run_at timestamptz, shard_of uuid, shard_index integer,
+  cpu_millis integer, memory_mb integer, p_cpu_millis integer, p_memory_mb integer,
+  p_now timestamptz)
+returns sked.claim_pick
+language sql stable as $$
+  select row(id, priority, next_run_at, shard_of, shard_index, cpu_millis, memory_mb,
+             shard_of is not null and sked.shard_is_new(next_run_at, p_now),
+             not (cpu_millis is null and memory_mb is null
+                  or sked.task_fits(cpu_millis, memory_mb, p_cpu_millis, p_memory_mb)))::sked.claim_pick
+$$;
+
+-- Start the rows a claim picked and locked (p_picks, in any order) on worker p_worker: the
+-- one statement that moves a task to `running`, for every claim (sked.tasks_claim,
+-- sked.copies_claim, sked.copies_claim_preempting). Of the picked rows it starts
+--   * those without requests, and the longest prefix in claim order (priority desc,
+--     next_run_at, id) of those with requests whose running sums fit the free capacity
+--     (p_cpu_millis, p_memory_mb; null: unbounded), stopping at the first one kept in reserve
+--     (see "Placement" at sked.tasks_claim);
+--   * of the new shards (spread), one per parent: the lowest index;
+-- and charges each an attempt under a lease. The rest stay as they were, locked until the
+-- claim commits. The prefix and the shards are computed over the picks (hashed subplans, run
+-- on first use) only when a pick has requests or is a new shard: starting plain tasks reads
+-- each row once, by primary key.
+create or replace function sked.tasks_start(
+  p_picks sked.claim_pick[], p_worker uuid, p_lease interval, p_cpu_millis integer,
+  p_memory_mb integer, p_now timestamptz)
+returns setof sked.tasks
+-- PL/pgSQL keeps the statement's plan for the session; a SQL function plans it on every call.
+language plpgsql
+set enable_seqscan = off -- see the note at the top of this file
+as $$
+begin
+  return query
+  with picked as materialized (
+    select * from unnest(p_picks)
+  )
+  update sked.tasks t
+     set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
+         lease_expires_at = p_now + p_lease, exit_code = null, error = null,
+         stdout_tail = null, stderr_tail = null, output_sha256 = null
+    from picked
+   where t.id = picked.id
+     and (picked.cpu_millis is null and picked.memory_mb is null
+          or picked.id in (select f.id
+                             from (select p.id, bool_or(p.reserve) over w as behind_reserve,
+                                          sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
+                                     from picked p
+                                   window w as (order by p.priority desc, p.next_run_at, p.id
+                                                rows unbounded preceding)) f
+                            where not f.behind_reserve
+                              and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
+     and (not picked.spread
+          or picked.id in (select distinct on (q.shard_of) q.id from picked q
+                            where q.spread order by q.shard_of, q.shard_index))
+  returning t.*;
+end
+$$;
+
 -- Claim up to p_limit due tasks of the given queues whose required labels the worker has and
 -- whose CPU and memory requests fit its free capacity (p_cpu_millis, p_memory_mb; null:
 -- unbounded), under the queues' controls (sql/queues.sql).
 --
--- Shape: the inner SELECT walks the partial index tasks_claimable (queue, priority desc,
--- next_run_at) in claim order and stops after p_limit rows; FOR UPDATE SKIP LOCKED makes
--- concurrent claimers pass over each other's rows instead of waiting, so each task is
--- claimed by exactly one of them. The CTE is an optimisation fence: the LIMIT applies to
--- the locked rows before the UPDATE, never to a join. One queue gets a plain equality so
--- the planner keeps the ordered index scan (an `= any(array)` scan would sort).
+-- Shape: each branch below only picks and locks rows: a SELECT that walks the partial index
+-- tasks_claimable (queue, priority desc, next_run_at) in claim order and stops after p_limit
+-- rows, with FOR UPDATE SKIP LOCKED, so that concurrent claimers pass over each other's rows
+-- instead of waiting and each task is claimed by exactly one of them. The picks feed
+-- sked.tasks_start in the same statement, which starts what fits of them; the LIMIT applies
+-- to the locked rows, never to a join. One queue gets a plain equality so the planner keeps
+-- the ordered index scan (an `= any(array)` scan would sort). What a claim may pick is
+-- sked.task_claimable_by, inlined into each scan.
 --
 -- Shards (docs/shards.md) obey two more rules, which only shard rows pay for: a pinned shard
 -- is claimed by its own worker only, and while shards are new (sked.shard_is_new) a worker
@@ -80,12 +166,11 @@ $$;
 -- Placement (docs/runtime.md), which only tasks with requests pay for: the scan passes over
 -- a task whose request exceeds the free capacity, so a big task never blocks smaller ones
 -- behind it. Of the locked rows, the claim takes those without requests and the longest
--- prefix (in claim order) of those with requests whose running sums fit the free capacity,
--- computed by a window over the locked rows only when one of them has requests (a hashed
--- subplan runs on first use); the rest stay as they were. Against starvation of big tasks: a
--- task due for more than sked.claim_reserve_after() that fits the worker's whole capacity
--- (its row in sked.workers) but not its free capacity is locked too, and the claim takes no
--- task with requests behind it, so the worker's capacity drains until the big task fits.
+-- prefix (in claim order) of those with requests whose running sums fit the free capacity
+-- (sked.tasks_start); the rest stay as they were. Against starvation of big tasks: a task
+-- due for more than sked.claim_reserve_after() that fits the worker's whole capacity (its
+-- row in sked.workers) but not its free capacity is locked too, and the claim takes no task
+-- with requests behind it, so the worker's capacity drains until the big task fits.
 --
 -- A row with no attempt left (attempt = max_attempts) is passed over: the claim charges an
 -- attempt, and one such row would make every claim of its worker fail on a constraint. The
@@ -102,7 +187,7 @@ $$;
 -- Queue controls: when a queue of the worker has a row in sked.queues (paused or limited),
 -- sked.queues_allowance drops paused queues and gives each queue its allowance (locking the
 -- rows of limited ones); one ordered, locked scan per queue, each limited to its allowance,
--- then feeds the same steps, and the rate-limited queues' buckets are charged in the same
+-- then feeds the same start, and the rate-limited queues' buckets are charged in the same
 -- statement. Workers of queues without a row pay one probe of the sked.queues primary key.
 create or replace function sked.tasks_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
@@ -126,7 +211,7 @@ begin
 
   if exists (select 1 from sked.tasks t
               where t.kind = 'service' and t.shard_of is not null
-                and t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+                and sked.state_is_claimable(t.state) and t.queue = any(p_queues)
                 and t.next_run_at <= p_now) then
     return query select * from sked.copies_claim(p_worker, p_queues, p_labels, p_limit, p_lease,
                                                  p_cpu_millis, p_memory_mb, p_now);
@@ -136,7 +221,7 @@ begin
     if (p_cpu_millis is not null or p_memory_mb is not null)
        and exists (select 1 from sked.tasks t
                     where t.kind = 'service' and t.shard_of is not null
-                      and t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+                      and sked.state_is_claimable(t.state) and t.queue = any(p_queues)
                       and t.next_run_at <= p_now
                       and sked.copy_claimable(t.queue, t.labels, t.shard_of, t.pinned_worker,
                                               t.next_run_at, p_worker, p_labels, p_now)
@@ -156,51 +241,27 @@ begin
       return;
     end if;
     return query
-    with candidates as (
-      select c.*
-        from unnest(queues, allowances) as q(name, allowance)
-        cross join lateral (
-          select t.id, t.queue, t.priority, t.next_run_at, t.shard_of, t.shard_index,
-                 t.cpu_millis, t.memory_mb,
-                 t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
-                 not (t.cpu_millis is null and t.memory_mb is null
-                      or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
-            from sked.tasks t
-           where t.state in ('waiting', 'retry') and t.queue = q.name
-             and t.next_run_at <= p_now and t.attempt < t.max_attempts
-             and (t.labels = '{}' or t.labels <@ p_labels)
-             and (t.shard_of is null
-                  or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
-             and (t.cpu_millis is null and t.memory_mb is null
-                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
-                  or (t.next_run_at <= p_now - sked.claim_reserve_after()
-                      and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
-           order by t.priority desc, t.next_run_at
-           limit q.allowance
-           for update skip locked
-        ) c
-    ), picked as materialized (
-      select * from candidates c order by c.priority desc, c.next_run_at limit p_limit
-    ), claimed as (
-      update sked.tasks t
-         set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
-             lease_expires_at = p_now + p_lease, exit_code = null, error = null,
-             stdout_tail = null, stderr_tail = null, output_sha256 = null
-        from picked
-       where t.id = picked.id
-         and (picked.cpu_millis is null and picked.memory_mb is null
-              or picked.id in (select f.id
-                                 from (select p.id, bool_or(p.reserve) over w as behind_reserve,
-                                              sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
-                                         from picked p
-                                       window w as (order by p.priority desc, p.next_run_at, p.id
-                                                    rows unbounded preceding)) f
-                                where not f.behind_reserve
-                                  and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
-         and (not picked.spread
-              or picked.id in (select distinct on (q.shard_of) q.id from picked q
-                                where q.spread order by q.shard_of, q.shard_index))
-      returning t.*
+    with claimed as (
+      select s.* from sked.tasks_start(array(
+        select c.pick
+          from unnest(queues, allowances) as q(name, allowance)
+          cross join lateral (
+            select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                                      t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb,
+                                      p_now) as pick,
+                   t.priority, t.next_run_at
+              from sked.tasks t
+             where sked.state_is_claimable(t.state) and t.queue = q.name
+               and t.next_run_at <= p_now and t.attempt < t.max_attempts
+               and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                                          t.cpu_millis, t.memory_mb, p_worker, p_labels,
+                                          p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
+             order by t.priority desc, t.next_run_at
+             limit q.allowance
+             for update skip locked
+          ) c
+         order by c.priority desc, c.next_run_at
+         limit p_limit), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now) s
     ), charged as (
       update sked.queues q
          set tokens = sked.queue_tokens(q.rate_per_sec, q.burst, q.tokens, q.tokens_at, p_now) - n.started,
@@ -209,89 +270,34 @@ begin
        where q.name = n.queue and q.rate_per_sec is not null
     )
     select * from claimed;
-    return;
-  end if;
-
-  if cardinality(p_queues) = 1 then
+  elsif cardinality(p_queues) = 1 then
     return query
-    with picked as materialized (
-      select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
-             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
-             not (t.cpu_millis is null and t.memory_mb is null
-                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
+    select * from sked.tasks_start(array(
+      select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                                t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb, p_now)
         from sked.tasks t
-       where t.state in ('waiting', 'retry') and t.queue = p_queues[1]
+       where sked.state_is_claimable(t.state) and t.queue = p_queues[1]
          and t.next_run_at <= p_now and t.attempt < t.max_attempts
-         and (t.labels = '{}' or t.labels <@ p_labels)
-         and (t.shard_of is null
-              or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
-         and (t.cpu_millis is null and t.memory_mb is null
-              or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
-              or (t.next_run_at <= p_now - sked.claim_reserve_after()
-                  and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
+         and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                                    t.cpu_millis, t.memory_mb, p_worker, p_labels,
+                                    p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
        order by t.priority desc, t.next_run_at
        limit p_limit
-       for update skip locked
-    )
-    update sked.tasks t
-       set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
-           lease_expires_at = p_now + p_lease, exit_code = null, error = null,
-           stdout_tail = null, stderr_tail = null, output_sha256 = null
-      from picked
-     where t.id = picked.id
-       and (picked.cpu_millis is null and picked.memory_mb is null
-            or picked.id in (select f.id
-                               from (select p.id, bool_or(p.reserve) over w as behind_reserve,
-                                            sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
-                                       from picked p
-                                     window w as (order by p.priority desc, p.next_run_at, p.id
-                                                  rows unbounded preceding)) f
-                              where not f.behind_reserve
-                                and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
-       and (not picked.spread
-            or picked.id in (select distinct on (q.shard_of) q.id from picked q
-                              where q.spread order by q.shard_of, q.shard_index))
-    returning t.*;
+       for update skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
   else
     return query
-    with picked as materialized (
-      select t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index, t.cpu_millis, t.memory_mb,
-             t.shard_of is not null and sked.shard_is_new(t.next_run_at, p_now) as spread,
-             not (t.cpu_millis is null and t.memory_mb is null
-                  or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)) as reserve
+    select * from sked.tasks_start(array(
+      select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                                t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb, p_now)
         from sked.tasks t
-       where t.state in ('waiting', 'retry') and t.queue = any(p_queues)
+       where sked.state_is_claimable(t.state) and t.queue = any(p_queues)
          and t.next_run_at <= p_now and t.attempt < t.max_attempts
-         and (t.labels = '{}' or t.labels <@ p_labels)
-         and (t.shard_of is null
-              or sked.shard_claimable(t.shard_of, t.pinned_worker, t.next_run_at, p_worker, p_now))
-         and (t.cpu_millis is null and t.memory_mb is null
-              or sked.task_fits(t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb)
-              or (t.next_run_at <= p_now - sked.claim_reserve_after()
-                  and sked.task_fits(t.cpu_millis, t.memory_mb, whole_cpu, whole_mem)))
+         and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                                    t.cpu_millis, t.memory_mb, p_worker, p_labels,
+                                    p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
        order by t.priority desc, t.next_run_at
        limit p_limit
-       for update skip locked
-    )
-    update sked.tasks t
-       set state = 'running', attempt = t.attempt + 1, worker_id = p_worker, started_at = p_now,
-           lease_expires_at = p_now + p_lease, exit_code = null, error = null,
-           stdout_tail = null, stderr_tail = null, output_sha256 = null
-      from picked
-     where t.id = picked.id
-       and (picked.cpu_millis is null and picked.memory_mb is null
-            or picked.id in (select f.id
-                               from (select p.id, bool_or(p.reserve) over w as behind_reserve,
-                                            sum(p.cpu_millis) over w as cpu, sum(p.memory_mb) over w as mem
-                                       from picked p
-                                     window w as (order by p.priority desc, p.next_run_at, p.id
-                                                  rows unbounded preceding)) f
-                              where not f.behind_reserve
-                                and sked.task_fits(f.cpu, f.mem, p_cpu_millis, p_memory_mb)))
-       and (not picked.spread
-            or picked.id in (select distinct on (q.shard_of) q.id from picked q
-                              where q.spread order by q.shard_of, q.shard_index))
-    returning t.*;
+       for update skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
   end if;
 end
 $$;
@@ -324,7 +330,7 @@ as $$
       from unnest(p_queues) as q(name)
       cross join lateral (
         select t.priority from sked.tasks t
-         where t.state in ('waiting', 'retry') and t.queue = q.name
+         where sked.state_is_claimable(t.state) and t.queue = q.name
          order by t.priority desc limit 1
       ) f
     union all
@@ -332,7 +338,7 @@ as $$
       from priorities p
       cross join lateral (
         select t.priority from sked.tasks t
-         where t.state in ('waiting', 'retry') and t.queue = p.queue and t.priority < p.priority
+         where sked.state_is_claimable(t.state) and t.queue = p.queue and t.priority < p.priority
          order by t.priority desc limit 1
       ) n
   )
@@ -344,12 +350,12 @@ as $$
              where c.name = any(p_queues) and c.rate_per_sec is not null and c.paused_at is null
                and sked.queue_tokens(c.rate_per_sec, c.burst, c.tokens, c.tokens_at, p_from) < 1
                and exists (select 1 from sked.tasks t
-                            where t.state in ('waiting', 'retry') and t.queue = c.name
+                            where sked.state_is_claimable(t.state) and t.queue = c.name
                               and t.next_run_at <= p_from)))
     from priorities p
     cross join lateral (
       select t.next_run_at from sked.tasks t
-       where t.state in ('waiting', 'retry') and t.queue = p.queue and t.priority = p.priority
+       where sked.state_is_claimable(t.state) and t.queue = p.queue and t.priority = p.priority
          and t.next_run_at >= p_from
        order by t.next_run_at limit 1
     ) d

@@ -499,7 +499,7 @@ begin
   with cancelled as (
     update sked.tasks t
        set state = 'cancelled', finished_at = p_now, error = 'cancelled with its workflow'
-     where t.workflow_id = p_id and t.state in ('blocked', 'waiting', 'retry')
+     where t.workflow_id = p_id and sked.state_waits_to_run(t.state)
     returning t.id
   )
   select array_agg(c.id) into ended from cancelled c;

@@ -33,11 +33,13 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// The SQL contract, applied in this order after the migrations.
 pub const CONTRACT: &[(&str, &str)] = &[
+    ("sql/states.sql", include_str!("../../sql/states.sql")),
     ("sql/tasks.sql", include_str!("../../sql/tasks.sql")),
     ("sql/queues.sql", include_str!("../../sql/queues.sql")),
+    // Before workers.sql: the claim's SQL functions use its shard rules.
+    ("sql/shards.sql", include_str!("../../sql/shards.sql")),
     ("sql/workers.sql", include_str!("../../sql/workers.sql")),
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
-    ("sql/shards.sql", include_str!("../../sql/shards.sql")),
     ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),

@@ -275,7 +275,7 @@ pub async fn summaries(pool: &PgPool, rows: Vec<TaskRow>) -> Result<Vec<Service>
                 count(*) filter (where sked.service_copy_up(c.state, c.up_since, c.started_at)),
                 count(*) filter (where sked.service_copy_up(c.state, c.up_since, c.started_at)
                                    and c.healthy_at is not null),
-                count(*) filter (where c.state in ('waiting', 'retry')),
+                count(*) filter (where sked.state_is_claimable(c.state)),
                 coalesce(sum(c.restarts) filter (
                   where exists (select 1 from sked.task_edges e
                                  where e.task_id = c.shard_of and e.depends_on = c.id)), 0)::int8

@@ -21,6 +21,7 @@ mod services;
 mod services_first;
 mod shards;
 mod sql;
+mod states;
 mod support;
 mod trust_artifacts;
 mod trust_bytes;

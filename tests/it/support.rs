@@ -65,6 +65,16 @@ pub async fn insert(pool: &PgPool, columns_and_values: &str) -> Uuid {
         .expect("inserting a task")
 }
 
+/// The id of the task named `name` in a workflow.
+pub async fn task_id(pool: &PgPool, workflow: Uuid, name: &str) -> Uuid {
+    sqlx::query_scalar("select id from sked.tasks where workflow_id = $1 and name = $2")
+        .bind(workflow)
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 pub async fn state(pool: &PgPool, id: Uuid) -> String {
     sqlx::query_scalar("select state from sked.tasks where id = $1")
         .bind(id)

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use uuid::Uuid;
 
-use crate::support::{config, start_worker};
+use crate::support::{config, start_worker, task_id};
 
 /// Submits a workflow spec with `sked.workflow_submit`; returns its id.
 async fn submit(pool: &PgPool, spec: Value) -> Uuid {
@@ -42,15 +42,6 @@ async fn states(pool: &PgPool, workflow: Uuid) -> HashMap<String, String> {
 async fn workflow_state(pool: &PgPool, workflow: Uuid) -> String {
     sqlx::query_scalar("select state from sked.workflows where id = $1")
         .bind(workflow)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-async fn task_id(pool: &PgPool, workflow: Uuid, name: &str) -> Uuid {
-    sqlx::query_scalar("select id from sked.tasks where workflow_id = $1 and name = $2")
-        .bind(workflow)
-        .bind(name)
         .fetch_one(pool)
         .await
         .unwrap()
