@@ -149,7 +149,8 @@ declare
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'queue_burst', 'service_copy_up',
-                                    'state_is_claimable', 'state_waits_to_run'];
+                                    'state_is_claimable', 'state_waits_to_run',
+                                    'state_is_unfinished'];
   -- Columns of sked.tasks that a submission sets (sked.task_submit's arguments and, for
   -- sked.workflow_submit, the DAG columns of a new task). The state columns that record
   -- running and finishing (worker_id, lease_expires_at, attempt, finished_at, results) are

@@ -730,7 +730,7 @@ declare
 begin
   if p_task is not null then
     select t.state into st from sked.tasks t where t.id = p_task;
-    return st in ('blocked', 'waiting', 'running', 'retry');
+    return sked.state_is_unfinished(st);
   elsif p_workflow is not null then
     execute 'select w.state from sked.workflows w where w.id = $1' into st using p_workflow;
     return st = 'running';
@@ -825,7 +825,7 @@ declare
   wf_ids uuid[] := '{}';
 begin
   for r in
-    select s.*, coalesce(pt.state in ('blocked', 'waiting', 'running', 'retry'), false) as task_busy
+    select s.*, coalesce(sked.state_is_unfinished(pt.state), false) as task_busy
       from sked.schedules s
       left join sked.tasks pt on pt.id = s.last_task_id
      where s.paused_at is null

@@ -266,7 +266,7 @@ declare
   unfinished boolean;
 begin
   select c.state into copy_state from sked.tasks c where c.id = p_copy;
-  unfinished := copy_state in ('blocked', 'waiting', 'running', 'retry');
+  unfinished := sked.state_is_unfinished(copy_state);
   if unfinished and (select s.parents_pending from sked.tasks s where s.id = p_service) <= 1 then
     return null;
   end if;
@@ -279,9 +279,9 @@ begin
    where s.id = p_service;
   update sked.tasks c
      set children = 0,
-         state = case when c.state in ('blocked', 'waiting', 'retry') then 'cancelled' else c.state end,
-         finished_at = case when c.state in ('blocked', 'waiting', 'retry') then p_now else c.finished_at end,
-         error = case when c.state in ('blocked', 'waiting', 'retry') then p_why else c.error end,
+         state = case when sked.state_waits_to_run(c.state) then 'cancelled' else c.state end,
+         finished_at = case when sked.state_waits_to_run(c.state) then p_now else c.finished_at end,
+         error = case when sked.state_waits_to_run(c.state) then p_why else c.error end,
          cancel_requested_at = case when c.state = 'running'
                                     then coalesce(c.cancel_requested_at, p_now)
                                     else c.cancel_requested_at end
@@ -345,7 +345,7 @@ begin
     select x.id from sked.tasks x
       join sked.task_edges e on e.task_id = s.id and e.depends_on = x.id
      where x.shard_of = s.id and x.shard_index >= s.replicas
-       and x.state in ('blocked', 'waiting', 'running', 'retry')
+       and sked.state_is_unfinished(x.state)
      order by x.shard_index
      for update of x skip locked
   loop
@@ -363,21 +363,21 @@ begin
    where x.id in (select y.id from sked.tasks y
                    where y.shard_of = s.id and y.shard_total <> s.replicas
                      and y.shard_index < s.replicas
-                     and y.state in ('blocked', 'waiting', 'running', 'retry')
+                     and sked.state_is_unfinished(y.state)
                    for update skip locked);
 
   -- 3. Roll, one index at a time: the lowest index with an old attached copy.
   select x.id, x.shard_index, x.state into old_id, old_index, old_state from sked.tasks x
     join sked.task_edges e on e.task_id = s.id and e.depends_on = x.id
    where x.shard_of = s.id and x.generation < s.generation and x.shard_index < s.replicas
-     and x.state in ('blocked', 'waiting', 'running', 'retry')
+     and sked.state_is_unfinished(x.state)
    order by x.shard_index
    limit 1;
   if found then
     select x.* into surge from sked.tasks x
       join sked.task_edges e on e.task_id = s.id and e.depends_on = x.id
      where x.shard_of = s.id and x.generation = s.generation and x.shard_index = old_index
-       and x.state in ('blocked', 'waiting', 'running', 'retry')
+       and sked.state_is_unfinished(x.state)
      limit 1;
     if not found then
       perform 1 from sked.tasks x where x.id = old_id for update skip locked;
@@ -456,7 +456,7 @@ begin
     from (select t.id from sked.tasks t
             left join lateral (
               select count(distinct x.shard_index) filter (where x.shard_index < t.replicas) as have,
-                     bool_or(x.state in ('blocked', 'waiting', 'running', 'retry')
+                     bool_or(sked.state_is_unfinished(x.state)
                              and (x.shard_index >= t.replicas or x.generation < t.generation
                                   or x.shard_total <> t.replicas)) as off
                 from sked.task_edges e join sked.tasks x on x.id = e.depends_on
@@ -469,7 +469,7 @@ begin
   with orphans as (
     select c.id from sked.tasks c
      where c.kind = 'service' and c.shard_of is not null
-       and c.state in ('blocked', 'waiting', 'running', 'retry')
+       and sked.state_is_unfinished(c.state)
        and (c.state <> 'running' or c.cancel_requested_at is null)
        and (exists (select 1 from sked.tasks p where p.id = c.shard_of and p.state <> 'blocked')
             or not exists (select 1 from sked.task_edges e

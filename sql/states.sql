@@ -18,6 +18,13 @@ language sql immutable parallel safe as $$
   select p_state = 'blocked' or sked.state_is_claimable(p_state)
 $$;
 
+-- Is a task in this state unfinished: waiting to run or running? Inlined like
+-- sked.state_is_claimable.
+create or replace function sked.state_is_unfinished(p_state text) returns boolean
+language sql immutable parallel safe as $$
+  select p_state = 'running' or sked.state_waits_to_run(p_state)
+$$;
+
 -- Every change of a task's state: from (null: the row is inserted), to, and what makes it.
 -- docs/state_machine.md, "Transitions", shows the same pairs, and the tests hold the two
 -- equal and drive tasks through the contract's functions, finding no change that is not

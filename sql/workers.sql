@@ -463,7 +463,7 @@ begin
       from updated d where d.state <> 'succeeded'
   )
   select array_agg(d.id), array_agg(d.state),
-         string_agg(distinct d.queue, ',') filter (where d.state in ('retry', 'waiting')),
+         string_agg(distinct d.queue, ',') filter (where sked.state_is_claimable(d.state)),
          array_agg(d.id) filter (where d.settles and d.state in ('succeeded', 'failed', 'cancelled')),
          array_agg(distinct d.queue) filter (where limited)
     into ids, states, queues, settle, freed

@@ -166,7 +166,7 @@ begin
            else 'succeeded' end
    where w.id = any(p_ids) and w.state = 'running'
      and not exists (select 1 from sked.tasks t
-                      where t.workflow_id = w.id and t.state in ('blocked', 'waiting', 'running', 'retry'));
+                      where t.workflow_id = w.id and sked.state_is_unfinished(t.state));
 end
 $$;
 
@@ -232,7 +232,7 @@ begin
   with parents as (
     select r.id,
            count(p.id) filter (where p.id = any(ids)
-                                  or p.state in ('blocked', 'waiting', 'running', 'retry'))::integer as pending,
+                                  or sked.state_is_unfinished(p.state))::integer as pending,
            coalesce(bool_or(p.state in ('failed', 'cancelled', 'upstream_failed')
                             and not p.id = any(ids)), false) as failed,
            coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped

@@ -123,12 +123,14 @@ async fn the_documented_states_are_claimable_and_final_as_the_code_says() {
             .iter()
             .find(|row| row[0] == format!("`{state}`"))
             .unwrap_or_else(|| panic!("the States table has a row for {state}"));
-        let (claimable, waits): (bool, bool) =
-            sqlx::query_as("select sked.state_is_claimable($1), sked.state_waits_to_run($1)")
-                .bind(state.as_str())
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
+        let (claimable, waits, unfinished): (bool, bool, bool) = sqlx::query_as(
+            "select sked.state_is_claimable($1), sked.state_waits_to_run($1), \
+                    sked.state_is_unfinished($1)",
+        )
+        .bind(state.as_str())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
         assert_eq!(
             row[2].starts_with("yes"),
             claimable,
@@ -143,6 +145,11 @@ async fn the_documented_states_are_claimable_and_final_as_the_code_says() {
             waits,
             claimable || state == TaskState::Blocked,
             "{state}: the states that wait to run are blocked and the claimable ones"
+        );
+        assert_eq!(
+            unfinished,
+            !state.is_final(),
+            "{state}: sked.state_is_unfinished holds for exactly the states that are not final"
         );
         assert_eq!(
             row[3].starts_with("yes"),
