@@ -182,68 +182,62 @@ begin
 end
 $$;
 
--- Tasks. Only a change of state or of the cancel request is news: lease renewals, the DAG
+-- The triggers, one row each: the table, the trigger's event, the kind of event it records
+-- and how it names the changed rows (the second argument of sked.events_after_statement; none:
+-- it names no rows). The transition tables follow: an insert keeps its new rows, a delete its
+-- old ones, an update whose rows are compared both, one that names every row its new ones.
+--
+-- Tasks: only a change of state or of the cancel request is news; lease renewals, the DAG
 -- counters and everything else an update may touch record nothing. (A trigger with
 -- transition tables cannot name columns, so the rows before and after are compared.) A
 -- deleted task cannot be looked up any more, so its id would tell a listener nothing it can
 -- act on: deletions (retention) and TRUNCATE ask for a refetch.
-create or replace trigger tasks_after_insert_event
-  after insert on sked.tasks referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('t', 'id');
-create or replace trigger tasks_after_update_event
-  after update on sked.tasks referencing old table as old_rows new table as new_rows
-  for each statement
-  execute function sked.events_after_statement('t', 'state, cancel_requested_at');
-create or replace trigger tasks_after_delete_event
-  after delete on sked.tasks referencing old table as old_rows
-  for each statement execute function sked.events_after_statement('t');
-create or replace trigger tasks_after_truncate_event
-  after truncate on sked.tasks
-  for each statement execute function sked.events_after_statement('t');
-
--- Task logs: the tasks that got chunks.
-create or replace trigger task_logs_after_insert_event
-  after insert on sked.task_logs referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('l', 'task_id');
-
--- Workflows: submitted, their state changed, deleted.
-create or replace trigger workflows_after_insert_event
-  after insert on sked.workflows referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('f', 'id');
-create or replace trigger workflows_after_update_event
-  after update on sked.workflows referencing old table as old_rows new table as new_rows
-  for each statement execute function sked.events_after_statement('f', 'state');
-create or replace trigger workflows_after_delete_event
-  after delete on sked.workflows referencing old table as old_rows
-  for each statement execute function sked.events_after_statement('f');
-
--- Schedules and their runs. Every change of a schedule shows (its next tick, paused, its
+-- Task logs: the tasks that got chunks. Workflows: submitted, their state changed, deleted.
+-- Schedules and their runs: every change of a schedule shows (its next tick, paused, its
 -- latest occurrence), so every inserted or updated row is named.
-create or replace trigger schedules_after_insert_event
-  after insert on sked.schedules referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('s', 'id');
-create or replace trigger schedules_after_update_event
-  after update on sked.schedules referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('s', 'id');
-create or replace trigger schedules_after_delete_event
-  after delete on sked.schedules referencing old table as old_rows
-  for each statement execute function sked.events_after_statement('s');
-create or replace trigger schedule_runs_after_insert_event
-  after insert on sked.schedule_runs referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('s', 'schedule_id');
-
 -- Workers: registering and deregistering, and a worker that begins stopping (or registers
 -- again) changes stopping_at. Heartbeats (which update heartbeat_at) record nothing, and
 -- neither does the rescue's clean-up of long-dead workers when it deletes none.
-create or replace trigger workers_after_insert_event
-  after insert on sked.workers referencing new table as new_rows
-  for each statement execute function sked.events_after_statement('w');
-create or replace trigger workers_after_delete_event
-  after delete on sked.workers referencing old table as old_rows
-  for each statement execute function sked.events_after_statement('w');
-create or replace trigger workers_after_stopping_event
-  after update of stopping_at on sked.workers
-  for each statement execute function sked.events_after_statement('w');
+do $$
+declare
+  e record;
+begin
+  for e in
+    select * from (values
+      ('tasks', 'insert', 't', 'id'),
+      ('tasks', 'update', 't', 'state, cancel_requested_at'),
+      ('tasks', 'delete', 't', null),
+      ('tasks', 'truncate', 't', null),
+      ('task_logs', 'insert', 'l', 'task_id'),
+      ('workflows', 'insert', 'f', 'id'),
+      ('workflows', 'update', 'f', 'state'),
+      ('workflows', 'delete', 'f', null),
+      ('schedules', 'insert', 's', 'id'),
+      ('schedules', 'update', 's', 'id'),
+      ('schedules', 'delete', 's', null),
+      ('schedule_runs', 'insert', 's', 'schedule_id'),
+      ('workers', 'insert', 'w', null),
+      ('workers', 'delete', 'w', null),
+      ('workers', 'update of stopping_at', 'w', null)
+    ) as t(tbl, event, kind, names)
+  loop
+    execute format(
+      'create or replace trigger %I after %s on sked.%I %s for each statement '
+      'execute function sked.events_after_statement(%s)',
+      e.tbl || '_after_' || case when e.event like 'update of %' then 'stopping'
+                                 else e.event end || '_event',
+      e.event, e.tbl,
+      case
+        when e.event = 'insert' then 'referencing new table as new_rows'
+        when e.event = 'delete' then 'referencing old table as old_rows'
+        when e.event = 'update' and e.names = 'id' then 'referencing new table as new_rows'
+        when e.event = 'update' then 'referencing old table as old_rows new table as new_rows'
+        else ''
+      end,
+      concat_ws(', ', quote_literal(e.kind), quote_literal(e.names)));
+  end loop;
+end
+$$;
 
 -- Functions of earlier versions (among them a trigger function per trigger), dropped once no
 -- trigger uses them.

@@ -74,9 +74,6 @@ create policy tasks_submitter_inserts_its_own on sked.tasks
   with check (owner = current_user
               and (workflow_id is null
                    or exists (select 1 from sked.workflows w where w.id = workflow_id)));
-drop policy if exists tasks_server_all on sked.tasks;
-create policy tasks_server_all on sked.tasks
-  for all to sked_server using (true) with check (true);
 
 drop policy if exists workflows_submitter_reads_its_own on sked.workflows;
 create policy workflows_submitter_reads_its_own on sked.workflows
@@ -84,39 +81,34 @@ create policy workflows_submitter_reads_its_own on sked.workflows
 drop policy if exists workflows_submitter_inserts_its_own on sked.workflows;
 create policy workflows_submitter_inserts_its_own on sked.workflows
   for insert to sked_submitter with check (owner = current_user);
-drop policy if exists workflows_server_all on sked.workflows;
-create policy workflows_server_all on sked.workflows
-  for all to sked_server using (true) with check (true);
 
 -- An edge is the submitter's when its child is (the subquery sees its own tasks only); it
 -- may insert edges that join no task of another owner.
-drop policy if exists task_edges_submitter_reads_its_own on sked.task_edges;
-create policy task_edges_submitter_reads_its_own on sked.task_edges
-  for select to sked_submitter
-  using (exists (select 1 from sked.tasks t where t.id = task_id));
 drop policy if exists task_edges_submitter_inserts_its_own on sked.task_edges;
 create policy task_edges_submitter_inserts_its_own on sked.task_edges
   for insert to sked_submitter
   with check (not sked.task_edge_crosses_owners(task_id, depends_on, current_user));
-drop policy if exists task_edges_server_all on sked.task_edges;
-create policy task_edges_server_all on sked.task_edges
-  for all to sked_server using (true) with check (true);
 
-drop policy if exists task_attempts_submitter_reads_its_own on sked.task_attempts;
-create policy task_attempts_submitter_reads_its_own on sked.task_attempts
-  for select to sked_submitter
-  using (exists (select 1 from sked.tasks t where t.id = task_id));
-drop policy if exists task_attempts_server_all on sked.task_attempts;
-create policy task_attempts_server_all on sked.task_attempts
-  for all to sked_server using (true) with check (true);
-
-drop policy if exists task_logs_submitter_reads_its_own on sked.task_logs;
-create policy task_logs_submitter_reads_its_own on sked.task_logs
-  for select to sked_submitter
-  using (exists (select 1 from sked.tasks t where t.id = task_id));
-drop policy if exists task_logs_server_all on sked.task_logs;
-create policy task_logs_server_all on sked.task_logs
-  for all to sked_server using (true) with check (true);
+-- The rows of a task (its edges, attempts and logs) are the submitter's to read when the task
+-- is (the subquery sees its own tasks only). The server may do anything with every table
+-- under row-level security.
+do $$
+declare
+  t text;
+begin
+  foreach t in array array['task_edges', 'task_attempts', 'task_logs'] loop
+    execute format('drop policy if exists %I on sked.%I', t || '_submitter_reads_its_own', t);
+    execute format('create policy %I on sked.%I for select to sked_submitter '
+                   'using (exists (select 1 from sked.tasks t where t.id = task_id))',
+                   t || '_submitter_reads_its_own', t);
+  end loop;
+  foreach t in array array['tasks', 'workflows', 'task_edges', 'task_attempts', 'task_logs'] loop
+    execute format('drop policy if exists %I on sked.%I', t || '_server_all', t);
+    execute format('create policy %I on sked.%I for all to sked_server using (true) '
+                   'with check (true)', t || '_server_all', t);
+  end loop;
+end
+$$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Privileges
