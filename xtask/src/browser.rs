@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::install::on_path;
+
 /// What the tests get in their environment: `SKED_CHROMIUM` and `SKED_CHROMEDRIVER`, or
 /// `SKED_BROWSER_TESTS=skip`.
 pub enum Browser {
@@ -58,22 +60,7 @@ pub fn find_or_install() -> Result<Browser, String> {
             }
         ));
     }
-    println!(
-        "xtask: CI is set and Chromium is missing: apt-get install -y chromium chromium-driver"
-    );
-    for args in [
-        &["update", "-qq"][..],
-        &["install", "-y", "-qq", "chromium", "chromium-driver"][..],
-    ] {
-        let status = std::process::Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("running apt-get: {e}"))?;
-        if !status.success() {
-            return Err(format!("`apt-get {}` failed ({status})", args.join(" ")));
-        }
-    }
+    crate::install::apt_install("Chromium", &["chromium", "chromium-driver"])?;
     find().ok_or_else(|| "chromium and chromedriver are still not on the PATH".to_owned())
 }
 
@@ -81,11 +68,4 @@ fn find() -> Option<Browser> {
     let chromium = CHROMIUMS.iter().find_map(|n| on_path(n))?;
     let driver = DRIVERS.iter().find_map(|n| on_path(n))?;
     Some(Browser::Found { chromium, driver })
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
 }

@@ -44,6 +44,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod browser;
+mod install;
 mod sandbox;
 mod schemathesis;
 mod web;
@@ -305,23 +306,7 @@ fn install_postgres(not_found: &PgError) -> Result<(), String> {
     if !(debian && root && ci) {
         return Err(how_to_install(not_found, debian));
     }
-    println!(
-        "xtask: CI is set and the PostgreSQL server is missing: apt-get install -y postgresql"
-    );
-    for args in [
-        &["update", "-qq"][..],
-        &["install", "-y", "-qq", "postgresql"][..],
-    ] {
-        let status = std::process::Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("running apt-get: {e}"))?;
-        if !status.success() {
-            return Err(format!("`apt-get {}` failed ({status})", args.join(" ")));
-        }
-    }
-    Ok(())
+    install::apt_install("the PostgreSQL server", &["postgresql"])
 }
 
 /// The message when no server answers and no server binaries are installed.

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::install::on_path;
+
 /// What the tests get in their environment: `SKED_BWRAP`, or `SKED_SANDBOX_TESTS=skip` with
 /// the reason printed.
 pub enum Sandbox {
@@ -78,26 +80,6 @@ fn install() -> Result<PathBuf, String> {
             }
         ));
     }
-    println!("xtask: CI is set and bwrap is missing: apt-get install -y bubblewrap");
-    for args in [
-        &["update", "-qq"][..],
-        &["install", "-y", "-qq", "bubblewrap"][..],
-    ] {
-        let status = std::process::Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("running apt-get: {e}"))?;
-        if !status.success() {
-            return Err(format!("`apt-get {}` failed ({status})", args.join(" ")));
-        }
-    }
+    crate::install::apt_install("bwrap", &["bubblewrap"])?;
     on_path("bwrap").ok_or_else(|| "bwrap is still not on the PATH after installing".to_owned())
-}
-
-pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
 }

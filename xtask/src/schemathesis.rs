@@ -45,7 +45,7 @@ pub fn find_or_install(target_dir: &Path) -> Result<Schemathesis, String> {
     if let Some(found) = installed
         .is_file()
         .then(|| installed.clone())
-        .or_else(|| crate::sandbox::on_path("schemathesis"))
+        .or_else(|| crate::install::on_path("schemathesis"))
     {
         return Ok(Schemathesis::Found(found));
     }
