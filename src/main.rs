@@ -9,9 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
 
-use cli::commands::{
-    ListArgs, LogsArgs, ResubmitArgs, ShowArgs, SubmitArgs, TaskIdArgs, TokenCommand,
-};
+use cli::args::ShowArgs;
+use cli::commands::{ListArgs, LogsArgs, ResubmitArgs, SubmitArgs, TaskIdArgs, TokenCommand};
 use cli::schedules::{CronCommand, ScheduleCommand};
 use cli::{commands, queues, schedules, services, workflows};
 

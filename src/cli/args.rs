@@ -1,7 +1,14 @@
-//! What the subcommands share: where the API is and who calls it ([`ApiArgs`]), and the
-//! parsers of flags that several subcommands take.
+//! What the subcommands share: where the API is and who calls it ([`ApiArgs`]), the
+//! arguments of every `show` ([`ShowArgs`]), reading a file argument, printing an answer, and
+//! the parsers of flags that several subcommands take.
 
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::de::DeserializeOwned;
 use sked::client::Client;
+use uuid::Uuid;
 
 /// Where the API is and who is calling.
 #[derive(Debug, Clone, clap::Args)]
@@ -18,6 +25,48 @@ impl ApiArgs {
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
         Ok(Client::new(&self.url, self.token.clone())?)
     }
+}
+
+/// `sked … show ID [--json]`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    pub id: Uuid,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints an answer of the API: the raw JSON with `--json`, else the text `describe` makes
+/// of it.
+pub(crate) fn print_answer<T: DeserializeOwned>(
+    json: bool,
+    answer: serde_json::Value,
+    describe: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        let answer: T = serde_json::from_value(answer)
+            .context("the server's answer is not what it should be")?;
+        print!("{}", describe(&answer));
+    }
+    Ok(())
+}
+
+/// The text of the file a flag names (`what`, e.g. "--input-file"), or of stdin for `-`.
+pub(crate) fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading {what} from stdin"))?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading {what} {}", path.display()))?;
+    }
+    Ok(text)
 }
 
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -3,8 +3,8 @@
 //! `retry`, `resubmit`). Flags are validated here, before any connection or request.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -14,7 +14,7 @@ use sked_db::token::Role;
 use sked_types::{SubmitTask, TaskState};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, parse_env, parse_json};
+use super::args::{ApiArgs, ShowArgs, parse_env, parse_json, print_answer, read_text};
 use super::format::{describe, print_change, time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -186,16 +186,6 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    id: Uuid,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, clap::Args)]
 pub struct LogsArgs {
     #[command(flatten)]
     api: ApiArgs,
@@ -240,10 +230,7 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
         .transpose()
         .map_err(anyhow::Error::msg)?
         .map(Duration::from_secs_f64);
-    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
-        .await
-        .context("connecting to the database")?;
-    sked_db::check_schema(&pool).await?;
+    let pool = token_db(&args.db).await?;
     let secret =
         sked_db::token::create_expiring(&pool, &args.owner, role, &args.name, expires_in).await?;
     pool.close().await;
@@ -256,11 +243,17 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
-    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
+/// The database of `sked token …`, checked to have the schema this binary knows.
+async fn token_db(db: &DatabaseArgs) -> anyhow::Result<sqlx::PgPool> {
+    let pool = sked_db::connect(&db.database_url, "sked-token", 2)
         .await
         .context("connecting to the database")?;
     sked_db::check_schema(&pool).await?;
+    Ok(pool)
+}
+
+async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
+    let pool = token_db(&args.db).await?;
     let tokens = sked_db::token::list(&pool).await?;
     pool.close().await;
     println!(
@@ -287,10 +280,7 @@ async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
 }
 
 async fn token_revoke(args: TokenRevokeArgs) -> anyhow::Result<()> {
-    let pool = sked_db::connect(&args.db.database_url, "sked-token", 2)
-        .await
-        .context("connecting to the database")?;
-    sked_db::check_schema(&pool).await?;
+    let pool = token_db(&args.db).await?;
     let revoked = sked_db::token::revoke(&pool, args.id).await?;
     pool.close().await;
     if !revoked {
@@ -367,16 +357,8 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_input(path: &PathBuf) -> anyhow::Result<serde_json::Value> {
-    let mut text = String::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading the input from stdin")?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --input-file {}", path.display()))?;
-    }
+fn read_input(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = read_text(path, "--input-file")?;
     serde_json::from_str(&text)
         .with_context(|| format!("--input-file {} is not valid JSON", path.display()))
 }
@@ -440,15 +422,8 @@ fn print_tasks(tasks: &[sked_types::Task]) {
 }
 
 pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let client = args.api.client()?;
-    if args.json {
-        let detail = client.task_json(args.id).await?;
-        println!("{}", serde_json::to_string_pretty(&detail)?);
-        return Ok(());
-    }
-    let detail = client.task(args.id).await?;
-    print!("{}", describe(&detail));
-    Ok(())
+    let answer = args.api.client()?.task_json(args.id).await?;
+    print_answer(args.json, answer, describe)
 }
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {

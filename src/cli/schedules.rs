@@ -2,7 +2,6 @@
 //! the cron-schedule commands, which talk to the REST API. Flags are validated here, before
 //! any request; a schedule is named by its id or by its name.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -10,7 +9,7 @@ use sked::client::{Client, ScheduleQuery};
 use sked_types::{CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, parse_env, parse_json, parse_secs};
+use super::args::{ApiArgs, parse_env, parse_json, parse_secs, print_answer, read_text};
 use super::format::{quote, time, truncate};
 
 #[derive(Debug, clap::Subcommand)]
@@ -353,15 +352,7 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
 }
 
 fn read_workflow(path: &Path) -> anyhow::Result<serde_json::Value> {
-    let mut text = String::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading the workflow from stdin")?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --workflow {}", path.display()))?;
-    }
+    let text = read_text(path, "--workflow")?;
     let spec: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("--workflow {} is not valid JSON", path.display()))?;
     if !spec.is_object() {
@@ -414,14 +405,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
     let (client, id) = resolve(&args.schedule).await?;
-    if args.json {
-        let detail = client.schedule_json(id).await?;
-        println!("{}", serde_json::to_string_pretty(&detail)?);
-        return Ok(());
-    }
-    let detail = client.schedule(id).await?;
-    print!("{}", describe(&detail));
-    Ok(())
+    print_answer(args.json, client.schedule_json(id).await?, describe)
 }
 
 /// What a schedule's occurrences run, as a shell-like line (or the workflow's task count).

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use sked_types::service::{Service, ServiceCopy};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, parse_env, parse_json};
+use super::args::{ApiArgs, ShowArgs, parse_env, parse_json, print_answer};
 use super::format::{time, truncate};
 
 #[derive(Debug, clap::Args)]
@@ -31,16 +31,6 @@ pub enum ServiceCommand {
     Show(ShowArgs),
     /// Change a service: its definition (its copies roll over one at a time) or --replicas.
     Update(Box<UpdateArgs>),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    id: Uuid,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
 }
 
 /// The flags of a service's health check, shared by `sked submit --service` and
@@ -172,15 +162,8 @@ pub async fn run(cmd: ServiceCommand) -> anyhow::Result<()> {
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let client = args.api.client()?;
-    if args.json {
-        let raw = client.service_json(args.id).await?;
-        println!("{}", serde_json::to_string_pretty(&raw)?);
-        return Ok(());
-    }
-    let s = client.service(args.id).await?;
-    print!("{}", describe(&s));
-    Ok(())
+    let answer = args.api.client()?.service_json(args.id).await?;
+    print_answer(args.json, answer, describe)
 }
 
 fn command_line(s: &Service) -> String {

@@ -3,14 +3,13 @@
 //! REST API. A module of the `sked` binary.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context;
 use sked_types::{SubmitWorkflow, WorkflowChange, WorkflowDetail};
 use uuid::Uuid;
 
-use super::args::ApiArgs;
+use super::args::{ApiArgs, ShowArgs, print_answer, read_text};
 use super::format::{time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -35,16 +34,6 @@ pub struct ListArgs {
     /// Only workflows older than this one (the cursor printed below a full page).
     #[arg(long)]
     after: Option<Uuid>,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    id: Uuid,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -74,15 +63,7 @@ pub async fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
 /// Reads a workflow file: JSON when its name ends in `.json`, else YAML (`-`: YAML or JSON
 /// from stdin). Unknown keys are errors.
 pub fn read_spec(path: &Path) -> anyhow::Result<SubmitWorkflow> {
-    let mut text = String::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading the workflow from stdin")?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the workflow file {}", path.display()))?;
-    }
+    let text = read_text(path, "the workflow file")?;
     let json = path.extension().is_some_and(|e| e == "json");
     let spec: SubmitWorkflow = if json {
         serde_json::from_str(&text)
@@ -144,14 +125,8 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let client = args.api.client()?;
-    if args.json {
-        let detail = client.workflow_json(args.id).await?;
-        println!("{}", serde_json::to_string_pretty(&detail)?);
-        return Ok(());
-    }
-    print!("{}", describe(&client.workflow(args.id).await?));
-    Ok(())
+    let answer = args.api.client()?.workflow_json(args.id).await?;
+    print_answer(args.json, answer, describe)
 }
 
 /// The text `sked workflow show` prints.
