@@ -805,13 +805,18 @@ async fn three_concurrent_firing_loops_fire_each_tick_once() {
         .await
         .unwrap();
     }
-    // Three loops walk the same 30 seconds of clock, each firing as fast as it can.
+    // Three loops walk the same 30 seconds of clock in step, all three firing at each moment
+    // at once. (Out of step, a loop far ahead in the clock would find a tick that another
+    // loop held locked as missed, which is the misfire policy's business, not this test's.)
+    let step_together = std::sync::Arc::new(tokio::sync::Barrier::new(3));
     let mut loops = Vec::new();
     for _ in 0..3 {
         let pool = db.pool.clone();
+        let step_together = step_together.clone();
         loops.push(tokio::spawn(async move {
             let mut handled = 0;
             for step in 1..=120 {
+                step_together.wait().await;
                 let now = start + Duration::milliseconds(250 * step);
                 let n: i32 = sqlx::query_scalar("select sked.schedules_fire($1)")
                     .bind(now)
