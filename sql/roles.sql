@@ -10,7 +10,8 @@
 --                   changes state through the contract's functions (it enforces owners with
 --                   API tokens itself), and never writes tokens, artifacts or task state;
 --                   it reaches the owners' quotas (owner_quota) through owner_quota_take
---                   only.
+--                   only, and deletes finished tasks through tasks_prune only (the
+--                   retention of its background upkeep, db/src/upkeep.rs).
 -- The account that migrates owns the schema and everything in it; it is the administrator
 -- and is not subject to the policies below.
 --
@@ -116,14 +117,16 @@ $$;
 
 do $$
 declare
-  -- The worker's functions (worker/ calls nothing else). They run as the owner.
+  -- The worker's functions (worker/ and the duties of its background upkeep,
+  -- db/src/upkeep.rs, call nothing else). They run as the owner.
   worker_calls text[] := array[
     'worker_register', 'worker_deregister', 'worker_touch', 'worker_stopping',
     'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'tasks_finish',
     'tasks_renew_leases', 'tasks_cancel_requested', 'worker_attempts', 'tasks_rescue',
     'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
     'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
-    'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due'];
+    'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due',
+    'schedule_runs_prune'];
   -- The server's functions that change state or read across owners. They run as the owner.
   server_calls text[] := array[
     'task_cancel', 'task_retry', 'workflow_cancel', 'workflow_retry',
@@ -132,7 +135,7 @@ declare
     'queue_pause', 'queue_resume', 'queue_set_limits', 'task_waiting_reasons',
     'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
-    'events_running', 'events_ended', 'owner_quota_take'];
+    'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[

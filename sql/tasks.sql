@@ -458,6 +458,9 @@ $$;
 -- tasks per call (call again until it returns 0). A workflow's tasks go only once the
 -- workflow has finished before `p_before`, and the workflow row goes with its last task.
 -- Unfinished tasks are never touched. Returns the tasks deleted.
+-- One call at a time (an advisory lock held until the transaction ends): two calls deleting
+-- parts of one workflow at once would each see the other's tasks still there and both leave
+-- the workflow row behind. The key spells "skedprun".
 create or replace function sked.tasks_prune(p_before timestamptz, p_limit integer default 10000)
 returns integer
 language plpgsql as $$
@@ -465,6 +468,7 @@ declare
   deleted integer;
   workflows uuid[];
 begin
+  perform pg_advisory_xact_lock(8316852618927437166);
   with doomed as (
     select t.id, t.workflow_id from sked.tasks t
      where t.finished_at < p_before

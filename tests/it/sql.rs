@@ -625,6 +625,52 @@ async fn pruning_deletes_old_finished_tasks_with_their_history_and_nothing_else(
 }
 
 #[tokio::test]
+async fn two_prunes_at_once_leave_no_workflow_row_behind() {
+    let db = TestDb::new().await;
+    let workflow: Uuid = sqlx::query_scalar(
+        r#"select sked.workflow_submit('{"name": "w", "tasks": [
+             {"name": "a", "command": ["true"]}, {"name": "b", "command": ["true"]}]}')"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("select sked.workflow_cancel($1)")
+        .bind(workflow)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The first prune takes one of the workflow's two tasks and has not committed yet.
+    let mut first = db.pool.begin().await.unwrap();
+    let took: i32 = sqlx::query_scalar("select sked.tasks_prune(now() + interval '1 second', 1)")
+        .fetch_one(&mut *first)
+        .await
+        .unwrap();
+    assert_eq!(took, 1);
+    // A second one meanwhile waits for it, then takes the other task and the workflow row;
+    // without waiting it would see the first's task still there and keep the row forever.
+    let second = tokio::spawn({
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i32>("select sked.tasks_prune(now() + interval '1 second')")
+                .fetch_one(&pool)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second prune waits for the first"
+    );
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap().unwrap(), 1);
+    let left: i64 = sqlx::query_scalar("select count(*) from sked.workflows")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the workflow row went with its last task");
+}
+
+#[tokio::test]
 async fn large_batches_go_in_by_copy_with_every_character_and_default_intact() {
     let db = TestDb::new().await;
     let tricky = [
