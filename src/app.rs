@@ -217,6 +217,7 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
         shutdown,
         sked_server::EventsConfig::default(),
         cmd.server.quotas(),
+        sked_server::upkeep(&pool, cmd.server.retention),
     )
     .await;
     pool.close().await;
@@ -296,7 +297,7 @@ pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<
                 &cluster.url("sked"),
                 Some(info),
                 listening,
-                cmd.server.quotas(),
+                &cmd.server,
                 config,
                 shutdown,
             )
@@ -310,8 +311,7 @@ pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<
         println!("Stopped.");
         return Ok(());
     };
-    let quotas = cmd.server.quotas();
-    serve_dev(&url, None, listening, quotas, config, shutdown).await?;
+    serve_dev(&url, None, listening, &cmd.server, config, shutdown).await?;
     println!("Stopped.");
     Ok(())
 }
@@ -346,10 +346,11 @@ async fn serve_dev(
     url: &str,
     cluster: Option<ClusterInfo>,
     listening: Listening,
-    quotas: sked_server::Quotas,
+    server_args: &ServerArgs,
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
+    let quotas = server_args.quotas();
     let pool = connect(url, "sked-dev", worker_pool_size(&config) + 12).await?;
     sked_db::migrate(&pool)
         .await
@@ -393,13 +394,16 @@ async fn serve_dev(
     .await?;
     let server_pool = connect_as(url, "sked-dev-server", 12, GroupRole::Server).await?;
 
+    // One loop of background upkeep for the process: the worker's loop also runs the
+    // server's duties (over the server's pool), and a duty both have (cron firing) once.
+    let server_upkeep = sked_server::upkeep(&server_pool, server_args.retention);
     // Each part cancels `shutdown` when it ends, so a part that fails stops the others.
     let worker_stop = CancellationToken::new();
     let server_stop = CancellationToken::new();
     let worker = tokio::spawn({
         let (pool, stop, shutdown) = (worker_pool.clone(), worker_stop.clone(), shutdown.clone());
         async move {
-            let result = sked_worker::run(pool, config, stop).await;
+            let result = sked_worker::run_with(pool, config, stop, server_upkeep).await;
             shutdown.cancel();
             result
         }
@@ -413,6 +417,7 @@ async fn serve_dev(
                 stop,
                 sked_server::EventsConfig::default(),
                 quotas,
+                sked_db::upkeep::Upkeep::new(),
             )
             .await;
             shutdown.cancel();

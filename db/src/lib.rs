@@ -6,7 +6,6 @@
 //! whose schema is older or newer than the one compiled into them.
 
 pub mod error;
-pub mod firing;
 pub mod listing;
 pub mod overview;
 pub mod queue;
@@ -15,6 +14,7 @@ pub mod schedule;
 pub mod service;
 pub mod task;
 pub mod token;
+pub mod upkeep;
 pub mod worker;
 pub mod workflow;
 

@@ -38,7 +38,9 @@
 //! empty again. A client whose socket accepts nothing for [`EventsConfig::send_timeout`] is
 //! disconnected. Every client also gets `Resync` when a statement changed too many rows to
 //! name them, or deleted rows (at most once a second), when recorded changes were lost (pruned
-//! before the hub read them, or a crash), and when a batch could not be resolved.
+//! before the hub read them, or a crash), and when a batch could not be resolved. Every
+//! server's background upkeep (`sked_db::upkeep`) deletes recorded changes a minute old,
+//! whether or not it has clients.
 
 mod client;
 mod gate;
@@ -244,7 +246,6 @@ impl Hub {
         let mut seen: Option<Vec<i64>> = None;
         let mut read_due = Instant::now();
         let mut read_failing = false;
-        let mut last_prune = Instant::now();
         let mut last_bulk_resync: Option<Instant> = None;
         let mut last_read = Instant::now();
         let mut batch = Batch::default();
@@ -298,12 +299,6 @@ impl Hub {
                             }
                             read_failing = true;
                             continue;
-                        }
-                    }
-                    if last_prune.elapsed() >= PRUNE_EVERY {
-                        last_prune = Instant::now();
-                        if let Err(e) = prune(&shared.pool).await {
-                            tracing::warn!(error = %e, "live events: pruning recorded changes failed");
                         }
                     }
                     // Bulk changes in a row (a drain claiming hundreds of tasks at a time)
@@ -485,11 +480,6 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
 /// At most one `resync` for too many changes per this interval.
 const BULK_RESYNC_GAP: Duration = Duration::from_secs(1);
 
-/// Recorded changes older than this are deleted (a reader that fell further behind sees a gap
-/// and has its clients resync).
-const KEEP: &str = "1 minute";
-const PRUNE_EVERY: Duration = Duration::from_secs(10);
-
 /// Sleeps until `at` (a `select!` branch guarded by `at.is_some()`).
 async fn sleep_until(at: Option<Instant>) {
     tokio::time::sleep_until(at.unwrap_or_else(Instant::now)).await;
@@ -555,16 +545,6 @@ async fn read(
         }
     }
     *seen = now;
-    Ok(())
-}
-
-/// Deletes recorded changes older than [`KEEP`].
-async fn prune(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "select sked.events_prune(now() - interval '{KEEP}')"
-    )))
-    .execute(pool)
-    .await?;
     Ok(())
 }
 

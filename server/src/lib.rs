@@ -41,10 +41,12 @@ mod web;
 mod workflows;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::handler::Handler;
 use axum::routing::get;
+use sked_db::upkeep::{Duty, FiringConfig, Upkeep};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::compression::CompressionLayer;
@@ -80,6 +82,28 @@ pub struct ServerArgs {
           default_value_t = DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
           value_parser = clap::value_parser!(u64).range(0..=MAX_ROWS_PER_OWNER_PER_MINUTE))]
     pub max_rows_per_owner_per_minute: u64,
+    /// Delete finished tasks this many days after they finished, with their attempts, logs
+    /// and edges (a workflow's tasks once the workflow has finished that long ago): a server
+    /// given it prunes once a minute (`sked.tasks_prune`), and any number of servers may.
+    /// Fractions are allowed (0.5: twelve hours). Default: finished tasks are kept.
+    #[arg(long = "retention-days", env = "SKED_RETENTION_DAYS", value_name = "DAYS",
+          value_parser = retention_days)]
+    pub retention: Option<Duration>,
+}
+
+/// The longest `--retention-days`: a century.
+const MAX_RETENTION_DAYS: f64 = 36_500.0;
+
+/// Reads `--retention-days`: a number of days, more than 0 and at most a century.
+fn retention_days(value: &str) -> Result<Duration, String> {
+    match value.trim().parse::<f64>() {
+        Ok(days) if days > 0.0 && days <= MAX_RETENTION_DAYS => {
+            Ok(Duration::from_secs_f64(days * 86_400.0))
+        }
+        _ => Err(format!(
+            "a number of days more than 0 and at most {MAX_RETENTION_DAYS}, got {value:?}"
+        )),
+    }
 }
 
 impl ServerArgs {
@@ -153,16 +177,34 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     events: EventsConfig,
 ) -> std::io::Result<()> {
-    serve_configured(pool, listener, shutdown, events, Quotas::default()).await
+    let upkeep = upkeep(&pool, None);
+    serve_configured(pool, listener, shutdown, events, Quotas::default(), upkeep).await
 }
 
-/// [`serve`] with the live events configured by `events` and the quotas `quotas`.
+/// The server's duties of background upkeep (`sked_db::upkeep`), over `pool`: cron firing and
+/// the trimming of schedules' runs, the pruning of recorded live events, and with a
+/// `retention` (`--retention-days`) the pruning of finished tasks older than it.
+pub fn upkeep(pool: &PgPool, retention: Option<Duration>) -> Upkeep {
+    let upkeep = Upkeep::new()
+        .with(Duty::FireSchedules(FiringConfig::default()), pool)
+        .with(Duty::PruneScheduleRuns, pool)
+        .with(Duty::PruneEvents, pool);
+    match retention {
+        Some(retention) => upkeep.with(Duty::PruneTasks { retention }, pool),
+        None => upkeep,
+    }
+}
+
+/// [`serve`] with the live events configured by `events`, the quotas `quotas`, and `upkeep`
+/// as the process's loop of background upkeep (usually [`upkeep`]; none when another part of
+/// the process runs it).
 pub async fn serve_configured(
     pool: PgPool,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
     events: EventsConfig,
     quotas: Quotas,
+    upkeep: Upkeep,
 ) -> std::io::Result<()> {
     sked_db::check_schema(&pool)
         .await
@@ -170,12 +212,10 @@ pub async fn serve_configured(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, dashboard = web::built(), "serving the API");
     }
-    // Cron ticks fire from every server (and worker); each tick fires once however many run.
-    let firing = tokio::spawn(sked_db::firing::run(
-        pool.clone(),
-        sked_db::firing::FiringConfig::default(),
-        shutdown.child_token(),
-    ));
+    // Background upkeep: any number of servers and workers run it; each duty is fenced in
+    // the database.
+    let upkeep_stop = shutdown.child_token();
+    let upkeep = tokio::spawn(upkeep.run(upkeep_stop.clone()));
     // Live events: one LISTEN connection for all the websocket clients of this process. The
     // hub stops with the server, and closes the sockets of its clients.
     let hub = Hub::new(pool.clone(), events, shutdown.child_token());
@@ -183,7 +223,7 @@ pub async fn serve_configured(
     let served = axum::serve(listener, router_with(pool, Some(hub.clone()), quotas))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
-    firing.abort();
+    upkeep_stop.cancel();
     hub.stop();
     if tokio::time::timeout(std::time::Duration::from_secs(5), &mut hub_service)
         .await
@@ -191,5 +231,6 @@ pub async fn serve_configured(
     {
         hub_service.abort();
     }
+    let _ = upkeep.await;
     served
 }

@@ -210,6 +210,14 @@ async fn bad_flags_fail_clearly_before_any_request() {
             "--concurrency must be between",
         ),
         (&["dev", "--lease-secs", "0"], "--lease-secs must be"),
+        (
+            &["server", "--retention-days", "0"],
+            "a number of days more than 0",
+        ),
+        (
+            &["dev", "--retention-days", "forever"],
+            "a number of days more than 0",
+        ),
     ];
     for (args, expected) in cases {
         let out = output(

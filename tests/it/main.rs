@@ -32,5 +32,6 @@ mod trust_quota;
 mod trust_roles;
 mod trust_rows;
 mod trust_users;
+mod upkeep;
 mod worker;
 mod workflows;

@@ -98,7 +98,7 @@ pub struct WorkerConfig {
     pub log_flush: Duration,
     /// Bytes of stdout/stderr kept as the attempt's tail.
     pub tail_bytes: usize,
-    /// Run a firing loop for cron schedules (`sked_db::firing`).
+    /// Fire cron ticks and trim schedules' runs in the worker's upkeep (`sked_db::upkeep`).
     pub fire_schedules: bool,
     /// Limits, users, environment and sandbox of tasks.
     pub isolation: crate::isolation::Isolation,

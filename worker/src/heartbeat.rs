@@ -1,7 +1,8 @@
-//! The worker's background services: the heartbeat (leases, cancel requests, rescue of dead
-//! workers' tasks), the lease guard and the notification listener. Claims and results stay
-//! correct without the heartbeat and the listener because every transition is fenced; the
-//! lease guard is what keeps two copies of a task from running at once.
+//! The worker's background services: the heartbeat (leases, cancel requests), the lease
+//! guard and the notification listener. Claims and results stay correct without the heartbeat
+//! and the listener because every transition is fenced; the lease guard is what keeps two
+//! copies of a task from running at once. The rescue of dead workers' tasks and the other
+//! duties of background upkeep run in the loop of `sked_db::upkeep`.
 //!
 //! A lease is held locally. Each attempt's lease lasts at least until the sending of the
 //! statement that last set it (its claim, then each renewal the database accepted) plus the
@@ -38,19 +39,15 @@ pub struct Heartbeat {
     pub pool: PgPool,
     pub registration: Registration,
     pub running: Running,
-    /// Woken when rescued tasks became claimable.
-    pub wake: Arc<Notify>,
-    pub poll_interval: Duration,
 }
 
 impl Heartbeat {
     /// Renews leases every third of the lease (a second after a failed renewal, if sooner),
     /// and meanwhile checks for cancel requests every second (and when `cancel_check` is
-    /// notified) and rescues expired leases and reconciles services every poll interval (at
-    /// least once a second), until `stop`. The renewals run in a loop of their own, so they
-    /// never wait behind the other calls; each call waits at most a third of the lease for
-    /// the database, since over a connection that stopped answering it would otherwise wait
-    /// for TCP to give up.
+    /// notified), until `stop`. The renewals run in a loop of their own, so they never wait
+    /// behind the cancel checks; each call waits at most a third of the lease for the
+    /// database, since over a connection that stopped answering it would otherwise wait for
+    /// TCP to give up.
     pub async fn run(self, cancel_check: Arc<Notify>, stop: CancellationToken) {
         let every = self.registration.lease / 3;
         let renewals = async {
@@ -73,24 +70,21 @@ impl Heartbeat {
                 tokio::time::sleep_until(next).await;
             }
         };
-        let others = async {
-            let mut cancels = tokio::time::interval(CANCEL_POLL);
-            let mut rescue = tokio::time::interval(self.poll_interval.min(Duration::from_secs(1)));
-            for t in [&mut cancels, &mut rescue] {
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            }
+        let cancels = async {
+            let mut poll = tokio::time::interval(CANCEL_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = cancels.tick() => bounded(every, "checking cancel requests", self.check_cancels_once()).await,
-                    _ = cancel_check.notified() => bounded(every, "checking cancel requests", self.check_cancels_once()).await,
-                    _ = rescue.tick() => bounded(every, "rescuing expired leases", self.rescue_once()).await,
+                    _ = poll.tick() => {}
+                    _ = cancel_check.notified() => {}
                 }
+                bounded(every, "checking cancel requests", self.check_cancels_once()).await;
             }
         };
         tokio::select! {
             _ = stop.cancelled() => {}
             _ = renewals => {}
-            _ = others => {}
+            _ = cancels => {}
         }
     }
 
@@ -203,31 +197,6 @@ impl Heartbeat {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "checking cancel requests failed"),
-        }
-    }
-
-    pub async fn rescue_once(&self) {
-        match sked_db::worker::rescue(&self.pool).await {
-            Ok(rescued) if !rescued.is_empty() => {
-                for (id, state) in &rescued {
-                    tracing::warn!(%id, %state, "rescued a task whose worker stopped renewing its lease");
-                }
-                self.wake.notify_one();
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
-        }
-        // Services' copies are scaled and rolled over by the same tick (docs/services.md).
-        match sked_db::service::reconcile(&self.pool).await {
-            Ok(done) => {
-                for (service, action, copy) in &done {
-                    tracing::info!(%service, %action, %copy, "reconciled a service");
-                }
-                if !done.is_empty() {
-                    self.wake.notify_one();
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "reconciling services failed"),
         }
     }
 }

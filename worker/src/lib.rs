@@ -5,9 +5,11 @@
 //! freed while the queue was saturated, the poll timer (the truth when notifications are
 //! lost), or the due time of the next delayed task. Each claimed attempt runs in its own
 //! tokio task (`executor`); results go to the batching `completer`; output goes to the `logs`
-//! writer. The `heartbeat` service renews all leases with one statement, stops attempts
-//! whose cancel was requested or whose lease was lost, and rescues tasks of dead workers; the
-//! `LeaseGuard` stops an attempt whose lease could not be renewed before that lease ends.
+//! writer. The `heartbeat` service renews all leases with one statement and stops attempts
+//! whose cancel was requested or whose lease was lost; the `LeaseGuard` stops an attempt whose
+//! lease could not be renewed before that lease ends. The worker's background upkeep
+//! ([`upkeep`], run by `sked_db::upkeep`) rescues tasks of dead workers, reconciles services
+//! and fires cron ticks.
 
 pub mod artifact;
 pub mod capacity;
@@ -31,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use sked_db::upkeep::{Duty, FiringConfig, Upkeep};
 use sked_db::worker::Registration;
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -287,10 +290,40 @@ pub async fn run(
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
+    run_with(pool, config, shutdown, Upkeep::new()).await
+}
+
+/// [`run`], with the duties of `also` (another part of this process's, each over its own
+/// pool) in the worker's upkeep loop, so that the process runs one.
+pub async fn run_with(
+    pool: PgPool,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+    also: Upkeep,
+) -> Result<(), WorkerError> {
     sked_db::check_schema(&pool).await?;
     forbid_inspection();
-    let worker = Worker::start(pool, config).await?;
+    let worker = Worker::start(pool, config, also).await?;
     worker.run(shutdown).await
+}
+
+/// The worker's duties of background upkeep (`sked_db::upkeep`), over `pool`: the rescue of
+/// expired leases and the reconcile of services every poll interval (at most a second; a run
+/// given up after a third of the lease), and, unless `--fire-schedules false`, cron firing and
+/// the trimming of schedules' runs.
+pub fn upkeep(pool: &PgPool, config: &WorkerConfig) -> Upkeep {
+    let every = config.poll_interval.min(Duration::from_secs(1));
+    let limit = config.lease / 3;
+    let upkeep = Upkeep::new()
+        .with(Duty::Rescue { every, limit }, pool)
+        .with(Duty::ReconcileServices { every, limit }, pool);
+    if config.fire_schedules {
+        upkeep
+            .with(Duty::FireSchedules(FiringConfig::default()), pool)
+            .with(Duty::PruneScheduleRuns, pool)
+    } else {
+        upkeep
+    }
 }
 
 /// Makes this process non-dumpable: a task running as the worker's own user (a worker not
@@ -321,7 +354,11 @@ struct Worker {
 }
 
 impl Worker {
-    async fn start(pool: PgPool, config: WorkerConfig) -> Result<Worker, WorkerError> {
+    async fn start(
+        pool: PgPool,
+        config: WorkerConfig,
+        also: Upkeep,
+    ) -> Result<Worker, WorkerError> {
         let id = Uuid::new_v4();
         let host = hostname::get()
             .map(|h| h.to_string_lossy().into_owned())
@@ -374,10 +411,11 @@ impl Worker {
             pool: pool.clone(),
             registration,
             running: running.clone(),
-            wake: wake.clone(),
-            poll_interval: config.poll_interval,
         };
-        let mut services = vec![
+        // One loop for the background upkeep of this process: the worker's duties, and those
+        // of other parts of the process (`also`). Rescued tasks and new copies wake the claim.
+        let upkeep = upkeep(&pool, &config).waking(wake.clone()).and(also);
+        let services = vec![
             tokio::spawn(heartbeat::listen(
                 pool.clone(),
                 config.queues.clone(),
@@ -395,14 +433,8 @@ impl Worker {
                 }
                 .run(services_stop.clone()),
             ),
+            tokio::spawn(upkeep.run(services_stop.clone())),
         ];
-        if config.fire_schedules {
-            services.push(tokio::spawn(sked_db::firing::run(
-                pool.clone(),
-                sked_db::firing::FiringConfig::default(),
-                services_stop.clone(),
-            )));
-        }
         Ok(Worker {
             id,
             pool,

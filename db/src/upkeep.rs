@@ -1,0 +1,435 @@
+//! Background upkeep: what keeps the database in shape without a request asking for it, run
+//! by one loop per process ([`Upkeep::run`]). The duties ([`Duty`]):
+//!
+//! | duty | SQL | run by | every |
+//! |---|---|---|---|
+//! | rescue | `sked.tasks_rescue` | workers | their poll interval, at most 1 s |
+//! | reconcile services | `sked.services_reconcile` | workers | their poll interval, at most 1 s |
+//! | fire schedules | `sked.schedules_fire` | servers, workers (unless `--fire-schedules false`) | until the next tick, at most 1 s; at once on `sked_schedules` |
+//! | prune schedule runs | `sked.schedule_runs_prune` | those that fire | 60 s |
+//! | prune live events | `sked.events_prune` | servers | 10 s |
+//! | prune finished tasks | `sked.tasks_prune` | servers given `--retention-days` | 60 s |
+//!
+//! Any number of processes may run any duty at once, because each is fenced in Postgres:
+//! rescue, reconcile and firing lock what they change with `SKIP LOCKED` (and a tick's
+//! `schedule_runs` row is its claim), the two prunes of runs and events delete what is
+//! deletable whoever deletes it first, and `sked.tasks_prune` runs under an advisory lock.
+//!
+//! Each duty runs in a tokio task of its own, one run at a time, so a slow duty never delays
+//! another: a tick fires on time while a prune deletes. A run that fails, outlasts its limit
+//! or panics is logged, and the duty runs again at its next time; nothing a duty does ends
+//! the loop. The loop ends when its token is cancelled, dropping the runs in flight (each is
+//! one transaction at a time, rolled back).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{schedule, service, worker};
+
+/// Recorded live-event changes (`sked.event_outbox`) are deleted this long after they were
+/// recorded: a server's hub that fell further behind sees a gap and has its clients resync.
+pub const EVENTS_KEEP: Duration = Duration::from_secs(60);
+
+/// How often recorded live-event changes older than [`EVENTS_KEEP`] are deleted.
+const PRUNE_EVENTS_EVERY: Duration = Duration::from_secs(10);
+
+/// How often schedules' runs are trimmed to their `history_limit`.
+const PRUNE_RUNS_EVERY: Duration = Duration::from_secs(60);
+
+/// How often finished tasks past their retention are deleted.
+const PRUNE_TASKS_EVERY: Duration = Duration::from_secs(60);
+
+/// Finished tasks deleted per statement (and transaction): a run deletes batches until one
+/// comes back short.
+const PRUNE_TASKS_BATCH: i32 = 1000;
+
+/// A run of a duty without a limit of its own is given up after this long.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// How the cron firing duty runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FiringConfig {
+    /// Fire ticks due within this much from now.
+    pub horizon: Duration,
+    /// Sleep at most this long between looks.
+    pub max_sleep: Duration,
+    /// Schedules handled per statement.
+    pub batch: i32,
+}
+
+impl Default for FiringConfig {
+    fn default() -> Self {
+        FiringConfig {
+            horizon: Duration::from_millis(100),
+            max_sleep: Duration::from_secs(1),
+            batch: 1000,
+        }
+    }
+}
+
+/// One duty of background upkeep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duty {
+    /// Tasks whose lease expired go back to their queue, or fail (`sked.tasks_rescue`), every
+    /// `every`; a run is given up after `limit`.
+    Rescue { every: Duration, limit: Duration },
+    /// Services' copies are scaled and rolled over (`sked.services_reconcile`), every
+    /// `every`; a run is given up after `limit`.
+    ReconcileServices { every: Duration, limit: Duration },
+    /// Due cron ticks fire (`sked.schedules_fire`): the duty sleeps until the next tick is
+    /// due on the database clock (at most `max_sleep`), wakes at once when a schedule changes
+    /// (`sked_schedules`), and fires `horizon` ahead, so that occurrences wait in the queue
+    /// with `next_run_at` = the tick and workers start them on time.
+    FireSchedules(FiringConfig),
+    /// Each schedule's runs are trimmed to its newest `history_limit`
+    /// (`sked.schedule_runs_prune`), every minute.
+    PruneScheduleRuns,
+    /// Recorded live-event changes older than [`EVENTS_KEEP`] are deleted
+    /// (`sked.events_prune`), every 10 s.
+    PruneEvents,
+    /// Finished tasks that finished more than `retention` ago are deleted, with their
+    /// attempts, logs and edges (`sked.tasks_prune`), every minute.
+    PruneTasks { retention: Duration },
+}
+
+impl Duty {
+    /// The duty's name in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Duty::Rescue { .. } => "rescue",
+            Duty::ReconcileServices { .. } => "reconcile services",
+            Duty::FireSchedules(_) => "fire schedules",
+            Duty::PruneScheduleRuns => "prune schedule runs",
+            Duty::PruneEvents => "prune live events",
+            Duty::PruneTasks { .. } => "prune finished tasks",
+        }
+    }
+
+    /// Whether `other` is the same duty, whatever its settings.
+    fn same_as(&self, other: &Duty) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+
+    /// The time between the end of a run and the start of the next (a failed one too).
+    fn every(&self) -> Duration {
+        match self {
+            Duty::Rescue { every, .. } | Duty::ReconcileServices { every, .. } => *every,
+            Duty::FireSchedules(firing) => firing.max_sleep,
+            Duty::PruneScheduleRuns => PRUNE_RUNS_EVERY,
+            Duty::PruneEvents => PRUNE_EVENTS_EVERY,
+            Duty::PruneTasks { .. } => PRUNE_TASKS_EVERY,
+        }
+    }
+
+    /// How long one run may take before it is given up.
+    fn limit(&self) -> Duration {
+        match self {
+            Duty::Rescue { limit, .. } | Duty::ReconcileServices { limit, .. } => *limit,
+            _ => RUN_LIMIT,
+        }
+    }
+
+    /// Runs the duty once over `pool`.
+    async fn run_once(self, pool: &PgPool) -> crate::Result<Ran> {
+        let mut ran = Ran {
+            next: self.every(),
+            claimable: false,
+        };
+        match self {
+            Duty::Rescue { .. } => {
+                let rescued = worker::rescue(pool).await?;
+                for (id, state) in &rescued {
+                    tracing::warn!(%id, %state, "rescued a task whose worker stopped renewing its lease");
+                }
+                ran.claimable = !rescued.is_empty();
+            }
+            Duty::ReconcileServices { .. } => {
+                let done = service::reconcile(pool).await?;
+                for (service, action, copy) in &done {
+                    tracing::info!(%service, %action, %copy, "reconciled a service");
+                }
+                ran.claimable = !done.is_empty();
+            }
+            Duty::FireSchedules(firing) => ran.next = fire_due(pool, &firing).await?,
+            Duty::PruneScheduleRuns => {
+                schedule::prune_runs(pool).await?;
+            }
+            Duty::PruneEvents => {
+                prune_events(pool, EVENTS_KEEP).await?;
+            }
+            Duty::PruneTasks { retention } => {
+                let mut deleted = 0;
+                loop {
+                    let n = prune_tasks(pool, retention, PRUNE_TASKS_BATCH).await?;
+                    deleted += i64::from(n);
+                    if n < PRUNE_TASKS_BATCH {
+                        break;
+                    }
+                }
+                if deleted > 0 {
+                    tracing::info!(
+                        tasks = deleted,
+                        retention_secs = retention.as_secs_f64(),
+                        "pruned finished tasks past their retention"
+                    );
+                }
+            }
+        }
+        Ok(ran)
+    }
+}
+
+/// Why a run of a duty did not complete.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Db(crate::DbError),
+    #[error("given up after {:.3} s", .0.as_secs_f64())]
+    TooLong(Duration),
+    #[error("panicked: {0}")]
+    Panicked(String),
+}
+
+/// What a run of a duty leaves for the loop.
+struct Ran {
+    /// Time until the next run.
+    next: Duration,
+    /// The run made tasks claimable (rescued them, or made copies of services).
+    claimable: bool,
+}
+
+/// The duties one process runs, each over its own pool, and whom to tell when one made tasks
+/// claimable. A process runs each duty once: a duty added again is left out, whatever its
+/// settings, so a process hosting a server and a worker (`sked dev`) merges theirs.
+#[derive(Debug, Default)]
+pub struct Upkeep {
+    duties: Vec<(Duty, PgPool)>,
+    claimable: Option<Arc<Notify>>,
+}
+
+impl Upkeep {
+    /// No duty.
+    pub fn new() -> Upkeep {
+        Upkeep::default()
+    }
+
+    /// Adds `duty`, run over `pool` (unless the same duty was added already).
+    pub fn with(mut self, duty: Duty, pool: &PgPool) -> Upkeep {
+        if !self.duties.iter().any(|(d, _)| d.same_as(&duty)) {
+            self.duties.push((duty, pool.clone()));
+        }
+        self
+    }
+
+    /// Adds the duties of `other` that are not here yet, each with its own pool.
+    pub fn and(mut self, other: Upkeep) -> Upkeep {
+        for (duty, pool) in other.duties {
+            self = self.with(duty, &pool);
+        }
+        self.claimable = self.claimable.or(other.claimable);
+        self
+    }
+
+    /// Notifies `claimable` whenever a rescue or a reconcile made tasks claimable, so that a
+    /// worker in this process claims them without waiting for its poll or a notification.
+    pub fn waking(mut self, claimable: Arc<Notify>) -> Upkeep {
+        self.claimable = Some(claimable);
+        self
+    }
+
+    /// The duties, in the order they were added.
+    pub fn duties(&self) -> impl Iterator<Item = &Duty> {
+        self.duties.iter().map(|(d, _)| d)
+    }
+
+    /// Runs every duty on its own schedule until `stop` is cancelled. Each duty runs at once,
+    /// then again its interval after each run ends (firing: when the next tick is due, or
+    /// at once when a schedule changed).
+    pub async fn run(self, stop: CancellationToken) {
+        let Upkeep { duties, claimable } = self;
+        if duties.is_empty() {
+            return;
+        }
+        // The firing duty wakes on `sked_schedules`, through a LISTEN connection of its own.
+        let firing = duties
+            .iter()
+            .position(|(d, _)| matches!(d, Duty::FireSchedules(_)));
+        let schedules_changed = Arc::new(Notify::new());
+        let listener = firing.map(|i| {
+            tokio::spawn(listen_schedules(
+                duties[i].1.clone(),
+                schedules_changed.clone(),
+                stop.clone(),
+            ))
+        });
+        // When each duty runs next; `None` while it runs.
+        let mut due: Vec<Option<Instant>> = vec![Some(Instant::now()); duties.len()];
+        // A schedule changed while the firing duty ran: it runs again at once.
+        let mut fire_again = false;
+        let mut runs: JoinSet<Result<Ran, Failure>> = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, usize> = HashMap::new();
+        loop {
+            let now = Instant::now();
+            for (i, (duty, pool)) in duties.iter().enumerate() {
+                if due[i].is_some_and(|at| at <= now) {
+                    due[i] = None;
+                    let (duty, pool, limit) = (*duty, pool.clone(), duty.limit());
+                    let run = runs.spawn(async move {
+                        match tokio::time::timeout(limit, duty.run_once(&pool)).await {
+                            Ok(ran) => ran.map_err(Failure::Db),
+                            Err(_) => Err(Failure::TooLong(limit)),
+                        }
+                    });
+                    running.insert(run.id(), i);
+                }
+            }
+            let next = due.iter().flatten().min().copied();
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                Some(joined) = runs.join_next_with_id() => {
+                    let (id, ran) = match joined {
+                        Ok((id, ran)) => (id, ran),
+                        Err(e) => (e.id(), Err(Failure::Panicked(e.to_string()))),
+                    };
+                    let Some(i) = running.remove(&id) else { continue };
+                    let duty = &duties[i].0;
+                    let wait = match ran {
+                        Ok(ran) => {
+                            if ran.claimable && let Some(c) = &claimable {
+                                c.notify_one();
+                            }
+                            ran.next
+                        }
+                        Err(failure) => {
+                            tracing::warn!(duty = duty.name(), error = %failure,
+                                "an upkeep duty failed; it runs again at its next time");
+                            duty.every()
+                        }
+                    };
+                    let wait = if Some(i) == firing && std::mem::take(&mut fire_again) {
+                        Duration::ZERO
+                    } else {
+                        wait
+                    };
+                    due[i] = Some(Instant::now() + wait);
+                }
+                _ = schedules_changed.notified(), if firing.is_some() => {
+                    if let Some(i) = firing {
+                        match due[i] {
+                            Some(_) => due[i] = Some(Instant::now()),
+                            None => fire_again = true,
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(next.unwrap_or(now)), if next.is_some() => {}
+            }
+        }
+        runs.shutdown().await;
+        if let Some(listener) = listener {
+            listener.abort();
+            let _ = listener.await;
+        }
+    }
+}
+
+/// Fires what is due; returns how long to sleep before looking again.
+async fn fire_due(pool: &PgPool, config: &FiringConfig) -> crate::Result<Duration> {
+    let handled = schedule::fire(pool, config.horizon, config.batch).await?;
+    if handled >= config.batch {
+        return Ok(Duration::ZERO);
+    }
+    let due = schedule::next_due(pool).await?;
+    Ok(match due {
+        None => config.max_sleep,
+        Some(secs) => {
+            // Wake when the next tick enters the horizon.
+            let secs = secs - config.horizon.as_secs_f64();
+            if secs <= 0.0 {
+                // Due but locked by another firing process, or queued behind a running
+                // occurrence: look again shortly rather than spin.
+                Duration::from_millis(if handled > 0 { 0 } else { 20 })
+            } else {
+                Duration::try_from_secs_f64(secs)
+                    .unwrap_or(config.max_sleep)
+                    .min(config.max_sleep)
+            }
+        }
+    })
+}
+
+/// Listens on `sked_schedules` and notifies `changed` for each notification, and after every
+/// (re)connect (notifications sent meanwhile are lost), until `stop`. The firing duty polls
+/// anyway: a lost notification costs latency only.
+async fn listen_schedules(pool: PgPool, changed: Arc<Notify>, stop: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let connected = async {
+            let mut l = PgListener::connect_with(&pool).await?;
+            l.listen("sked_schedules").await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        let mut listener = tokio::select! {
+            _ = stop.cancelled() => return,
+            l = connected => match l {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "upkeep: cannot listen on sked_schedules; polling");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+            },
+        };
+        backoff = Duration::from_millis(100);
+        changed.notify_one();
+        loop {
+            let received = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = listener.try_recv() => r,
+            };
+            match received {
+                Ok(Some(_)) => changed.notify_one(),
+                // The connection dropped; the next try_recv reconnects.
+                Ok(None) => changed.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "upkeep: lost the listen connection on sked_schedules");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Deletes live-event changes recorded more than `keep` ago (`sked.events_prune`); returns
+/// how many.
+pub async fn prune_events(pool: &PgPool, keep: Duration) -> crate::Result<i32> {
+    Ok(
+        sqlx::query_scalar("select sked.events_prune(now() - $1::interval)")
+            .bind(worker::pg_interval(keep))
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Deletes at most `limit` tasks that finished more than `retention` ago, with their
+/// attempts, logs and edges (`sked.tasks_prune`); returns how many.
+pub async fn prune_tasks(pool: &PgPool, retention: Duration, limit: i32) -> crate::Result<i32> {
+    Ok(
+        sqlx::query_scalar("select sked.tasks_prune(now() - $1::interval, $2)")
+            .bind(worker::pg_interval(retention))
+            .bind(limit)
+            .fetch_one(pool)
+            .await?,
+    )
+}
