@@ -751,7 +751,7 @@ $$;
 -- schedule moves on past it. The schedule keeps the latest tick it handled in last_tick_at,
 -- from which re-arming starts (sked.schedule_rearm).
 --
--- A firing loop passes a small horizon so that occurrences are queued a moment ahead with
+-- The firing duty of the background upkeep (db/src/upkeep.rs) passes a small horizon so that occurrences are queued a moment ahead with
 -- next_run_at = the tick, and workers start them on time. A tick older than misfire_grace
 -- when it is seen was missed, and the misfire policy decides:
 --   skip      nothing runs; one `missed` row counts the missed ticks; resume at the next tick

@@ -432,8 +432,8 @@ drop function if exists sked.service_needs_reconcile(uuid, integer, integer);
 -- services that have ended (a copy cancelled on its own ends its service upstream_failed),
 -- and retired copies that run again (sked.task_retry of the service re-runs all its
 -- cancelled copies): a running copy gets a cancel request, one that has not started ends
--- cancelled. Workers call it on
--- their rescue tick; any number of callers at once is safe (SKIP LOCKED). Returns what was
+-- cancelled. Workers call it in
+-- their background upkeep, every poll interval; any number of callers at once is safe (SKIP LOCKED). Returns what was
 -- done (action `stopped` for an ended service's copy).
 create or replace function sked.services_reconcile(
   p_now timestamptz default now(), p_ready interval default '2 seconds', p_limit integer default 100)

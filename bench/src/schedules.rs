@@ -1,6 +1,6 @@
 //! W7, cron schedules without drift: `--w7-schedules` schedules (default 1,000) fire every
-//! second (`* * * * * *`, a noop task each) for `--w7-secs`, fired by the firing loop of one
-//! real worker process, which also runs the occurrences. An occurrence's lateness is
+//! second (`* * * * * *`, a noop task each) for `--w7-secs`, fired by the background upkeep of
+//! one real worker process, which also runs the occurrences. An occurrence's lateness is
 //! `started_at − next_run_at`, where next_run_at is its tick (the schedules have no jitter):
 //! the time from the tick to the start of the claim that ran it, on the database clock. Drift
 //! shows as ticks that did not fire on time: any `skipped` or `missed` run, and any gap in a

@@ -332,7 +332,7 @@ pub async fn prune_runs(pool: &PgPool) -> Result<i32> {
 }
 
 /// The next `n` fire times of a schedule from its armed tick on (`next_run_at` first), as the
-/// firing loop will see them (before jitter).
+/// firing duty of the background upkeep will see them (before jitter).
 pub async fn upcoming(pool: &PgPool, s: &Schedule, n: i32) -> Result<Vec<DateTime<Utc>>> {
     if n < 1 {
         return Ok(vec![]);

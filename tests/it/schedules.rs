@@ -576,7 +576,7 @@ async fn an_on_time_tick_inserts_one_occurrence_and_advances() {
         "the occurrence is due at its tick"
     );
     assert_eq!(next_run_at(&db.pool, id).await, at("2026-06-01T12:00:00Z"));
-    // Fired a little ahead (the firing loop's horizon), the occurrence still waits for its tick.
+    // Fired a little ahead (the firing duty's horizon), the occurrence still waits for its tick.
     let fired: i32 = sqlx::query_scalar("select sked.schedules_fire($1, interval '100 ms')")
         .bind(at("2026-06-01T11:59:59.950Z"))
         .fetch_one(&db.pool)

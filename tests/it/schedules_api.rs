@@ -13,7 +13,7 @@ use crate::api::{Api, assert_error};
 use crate::cli::{self, output, text};
 use crate::support;
 
-/// A schedule that does not fire while a test runs (the router alone runs no firing loop,
+/// A schedule that does not fire while a test runs (the router alone runs no background upkeep,
 /// and a yearly tick is far away).
 fn yearly(name: &str) -> Value {
     json!({"name": name, "cron": "0 0 1 1 *", "task": {"command": ["echo", "hi"]}})
@@ -784,7 +784,7 @@ async fn a_schedule_created_over_rest_fires_through_a_real_worker() {
     )
     .await;
     let id = id_of(&created);
-    // The worker runs a firing loop as well as the tasks.
+    // The worker fires ticks in its background upkeep as well as running the tasks.
     let worker = support::start_worker(&api.db, support::config(&["default"]));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let task = loop {

@@ -152,7 +152,7 @@ async fn two_replicas_run_on_two_workers_and_a_killed_workers_copy_moves_within_
     eprintln!("a copy moved {took:?} after kill -9 of its worker (lease {lease:?})");
     assert!(
         took < lease + 3 * SECS,
-        "the copy runs elsewhere within the lease and a rescue tick plus the claim: {took:?}"
+        "the copy runs elsewhere within the lease and a rescue (every poll interval) plus the claim: {took:?}"
     );
     assert!(
         after.iter().all(|c| c.up),

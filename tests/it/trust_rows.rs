@@ -213,7 +213,7 @@ async fn hourly(pool: &PgPool, overlap: &str, now: &str) -> Uuid {
     .expect("creating a schedule")
 }
 
-/// Fires as a firing loop does: `horizon` ahead of `now`.
+/// Fires as the firing duty of the background upkeep does: `horizon` ahead of `now`.
 async fn fire(pool: &PgPool, now: DateTime<Utc>, horizon: &str) -> i32 {
     sqlx::query_scalar("select sked.schedules_fire($1, $2::interval)")
         .bind(now)
@@ -248,7 +248,7 @@ async fn a_cron_tick_fires_once_across_a_pause_and_resume() {
         let db = TestDb::new().await;
         let id = hourly(&db.pool, overlap, "2026-06-01T10:20:00Z").await;
         let tick = at("2026-06-01T11:00:00Z");
-        // A firing loop fires the tick 100 ms ahead.
+        // The firing duty fires the tick 100 ms ahead.
         let before = tick - chrono::Duration::milliseconds(50);
         assert_eq!(fire(&db.pool, before, "100 ms").await, 1);
         for (f, now) in [("schedule_pause", 40), ("schedule_resume", 30)] {
@@ -286,7 +286,7 @@ async fn a_cron_tick_fires_once_across_a_pause_and_resume() {
     }
 }
 
-/// Creates a schedule whose next tick is a year boundary, fires it as a firing loop would on
+/// Creates a schedule whose next tick is a year boundary, fires it as the firing duty would on
 /// the real clock (the trigger that re-arms a changed schedule reads the clock), and returns
 /// (schedule, tick).
 async fn fired_yearly(pool: &PgPool) -> (Uuid, DateTime<Utc>) {
