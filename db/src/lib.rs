@@ -6,6 +6,7 @@
 //! whose schema is older or newer than the one compiled into them.
 
 pub mod error;
+pub mod listen;
 pub mod listing;
 pub mod overview;
 pub mod queue;

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -369,46 +368,10 @@ async fn fire_due(pool: &PgPool, config: &FiringConfig) -> crate::Result<Duratio
 /// (re)connect (notifications sent meanwhile are lost), until `stop`. The firing duty polls
 /// anyway: a lost notification costs latency only.
 async fn listen_schedules(pool: PgPool, changed: Arc<Notify>, stop: CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let connected = async {
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.listen("sked_schedules").await?;
-            Ok::<_, sqlx::Error>(l)
-        };
-        let mut listener = tokio::select! {
-            _ = stop.cancelled() => return,
-            l = connected => match l {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "upkeep: cannot listen on sked_schedules; polling");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    continue;
-                }
-            },
-        };
-        backoff = Duration::from_millis(100);
-        changed.notify_one();
-        loop {
-            let received = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = listener.try_recv() => r,
-            };
-            match received {
-                Ok(Some(_)) => changed.notify_one(),
-                // The connection dropped; the next try_recv reconnects.
-                Ok(None) => changed.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "upkeep: lost the listen connection on sked_schedules");
-                    break;
-                }
-            }
-        }
-    }
+    crate::listen::listen(&pool, &["sked_schedules"], "upkeep", &stop, |_| {
+        changed.notify_one()
+    })
+    .await
 }
 
 /// Deletes live-event changes recorded more than `keep` ago (`sked.events_prune`); returns

@@ -18,9 +18,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sked_db::listen::Heard;
 use sked_db::worker::Registration;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -272,62 +272,38 @@ pub async fn listen(
     stop: CancellationToken,
 ) {
     let ours: HashSet<String> = queues.into_iter().collect();
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut listener = match connect(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "LISTEN connection failed; polling until it is back");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-                continue;
-            }
+    let heard = |heard: Heard| {
+        let n = match heard {
+            Heard::MaybeMissed => return wake.notify_one(),
+            Heard::Notification(n) => n,
         };
-        backoff = Duration::from_millis(100);
-        wake.notify_one();
-        loop {
-            let received = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = listener.try_recv() => r,
-            };
-            match received {
-                Ok(Some(n)) => match n.channel() {
-                    "sked_tasks"
-                        if (n.payload().is_empty()
-                            || n.payload().split(',').any(|q| ours.contains(q))) =>
-                    {
-                        wake.notify_one();
-                    }
-                    // One task id, or several separated by commas (a workflow's cancel).
-                    "sked_cancel" => {
-                        let ids: HashSet<Uuid> = n
-                            .payload()
-                            .split(',')
-                            .filter_map(|id| id.parse::<Uuid>().ok())
-                            .collect();
-                        let running = running.lock().expect("running map");
-                        if running.keys().any(|(id, _)| ids.contains(id)) {
-                            cancel_check.notify_one();
-                        }
-                    }
-                    _ => {}
-                },
-                // The connection dropped; the next try_recv reconnects.
-                Ok(None) => wake.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "LISTEN connection lost");
-                    break;
+        match n.channel() {
+            "sked_tasks"
+                if (n.payload().is_empty() || n.payload().split(',').any(|q| ours.contains(q))) =>
+            {
+                wake.notify_one();
+            }
+            // One task id, or several separated by commas (a workflow's cancel).
+            "sked_cancel" => {
+                let ids: HashSet<Uuid> = n
+                    .payload()
+                    .split(',')
+                    .filter_map(|id| id.parse::<Uuid>().ok())
+                    .collect();
+                let running = running.lock().expect("running map");
+                if running.keys().any(|(id, _)| ids.contains(id)) {
+                    cancel_check.notify_one();
                 }
             }
+            _ => {}
         }
-    }
-}
-
-async fn connect(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen_all(["sked_tasks", "sked_cancel"]).await?;
-    Ok(listener)
+    };
+    sked_db::listen::listen(
+        &pool,
+        &["sked_tasks", "sked_cancel"],
+        "worker",
+        &stop,
+        heard,
+    )
+    .await
 }
