@@ -283,6 +283,80 @@ const MAX_CLAIM: usize = 1000;
 /// Longest a worker with free slots defers a claim to gather a batch.
 const CLAIM_WINDOW: Duration = Duration::from_millis(5);
 
+/// When the main loop claims: what it has learnt from the last claim and the timers.
+struct Pace {
+    /// Something may be due: a notification, a freed slot, the poll, a due time.
+    want_claim: bool,
+    /// The last claim filled every slot it asked for: more may be due right now.
+    saturated: bool,
+    /// When the next delayed task (or rate-limited start) is due, asked after a claim that
+    /// did not fill its slots.
+    next_due: Option<Instant>,
+    next_poll: Instant,
+    /// Claims wait until a quarter of the slots is free (`batch`), or at most CLAIM_WINDOW
+    /// after the first wish to claim: a busy worker claims in batches, not one task per slot.
+    claim_at: Option<Instant>,
+    batch: usize,
+    /// Set at each poll: look for a copy of a service to make room for.
+    want_preempt: bool,
+    /// A claim failed: it may have taken tasks whose answer never arrived.
+    lost_claim: Option<String>,
+}
+
+impl Pace {
+    fn new(poll: Duration, concurrency: usize) -> Pace {
+        Pace {
+            want_claim: true,
+            saturated: false,
+            next_due: None,
+            next_poll: Instant::now() + poll,
+            claim_at: None,
+            batch: (concurrency / 4).clamp(1, MAX_CLAIM / 4),
+            want_preempt: false,
+            lost_claim: None,
+        }
+    }
+
+    /// Whether to claim now with `free` slots: once a batch is free or the window since the
+    /// first wish is over (which it starts). A claim it allows ends the wish.
+    fn claim_now(&mut self, free: usize) -> bool {
+        let window_over = self.claim_at.is_some_and(|at| at <= Instant::now());
+        if free < self.batch && !window_over {
+            self.claim_at
+                .get_or_insert_with(|| Instant::now() + CLAIM_WINDOW);
+            return false;
+        }
+        self.want_claim = false;
+        self.claim_at = None;
+        true
+    }
+
+    /// When the loop must wake up at the latest: the poll, the next due time, the end of the
+    /// claim window.
+    fn wake_at(&self) -> Instant {
+        [self.next_due, self.claim_at]
+            .into_iter()
+            .flatten()
+            .fold(self.next_poll, Instant::min)
+    }
+
+    /// The wake-up time has come: the poll (a claim, a look for room for a service's copy,
+    /// and the next poll after `poll`) or a due time (a claim).
+    fn timer(&mut self, poll: Duration) {
+        let now = Instant::now();
+        if self.next_poll <= now {
+            self.want_claim = true;
+            self.want_preempt = true;
+            self.next_poll = now + poll;
+        }
+        if self.next_due.is_some_and(|due| due <= now) {
+            self.want_claim = true;
+            self.next_due = None;
+        }
+        // The claim window's end needs nothing more: the claim is still wished for.
+    }
+}
+
 /// Runs a worker until `shutdown` is cancelled, then stops claiming, lets running tasks
 /// finish within the grace period, kills and hands back the rest, and deregisters.
 pub async fn run(
@@ -453,95 +527,14 @@ impl Worker {
 
     async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut want_claim = true;
-        // The last claim filled every slot it asked for: more may be due right now.
-        let mut saturated = false;
-        let mut next_due: Option<Instant> = None;
-        let mut next_poll = Instant::now() + self.jittered_poll();
-        // Claims wait until a quarter of the slots is free, or at most CLAIM_WINDOW after
-        // the first wish to claim: a busy worker claims in batches, not one task per slot.
-        let batch = (self.config.concurrency / 4).clamp(1, MAX_CLAIM / 4);
-        let mut claim_at: Option<Instant> = None;
-        // Set at each poll: look for a copy of a service to make room for.
-        let mut want_preempt = false;
-        // A claim failed: it may have taken tasks whose answer never arrived.
-        let mut lost_claim: Option<String> = None;
-
+        let mut pace = Pace::new(self.jittered_poll(), self.config.concurrency);
         loop {
-            if std::mem::take(&mut want_preempt) && self.slots.has_preemptible() {
+            if std::mem::take(&mut pace.want_preempt) && self.slots.has_preemptible() {
                 self.preempt(&mut tasks).await;
             }
-            let free = self.config.concurrency.saturating_sub(self.slots.held());
-            if want_claim
-                && free > 0
-                && let Some(error) = &lost_claim
-            {
-                // Settled before the next claim, at the claims' pace.
-                if self.hand_back_lost(error).await {
-                    lost_claim = None;
-                } else {
-                    want_claim = false;
-                }
+            if self.claim_if_due(&mut pace, &mut tasks).await {
+                continue;
             }
-            if want_claim && free > 0 {
-                let window_over = claim_at.is_some_and(|at| at <= Instant::now());
-                if free < batch && !window_over {
-                    claim_at.get_or_insert_with(|| Instant::now() + CLAIM_WINDOW);
-                } else {
-                    want_claim = false;
-                    claim_at = None;
-                    let asked = free.min(MAX_CLAIM);
-                    let sent = Instant::now();
-                    match sked_db::worker::claim_within(
-                        &self.pool,
-                        self.id,
-                        &self.config.queues,
-                        &self.config.labels,
-                        asked as i32,
-                        self.config.lease,
-                        self.free_capacity(),
-                    )
-                    .await
-                    {
-                        Ok(claim) => {
-                            // A claim that took tasks with requests may have stopped at the
-                            // first one that overflowed the free capacity (the claim takes a
-                            // prefix): claim again at once with what is left.
-                            // A claim that took copies of services took them alone (services
-                            // first): claim again at once for the other tasks.
-                            let took_requests = claim.tasks.iter().any(|t| {
-                                t.cpu_millis.is_some()
-                                    || t.memory_mb.is_some()
-                                    || t.kind == "service"
-                            });
-                            saturated = claim.tasks.len() == asked || took_requests;
-                            self.slots.take(&claim.tasks);
-                            for row in claim.tasks {
-                                self.spawn(&mut tasks, row, sent, Vec::new());
-                            }
-                            if saturated {
-                                want_claim = self.slots.held() < self.config.concurrency;
-                                next_due = None;
-                            } else {
-                                next_due = self.next_due(claim.at).await;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
-                            lost_claim = Some(e.to_string());
-                            saturated = false;
-                        }
-                    }
-                    if want_claim {
-                        continue;
-                    }
-                }
-            }
-
-            let wake_at = [next_due, claim_at]
-                .into_iter()
-                .flatten()
-                .fold(next_poll, Instant::min);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -553,24 +546,76 @@ impl Worker {
                 }
                 _ = self.slots.released.notified() => {
                     // Freed CPU or memory may let a task fit that did not.
-                    want_claim |= saturated | self.slots.take_freed_capacity();
+                    pace.want_claim |= pace.saturated | self.slots.take_freed_capacity();
                 }
-                _ = self.wake.notified() => want_claim = true,
-                _ = tokio::time::sleep_until(wake_at) => {
-                    let now = Instant::now();
-                    if next_poll <= now {
-                        want_claim = true;
-                        want_preempt = true;
-                        next_poll = now + self.jittered_poll();
-                    }
-                    if next_due.is_some_and(|due| due <= now) {
-                        want_claim = true;
-                        next_due = None;
-                    }
-                }
+                _ = self.wake.notified() => pace.want_claim = true,
+                _ = tokio::time::sleep_until(pace.wake_at()) => pace.timer(self.jittered_poll()),
             }
         }
         self.shut_down(tasks).await
+    }
+
+    /// Claims when the pace says so and a slot is free: first settles a claim whose answer
+    /// was lost, then claims up to the free slots (in batches: see [`Pace`]). True when it
+    /// should be asked again at once (the claim filled what it asked for, or took tasks with
+    /// requests or copies of services, which a claim takes alone or as a prefix).
+    async fn claim_if_due(&self, pace: &mut Pace, tasks: &mut JoinSet<()>) -> bool {
+        let free = self.config.concurrency.saturating_sub(self.slots.held());
+        if !pace.want_claim || free == 0 {
+            return false;
+        }
+        if let Some(error) = &pace.lost_claim {
+            // Settled before the next claim, at the claims' pace.
+            if self.hand_back_lost(error).await {
+                pace.lost_claim = None;
+            } else {
+                pace.want_claim = false;
+                return false;
+            }
+        }
+        if !pace.claim_now(free) {
+            return false;
+        }
+        let asked = free.min(MAX_CLAIM);
+        let sent = Instant::now();
+        match sked_db::worker::claim_within(
+            &self.pool,
+            self.id,
+            &self.config.queues,
+            &self.config.labels,
+            asked as i32,
+            self.config.lease,
+            self.free_capacity(),
+        )
+        .await
+        {
+            Ok(claim) => {
+                // A claim that took tasks with requests may have stopped at the first one
+                // that overflowed the free capacity (the claim takes a prefix): claim again
+                // at once with what is left. A claim that took copies of services took them
+                // alone (services first): claim again at once for the other tasks.
+                let took_requests = claim.tasks.iter().any(|t| {
+                    t.cpu_millis.is_some() || t.memory_mb.is_some() || t.kind == "service"
+                });
+                pace.saturated = claim.tasks.len() == asked || took_requests;
+                self.slots.take(&claim.tasks);
+                for row in claim.tasks {
+                    self.spawn(tasks, row, sent, Vec::new());
+                }
+                if pace.saturated {
+                    pace.want_claim = self.slots.held() < self.config.concurrency;
+                    pace.next_due = None;
+                } else {
+                    pace.next_due = self.next_due(claim.at).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming failed; retrying at the next poll");
+                pace.lost_claim = Some(e.to_string());
+                pace.saturated = false;
+            }
+        }
+        pace.want_claim
     }
 
     /// Services first: claims a copy of a service that no worker had room for, when stopping
