@@ -7,8 +7,8 @@
 use axum::extract::State;
 use serde::Deserialize;
 use sked_db::token::Principal;
-use sked_types::ApiError;
 use sked_types::service::{Service, ServiceList, ServiceUpdated, UpdateService};
+use sked_types::{ApiError, TaskKind};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
@@ -108,7 +108,7 @@ pub async fn update(
 ) -> Result<axum::Json<ServiceUpdated>> {
     check_changes(&changes)?;
     let row = visible_service(&state, &principal, id).await?;
-    if row.state().is_final() {
+    if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
     let mut tx = state.pool.begin().await?;
@@ -218,7 +218,9 @@ async fn visible_service(
     sked_db::task::get(&state.pool, id)
         .await?
         .filter(|row| {
-            row.kind == "service" && row.shard_of.is_none() && principal.may_access(&row.owner)
+            row.kind == TaskKind::Service
+                && row.shard_of.is_none()
+                && principal.may_access(&row.owner)
         })
         .ok_or_else(not_found)
 }

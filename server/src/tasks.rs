@@ -344,7 +344,7 @@ pub async fn detail(
 ) -> Result<axum::Json<TaskDetail>> {
     let row = visible_task(&state, &principal, id).await?;
     let attempts = sked_db::task::attempts(&state.pool, id).await?;
-    let waiting_reason = match row.state() {
+    let waiting_reason = match row.state {
         TaskState::Blocked | TaskState::Waiting | TaskState::Retry => {
             sked_db::queue::waiting_reasons(&state.pool, id)
                 .await?
@@ -414,7 +414,7 @@ pub async fn cancel(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<StateChange>> {
     let row = visible_task(&state, &principal, id).await?;
-    if row.state().is_final() {
+    if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
     let after = sked_db::task::cancel(&state.pool, id)
@@ -453,7 +453,7 @@ pub async fn retry(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<StateChange>> {
     let row = visible_task(&state, &principal, id).await?;
-    if !row.state().is_final() {
+    if !row.state.is_final() {
         return Err(Error::NotFinished);
     }
     let after = sked_db::task::retry(&state.pool, id)

@@ -195,7 +195,7 @@ pub async fn cancel(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<WorkflowChange>> {
     let row = visible(&state, &principal, id).await?;
-    if row.state() != WorkflowState::Running {
+    if row.state != WorkflowState::Running {
         return Err(Error::AlreadyFinished);
     }
     let after = sked_db::workflow::cancel(&state.pool, id)
@@ -239,7 +239,7 @@ pub async fn retry(
     let row = visible(&state, &principal, id).await?;
     Ok(axum::Json(WorkflowChange {
         id,
-        state: row.state(),
+        state: row.state,
         tasks_rerun: rerun,
     }))
 }

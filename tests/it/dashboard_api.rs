@@ -673,7 +673,11 @@ async fn resubmit_copies_the_definition_for_the_caller() {
     assert_ne!(new, id, "resubmit makes a new task");
     let old = sked_db::task::get(pool, id).await.unwrap().unwrap();
     let copy = sked_db::task::get(pool, new).await.unwrap().unwrap();
-    assert_eq!(old.state, "failed", "the task itself is left as it was");
+    assert_eq!(
+        old.state,
+        TaskState::Failed,
+        "the task itself is left as it was"
+    );
     assert_eq!(
         (
             copy.command.clone(),
@@ -710,7 +714,7 @@ async fn resubmit_copies_the_definition_for_the_caller() {
         "the limits are copied"
     );
     assert_eq!(copy.owner, "alice");
-    assert_eq!(copy.state, "waiting");
+    assert_eq!(copy.state, TaskState::Waiting);
     assert_eq!(copy.attempt, 0, "a resubmitted task starts with no attempt");
     assert_eq!(copy.idempotency_key, None, "no idempotency key is copied");
     assert!(

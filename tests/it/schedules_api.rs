@@ -195,7 +195,8 @@ async fn create_list_show_change_pause_resume_run_and_delete() {
         .expect("run now submitted a task");
     assert_eq!(row.owner, "alice");
     assert_eq!(
-        row.kind, "noop",
+        row.kind,
+        sked_types::TaskKind::Noop,
         "the occurrence follows the current template"
     );
     let (_, detail) = api

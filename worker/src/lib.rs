@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use sked_db::worker::Registration;
+use sked_types::TaskKind;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -480,7 +481,7 @@ impl Worker {
                             let took_requests = claim.tasks.iter().any(|t| {
                                 t.cpu_millis.is_some()
                                     || t.memory_mb.is_some()
-                                    || t.kind == "service"
+                                    || t.kind == TaskKind::Service
                             });
                             saturated = claim.tasks.len() == asked || took_requests;
                             self.slots.take(&claim.tasks);
