@@ -37,14 +37,10 @@ struct ScheduleRow {
     updated_at: DateTime<Utc>,
 }
 
-/// A schedule as API answers show it: secret values in its template's environments are
-/// masked ([`sked_types::secrets::mask_template_env`]); the row keeps the real ones, which
-/// its ticks submit.
+/// A schedule with its templates' real environments, which its ticks submit: answers mask
+/// secret values on their way out of the server.
 impl From<ScheduleRow> for Schedule {
-    fn from(mut r: ScheduleRow) -> Self {
-        for template in [r.task.as_mut(), r.workflow.as_mut()].into_iter().flatten() {
-            sked_types::secrets::mask_template_env(template);
-        }
+    fn from(r: ScheduleRow) -> Self {
         Schedule {
             id: r.id,
             owner: r.owner,

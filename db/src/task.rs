@@ -93,13 +93,11 @@ impl TaskRow {
         env_map(&self.env)
     }
 
-    /// The task as API answers show it: secret environment values are masked
-    /// ([`sked_types::secrets`]); [`TaskRow::env_map`] has the real ones.
+    /// The task as the API's types hold it, with its real environment: answers mask secret
+    /// values on their way out of the server.
     pub fn into_task(self) -> Task {
-        let mut env = self.env_map();
-        sked_types::secrets::mask_env(&mut env);
         Task {
-            env,
+            env: self.env_map(),
             state: self.state,
             id: self.id,
             owner: self.owner,
