@@ -305,7 +305,7 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool> {
 /// Fires every tick due within `horizon` from now; returns the schedules handled.
 pub async fn fire(pool: &PgPool, horizon: std::time::Duration, limit: i32) -> Result<i32> {
     Ok(
-        sqlx::query_scalar("select sked.schedules_fire(now(), $1, $2)")
+        sqlx::query_scalar("select sked.schedules_fire($1, $2, now())")
             .bind(crate::worker::pg_interval(horizon))
             .bind(limit)
             .fetch_one(pool)

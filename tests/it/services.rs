@@ -973,7 +973,7 @@ async fn claim(pool: &PgPool, worker: Uuid, now: DateTime<Utc>) -> usize {
 }
 
 async fn reconcile(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
-    sqlx::query_scalar("select action from sked.services_reconcile($1) order by action")
+    sqlx::query_scalar("select action from sked.services_reconcile(p_now => $1) order by action")
         .bind(now)
         .fetch_all(pool)
         .await
@@ -1323,7 +1323,7 @@ async fn a_surge_taken_over_from_a_dead_worker_is_not_ready_until_its_new_proces
     started(&db.pool, service, at(12)).await;
     // Its worker dies before the surge is ready: the lease (30 s) expires, the rescue puts it
     // back, and another claim takes it; its old process start is stale.
-    sqlx::query("select sked.tasks_rescue($1)")
+    sqlx::query("select sked.tasks_rescue(p_now => $1)")
         .bind(at(50))
         .execute(&db.pool)
         .await

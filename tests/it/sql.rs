@@ -376,7 +376,7 @@ async fn a_stale_attempt_cannot_finish_a_task_that_was_taken_over() {
     assert_eq!(first[0].attempt, 1);
     // The lease runs out (time is an input: rescue as of one minute from now).
     let rescued: Vec<(Uuid, String)> =
-        sqlx::query_as("select * from sked.tasks_rescue(now() + interval '1 minute')")
+        sqlx::query_as("select * from sked.tasks_rescue(p_now => now() + interval '1 minute')")
             .fetch_all(&db.pool)
             .await
             .unwrap();
@@ -846,4 +846,43 @@ async fn every_state_and_kind_the_schema_admits_decodes_to_its_enum_value() {
             "the error names the column: {refused}"
         );
     }
+}
+
+/// Time is an input (ARCHITECTURE.md): every function of the schema that takes `p_now`
+/// takes it as its last argument, so a caller passes the clock last or by name and tests
+/// move it. Reads the input arguments of every function in `pg_proc`.
+#[tokio::test]
+async fn every_function_takes_now_as_its_last_argument() {
+    let db = TestDb::new().await;
+    let inputs: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "select p.oid::regprocedure::text,
+                array(select a.name
+                        from unnest(p.proargnames, coalesce(p.proargmodes,
+                                    array_fill('i'::\"char\", array[cardinality(p.proargnames)])))
+                             with ordinality as a(name, mode, n)
+                       where a.mode in ('i', 'b', 'v')
+                       order by a.n)
+           from pg_proc p
+          where p.pronamespace = 'sked'::regnamespace and p.proargnames is not null",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let takes_now: Vec<&(String, Vec<String>)> = inputs
+        .iter()
+        .filter(|(_, args)| args.iter().any(|a| a == "p_now"))
+        .collect();
+    assert!(
+        takes_now.len() > 20,
+        "the functions that take the clock are found: {takes_now:?}"
+    );
+    let misplaced: Vec<&String> = takes_now
+        .iter()
+        .filter(|(_, args)| args.last().map(String::as_str) != Some("p_now"))
+        .map(|(function, _)| function)
+        .collect();
+    assert!(
+        misplaced.is_empty(),
+        "these functions take p_now before their last argument: {misplaced:?}"
+    );
 }
