@@ -765,8 +765,9 @@ $$;
 --             further ticks are skipped meanwhile)
 --   replace   cancel the previous occurrence, then run
 -- Returns the number of schedules handled.
+drop function if exists sked.schedules_fire(timestamptz, interval, integer);
 create or replace function sked.schedules_fire(
-  p_now timestamptz default now(), p_horizon interval default '0', p_limit integer default 1000)
+  p_horizon interval default '0', p_limit integer default 1000, p_now timestamptz default now())
 returns integer
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql

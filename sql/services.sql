@@ -300,8 +300,9 @@ $$;
 --      the new copy is ready (sked.service_copy_ready), the old one is retired, and the next
 --      index follows at a later call. An old copy that is not running is replaced at once.
 -- Returns what it did: (action, copy) rows, action one of added, retired, surged, replaced.
+drop function if exists sked.service_reconcile(uuid, timestamptz, interval);
 create or replace function sked.service_reconcile(
-  p_id uuid, p_now timestamptz default now(), p_ready interval default '2 seconds')
+  p_id uuid, p_ready interval default '2 seconds', p_now timestamptz default now())
 returns table (action text, copy_id uuid)
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
@@ -435,8 +436,9 @@ drop function if exists sked.service_needs_reconcile(uuid, integer, integer);
 -- cancelled. Workers call it in
 -- their background upkeep, every poll interval; any number of callers at once is safe (SKIP LOCKED). Returns what was
 -- done (action `stopped` for an ended service's copy).
+drop function if exists sked.services_reconcile(timestamptz, interval, integer);
 create or replace function sked.services_reconcile(
-  p_now timestamptz default now(), p_ready interval default '2 seconds', p_limit integer default 100)
+  p_ready interval default '2 seconds', p_limit integer default 100, p_now timestamptz default now())
 returns table (service_id uuid, action text, copy_id uuid)
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
@@ -464,7 +466,7 @@ begin
            where t.kind = 'service' and t.shard_of is null and t.state = 'blocked'
              and (coalesce(c.have, 0) < t.replicas or c.off)
            order by t.id limit p_limit) s
-   cross join lateral sked.service_reconcile(s.id, p_now, p_ready) r;
+   cross join lateral sked.service_reconcile(s.id, p_ready, p_now) r;
 
   with orphans as (
     select c.id from sked.tasks c
@@ -562,7 +564,7 @@ begin
          restart_policy = n.restart_policy, health_check = n.health_check,
          replicas = n.replicas, shard_total = n.replicas, generation = next_generation
    where t.id = p_id;
-  perform sked.service_reconcile(p_id, p_now);
+  perform sked.service_reconcile(p_id, p_now => p_now);
   return next_generation;
 end
 $$;

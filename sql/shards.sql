@@ -245,7 +245,8 @@ $$;
 -- Pinned shards waiting for a worker that is gone (no longer registered, silent for longer
 -- than its lease, or stopping) can never run: they fail, saying so, and settle their parents.
 -- Called by sked.tasks_rescue. Returns the queues that got claimable tasks by the settling.
-create or replace function sked.shards_fail_orphaned(p_now timestamptz, p_limit integer default 1000)
+drop function if exists sked.shards_fail_orphaned(timestamptz, integer);
+create or replace function sked.shards_fail_orphaned(p_limit integer default 1000, p_now timestamptz default now())
 returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql

@@ -547,7 +547,8 @@ $$;
 -- shard (of a broadcast) does not move to another worker: it fails at once. Pinned shards
 -- still waiting for a worker that is gone fail too (sked.shards_fail_orphaned).
 -- Safe to run from any number of processes at once (SKIP LOCKED).
-create or replace function sked.tasks_rescue(p_now timestamptz default now(), p_limit integer default 1000)
+drop function if exists sked.tasks_rescue(timestamptz, integer);
+create or replace function sked.tasks_rescue(p_limit integer default 1000, p_now timestamptz default now())
 returns table (id uuid, state text)
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
@@ -595,7 +596,7 @@ begin
   if settle is not null then
     queues := nullif(concat_ws(',', queues, sked.tasks_settle(settle, p_now)), '');
   end if;
-  queues := nullif(concat_ws(',', queues, sked.shards_fail_orphaned(p_now)), '');
+  queues := nullif(concat_ws(',', queues, sked.shards_fail_orphaned(p_now => p_now)), '');
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;

@@ -21,7 +21,7 @@ const BULK_TARGET: f64 = 100_000.0;
 
 fn noop() -> SubmitTask {
     SubmitTask {
-        kind: Some("noop".to_owned()),
+        kind: Some(sked_types::TaskKind::Noop),
         ..SubmitTask::default()
     }
 }

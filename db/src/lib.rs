@@ -14,6 +14,7 @@ pub mod quota;
 pub mod schedule;
 pub mod service;
 pub mod task;
+pub mod text;
 pub mod token;
 pub mod upkeep;
 pub mod worker;

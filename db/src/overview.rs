@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use sked_types::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
+use sked_types::{FinalCounts, MinuteFinishes, Overview, QueueOverview, TaskState, WorkerCounts};
 use sqlx::PgPool;
 
 use crate::Result;
+use crate::text::Text;
 
 /// Minutes in the series (the last hour).
 pub const SERIES_MINUTES: i64 = 60;
@@ -42,7 +43,7 @@ pub async fn overview(
     .bind(at)
     .fetch_all(&mut *tx)
     .await?;
-    let finished: Vec<(String, DateTime<Utc>, String, i64)> = sqlx::query_as(
+    let finished: Vec<(String, DateTime<Utc>, Text<TaskState>, i64)> = sqlx::query_as(
         "select queue, minute, state, tasks from sked.tasks_finished_by_minute($1, $2)",
     )
     .persistent(false)
@@ -83,7 +84,7 @@ pub async fn overview(
             finished: FinalCounts::default(),
         })
         .collect();
-    for (queue, minute, state, tasks) in finished {
+    for (queue, minute, Text(state), tasks) in finished {
         queues
             .entry(queue.clone())
             .or_insert_with(|| QueueOverview {
@@ -91,10 +92,10 @@ pub async fn overview(
                 ..QueueOverview::default()
             })
             .finished
-            .add(&state, tasks);
+            .add(state, tasks);
         let index = (minute - since).num_minutes();
         if let Some(point) = usize::try_from(index).ok().and_then(|i| series.get_mut(i)) {
-            point.finished.add(&state, tasks);
+            point.finished.add(state, tasks);
         }
     }
     Ok(Overview {

@@ -37,14 +37,10 @@ struct ScheduleRow {
     updated_at: DateTime<Utc>,
 }
 
-/// A schedule as API answers show it: secret values in its template's environments are
-/// masked ([`sked_types::secrets::mask_template_env`]); the row keeps the real ones, which
-/// its ticks submit.
+/// A schedule with its templates' real environments, which its ticks submit: answers mask
+/// secret values on their way out of the server.
 impl From<ScheduleRow> for Schedule {
-    fn from(mut r: ScheduleRow) -> Self {
-        for template in [r.task.as_mut(), r.workflow.as_mut()].into_iter().flatten() {
-            sked_types::secrets::mask_template_env(template);
-        }
+    fn from(r: ScheduleRow) -> Self {
         Schedule {
             id: r.id,
             owner: r.owner,
@@ -309,7 +305,7 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool> {
 /// Fires every tick due within `horizon` from now; returns the schedules handled.
 pub async fn fire(pool: &PgPool, horizon: std::time::Duration, limit: i32) -> Result<i32> {
     Ok(
-        sqlx::query_scalar("select sked.schedules_fire(now(), $1, $2)")
+        sqlx::query_scalar("select sked.schedules_fire($1, $2, now())")
             .bind(crate::worker::pg_interval(horizon))
             .bind(limit)
             .fetch_one(pool)

@@ -3,12 +3,14 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sked_types::TaskState;
 use sked_types::service::{Service, ServiceCopy, ServiceExit};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::Result;
 use crate::task::TaskRow;
+use crate::text::Text;
 
 /// How a copy is supervised: its restart policy and its health check, read when its worker
 /// starts it.
@@ -129,7 +131,8 @@ struct CopyRow {
     id: Uuid,
     shard_index: i32,
     generation: Option<i32>,
-    state: String,
+    #[sqlx(try_from = "Text<TaskState>")]
+    state: TaskState,
     attached: bool,
     attempt: i32,
     worker_id: Option<Uuid>,
@@ -204,7 +207,7 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
             id: c.id,
             index: c.shard_index,
             generation: c.generation.unwrap_or(1),
-            state: c.state.parse().unwrap_or(sked_types::TaskState::Failed),
+            state: c.state,
             retired: !c.attached,
             attempt: c.attempt,
             worker_id: c.worker_id,
@@ -225,7 +228,7 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
     let mut service = summary(row);
     service.running = copies
         .iter()
-        .filter(|c| c.state == sked_types::TaskState::Running && c.up_since.is_some())
+        .filter(|c| c.state == TaskState::Running && c.up_since.is_some())
         .count() as i32;
     service.healthy = service.health_check.is_some().then(|| {
         copies
@@ -235,12 +238,7 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
     });
     service.waiting = copies
         .iter()
-        .filter(|c| {
-            matches!(
-                c.state,
-                sked_types::TaskState::Waiting | sked_types::TaskState::Retry
-            )
-        })
+        .filter(|c| matches!(c.state, TaskState::Waiting | TaskState::Retry))
         .count() as i32;
     service.restarts = copies
         .iter()

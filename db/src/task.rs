@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
+use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskKind, TaskState};
 use sqlx::postgres::types::PgInterval;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::text::Text;
 use crate::{DbError, Result};
 
 /// A row of `sked.tasks`, as selected by `select t.*`.
@@ -19,7 +20,8 @@ pub struct TaskRow {
     pub owner: String,
     pub queue: String,
     pub priority: i32,
-    pub kind: String,
+    #[sqlx(try_from = "Text<TaskKind>")]
+    pub kind: TaskKind,
     pub command: Option<Vec<String>>,
     pub args: Vec<String>,
     pub artifact_url: Option<String>,
@@ -33,7 +35,8 @@ pub struct TaskRow {
     pub backoff_base: PgInterval,
     pub backoff_max: PgInterval,
     pub idempotency_key: Option<String>,
-    pub state: String,
+    #[sqlx(try_from = "Text<TaskState>")]
+    pub state: TaskState,
     pub attempt: i32,
     pub next_run_at: DateTime<Utc>,
     pub worker_id: Option<Uuid>,
@@ -85,24 +88,17 @@ pub fn env_map(env: &Value) -> BTreeMap<String, String> {
 }
 
 impl TaskRow {
-    pub fn state(&self) -> TaskState {
-        // The schema's check constraint admits only known states.
-        self.state.parse().unwrap_or(TaskState::Failed)
-    }
-
     /// The environment as a map (the schema guarantees an object of strings).
     pub fn env_map(&self) -> BTreeMap<String, String> {
         env_map(&self.env)
     }
 
-    /// The task as API answers show it: secret environment values are masked
-    /// ([`sked_types::secrets`]); [`TaskRow::env_map`] has the real ones.
+    /// The task as the API's types hold it, with its real environment: answers mask secret
+    /// values on their way out of the server.
     pub fn into_task(self) -> Task {
-        let mut env = self.env_map();
-        sked_types::secrets::mask_env(&mut env);
         Task {
-            env,
-            state: self.state(),
+            env: self.env_map(),
+            state: self.state,
             id: self.id,
             owner: self.owner,
             queue: self.queue,
@@ -176,7 +172,7 @@ pub(crate) struct SubmitRow<'a> {
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     args: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
-    kind: Option<&'a str>,
+    kind: Option<TaskKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -236,7 +232,7 @@ impl<'a> SubmitRow<'a> {
         Ok(SubmitRow {
             command: t.command.as_ref(),
             args: &t.args,
-            kind: t.kind.as_deref(),
+            kind: t.kind,
             queue: t.queue.as_deref(),
             priority: t.priority,
             input: t.input.as_ref(),
@@ -350,7 +346,7 @@ async fn submit_by_copy(
         copy::field(&mut buf, t.owner.as_deref().unwrap_or(owner));
         copy::field(&mut buf, t.queue.as_deref().unwrap_or("default"));
         copy::field(&mut buf, &t.priority.unwrap_or(0).to_string());
-        copy::field(&mut buf, t.kind.as_deref().unwrap_or("command"));
+        copy::field(&mut buf, t.kind.unwrap_or_default().as_str());
         copy::array(&mut buf, t.command.as_deref());
         copy::array(&mut buf, Some(&t.args));
         copy::json(&mut buf, t.input.as_ref());
@@ -524,20 +520,20 @@ pub async fn logs(pool: &PgPool, id: Uuid, after: i64, limit: i64) -> Result<Vec
 
 /// `sked.task_cancel`: the state after the call, or `None` when there is no such task.
 pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
-    let state: Option<String> = sqlx::query_scalar("select sked.task_cancel($1)")
+    let state: Option<Text<TaskState>> = sqlx::query_scalar("select sked.task_cancel($1)")
         .bind(id)
         .fetch_one(pool)
         .await?;
-    Ok(state.and_then(|s| s.parse().ok()))
+    Ok(state.map(|s| s.0))
 }
 
 /// `sked.task_retry`: the state after the call, or `None` when there is no such task.
 pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
-    let state: Option<String> = sqlx::query_scalar("select sked.task_retry($1)")
+    let state: Option<Text<TaskState>> = sqlx::query_scalar("select sked.task_retry($1)")
         .bind(id)
         .fetch_one(pool)
         .await?;
-    Ok(state.and_then(|s| s.parse().ok()))
+    Ok(state.map(|s| s.0))
 }
 
 /// `sked.task_resubmit`: submits a new task, owned by `owner`, with the definition of task

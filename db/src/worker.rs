@@ -1,7 +1,7 @@
 //! The worker functions of the SQL contract: registry, claim, finish, leases and rescue.
 
 use chrono::{DateTime, Utc};
-use sked_types::Worker;
+use sked_types::{TaskKind, TaskState, Worker};
 use sqlx::postgres::types::PgInterval;
 use sqlx::{FromRow, PgPool, Row};
 use std::time::Duration;
@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::Result;
 use crate::task::interval_secs;
+use crate::text::Text;
 
 /// What a worker tells the registry about itself.
 #[derive(Debug, Clone)]
@@ -84,7 +85,8 @@ pub struct Claimed {
     pub id: Uuid,
     pub attempt: i32,
     pub queue: String,
-    pub kind: String,
+    #[sqlx(try_from = "Text<TaskKind>")]
+    pub kind: TaskKind,
     pub command: Option<Vec<String>>,
     pub args: Vec<String>,
     pub artifact_url: Option<String>,
@@ -319,8 +321,8 @@ impl Finished {
 /// Returns, in input order, the new state of each attempt's task, or `None` for an attempt
 /// whose lease was lost (its task was rescued or cancelled by someone else): that result is
 /// discarded.
-pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<String>>> {
-    let rows: Vec<(Uuid, String)> = sqlx::query_as(
+pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<TaskState>>> {
+    let rows: Vec<(Uuid, Text<TaskState>)> = sqlx::query_as(
         "select id, state from sked.tasks_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(batch.iter().map(|f| f.id).collect::<Vec<_>>())
@@ -349,8 +351,11 @@ pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<Stri
     .bind(batch.iter().map(|f| f.output.clone()).collect::<Vec<_>>())
     .fetch_all(pool)
     .await?;
-    let by_id: std::collections::HashMap<Uuid, String> = rows.into_iter().collect();
-    Ok(batch.iter().map(|f| by_id.get(&f.id).cloned()).collect())
+    let by_id: std::collections::HashMap<Uuid, TaskState> = rows
+        .into_iter()
+        .map(|(id, Text(state))| (id, state))
+        .collect();
+    Ok(batch.iter().map(|f| by_id.get(&f.id).copied()).collect())
 }
 
 /// Renews the leases of the given attempts in one statement. Returns the attempts still
@@ -394,10 +399,15 @@ pub async fn cancel_requested(pool: &PgPool, held: &[(Uuid, i32)]) -> Result<Vec
 }
 
 /// Takes back running tasks whose lease expired; returns (id, new state) for each.
-pub async fn rescue(pool: &PgPool) -> Result<Vec<(Uuid, String)>> {
-    Ok(sqlx::query_as("select id, state from sked.tasks_rescue()")
-        .fetch_all(pool)
-        .await?)
+pub async fn rescue(pool: &PgPool) -> Result<Vec<(Uuid, TaskState)>> {
+    let rows: Vec<(Uuid, Text<TaskState>)> =
+        sqlx::query_as("select id, state from sked.tasks_rescue()")
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, Text(state))| (id, state))
+        .collect())
 }
 
 /// Appends log chunks: (task, attempt, stream, data) each.

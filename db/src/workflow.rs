@@ -7,6 +7,7 @@ use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::task::{SubmitRow, TaskRow};
+use crate::text::Text;
 use crate::{DbError, Result};
 
 /// A row of `sked.workflows`.
@@ -15,20 +16,16 @@ pub struct WorkflowRow {
     pub id: Uuid,
     pub owner: String,
     pub name: String,
-    pub state: String,
+    #[sqlx(try_from = "Text<WorkflowState>")]
+    pub state: WorkflowState,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl WorkflowRow {
-    pub fn state(&self) -> WorkflowState {
-        // The schema's check constraint admits only known states.
-        self.state.parse().unwrap_or(WorkflowState::Failed)
-    }
-
     pub fn into_workflow(self) -> Workflow {
         Workflow {
-            state: self.state(),
+            state: self.state,
             id: self.id,
             owner: self.owner,
             name: self.name,
@@ -157,11 +154,11 @@ pub async fn edges(pool: &PgPool, id: Uuid) -> Result<Vec<WorkflowEdge>> {
 
 /// `sked.workflow_cancel`: the workflow's state after the call, or `None` when absent.
 pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowState>> {
-    let state: Option<String> = sqlx::query_scalar("select sked.workflow_cancel($1)")
+    let state: Option<Text<WorkflowState>> = sqlx::query_scalar("select sked.workflow_cancel($1)")
         .bind(id)
         .fetch_one(pool)
         .await?;
-    Ok(state.and_then(|s| s.parse().ok()))
+    Ok(state.map(|s| s.0))
 }
 
 /// `sked.workflow_retry`: how many failed or cancelled tasks run again, or `None` when

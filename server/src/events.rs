@@ -52,9 +52,10 @@ use std::time::Duration;
 
 use axum::extract::ws::Utf8Bytes;
 use chrono::{DateTime, Utc};
+use sked_db::text::Text;
 use sked_db::token::Principal;
-use sked_types::TaskState;
 use sked_types::events::{AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary};
+use sked_types::{TaskKind, TaskState};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc::error::TrySendError;
@@ -682,9 +683,11 @@ struct SummaryRow {
     owner: String,
     queue: String,
     priority: i32,
-    kind: String,
+    #[sqlx(try_from = "Text<TaskKind>")]
+    kind: TaskKind,
     argv: Vec<String>,
-    state: String,
+    #[sqlx(try_from = "Text<TaskState>")]
+    state: TaskState,
     attempt: i32,
     max_attempts: i32,
     next_run_at: DateTime<Utc>,
@@ -702,8 +705,7 @@ struct SummaryRow {
 impl SummaryRow {
     fn into_summary(self) -> TaskSummary {
         TaskSummary {
-            // The schema's check constraint admits only known states.
-            state: self.state.parse().unwrap_or(TaskState::Failed),
+            state: self.state,
             id: self.id,
             owner: self.owner,
             queue: self.queue,

@@ -19,6 +19,8 @@
 //! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors;
 //!   a JSON body is read into its type as its schema reads it (`sked_types::strict`).
+//! - `shown` — the body of every answer that carries a task's environment (a task, a service,
+//!   a schedule's template), which masks secret values on its way out.
 //! - `error` — the one error type, rendered to HTTP in one place.
 //!
 //! Every endpoint but `GET /api/v1/health` and `GET /api/v1/openapi.json` needs
@@ -35,6 +37,7 @@ mod queues;
 mod quotas;
 mod schedules;
 mod services;
+mod shown;
 mod system;
 mod tasks;
 mod web;

@@ -178,6 +178,13 @@ fn other_rules(doc: &mut serde_json::Value) {
 /// `delay_secs`, which the schedule sets).
 fn task_rules(schemas: &mut serde_json::Value) {
     use serde_json::json;
+    use sked_types::TaskKind;
+    let builtins: Vec<&str> = TaskKind::ALL
+        .into_iter()
+        .filter(|k| k.is_builtin())
+        .map(TaskKind::as_str)
+        .collect();
+    let service = TaskKind::Service.as_str();
     let given = |field: &str, schema: serde_json::Value| json!({"required": [field], "properties": {field: schema}});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
@@ -217,19 +224,19 @@ fn task_rules(schemas: &mut serde_json::Value) {
         ]}},
         {"if": given("artifact_url", json!({"type": "string"})),
          "then": given("artifact_sha256", json!({"type": "string"}))},
-        {"if": {"not": given("kind", json!({"enum": ["noop", "sleep"]}))},
+        {"if": {"not": given("kind", json!({"enum": builtins}))},
          "then": {"anyOf": [
              given("command", json!({"type": "array"})),
              given("artifact_url", json!({"type": "string"})),
          ]}},
-        {"if": {"not": given("kind", json!({"const": "service"}))},
+        {"if": {"not": given("kind", json!({"const": service}))},
          "then": {"properties": {
              "replicas": {"type": "null"},
              "restart_policy": {"type": "null"},
              "health_check": {"type": "null"},
          }}},
         {"not": {"allOf": [
-            given("kind", json!({"const": "service"})),
+            given("kind", json!({"const": service})),
             given("preemptible", json!({"const": true})),
         ]}},
         {"not": {"allOf": [

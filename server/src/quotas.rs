@@ -13,7 +13,7 @@
 
 use sked_db::task::TaskRow;
 use sked_db::token::Principal;
-use sked_types::SubmitTask;
+use sked_types::{SubmitTask, TaskKind};
 use sqlx::PgConnection;
 
 use crate::error::Error;
@@ -52,7 +52,7 @@ impl Default for Quotas {
 /// of a service. A broadcast task counts as one: its shards are bounded by the live workers.
 pub fn rows_of(task: &SubmitTask) -> u64 {
     rows_with(
-        task.kind.as_deref(),
+        task.kind.unwrap_or_default(),
         task.shards.map(i64::from),
         task.replicas.map(i64::from),
     )
@@ -60,8 +60,11 @@ pub fn rows_of(task: &SubmitTask) -> u64 {
 
 /// [`rows_of`] for a task template as `sked.tasks_submit` takes it (a schedule's).
 pub fn rows_of_template(task: &serde_json::Value) -> u64 {
+    let kind = task
+        .get("kind")
+        .and_then(|k| k.as_str()?.parse::<TaskKind>().ok());
     rows_with(
-        task.get("kind").and_then(|k| k.as_str()),
+        kind.unwrap_or_default(),
         task.get("shards").and_then(|s| s.as_i64()),
         task.get("replicas").and_then(|r| r.as_i64()),
     )
@@ -83,11 +86,11 @@ pub fn rows_of_row(row: &TaskRow) -> u64 {
     } else {
         row.shard_total.map(i64::from)
     };
-    rows_with(Some(&row.kind), shards, row.replicas.map(i64::from))
+    rows_with(row.kind, shards, row.replicas.map(i64::from))
 }
 
-fn rows_with(kind: Option<&str>, shards: Option<i64>, replicas: Option<i64>) -> u64 {
-    let extra = if kind == Some("service") {
+fn rows_with(kind: TaskKind, shards: Option<i64>, replicas: Option<i64>) -> u64 {
+    let extra = if kind == TaskKind::Service {
         replicas.unwrap_or(1)
     } else {
         shards.unwrap_or(0)

@@ -28,6 +28,7 @@ use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::quotas::{rows_of_template, rows_of_workflow_template};
+use crate::shown::Shown;
 
 /// Fire times a schedule's detail shows.
 pub const DETAIL_FIRE_TIMES: i32 = 5;
@@ -66,7 +67,7 @@ pub async fn create(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Json(request): Json<CreateSchedule>,
-) -> Result<(StatusCode, axum::Json<Schedule>)> {
+) -> Result<(StatusCode, Shown<Schedule>)> {
     may_act_for(&principal, request.owner.as_deref(), "create schedules")?;
     if request.task.is_some() == request.workflow.is_some() {
         return Err(Error::InvalidRequest(
@@ -89,7 +90,7 @@ pub async fn create(
     let schedule = sked_db::schedule::get(&state.pool, id)
         .await?
         .ok_or_else(not_found)?;
-    Ok((StatusCode::CREATED, axum::Json(schedule)))
+    Ok((StatusCode::CREATED, Shown(schedule)))
 }
 
 /// The checks the schema cannot make, or cannot word well: a template's fields that the
@@ -193,11 +194,11 @@ pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Query(params): Query<ListParams>,
-) -> Result<axum::Json<SchedulePage>> {
+) -> Result<Shown<SchedulePage>> {
     let owner = listing_owner(&principal, params.owner, "schedules")?;
     let name = params.name.filter(|n| !n.is_empty());
     let schedules = sked_db::schedule::list(&state.pool, owner.as_deref(), name.as_deref()).await?;
-    Ok(axum::Json(SchedulePage { schedules }))
+    Ok(Shown(SchedulePage { schedules }))
 }
 
 fn not_found() -> Error {
@@ -231,7 +232,7 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<ScheduleDetail>> {
+) -> Result<Shown<ScheduleDetail>> {
     let schedule = visible(&state, &principal, id).await?;
     let next_fire_times = if schedule.paused_at.is_some() {
         vec![]
@@ -239,7 +240,7 @@ pub async fn detail(
         sked_db::schedule::upcoming(&state.pool, &schedule, DETAIL_FIRE_TIMES).await?
     };
     let runs = sked_db::schedule::runs(&state.pool, id, DETAIL_RUNS).await?;
-    Ok(axum::Json(ScheduleDetail {
+    Ok(Shown(ScheduleDetail {
         schedule,
         next_fire_times,
         runs,
@@ -268,7 +269,7 @@ pub async fn update(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
     Json(change): Json<UpdateSchedule>,
-) -> Result<axum::Json<Schedule>> {
+) -> Result<Shown<Schedule>> {
     if change.task.is_some() && change.workflow.is_some() {
         return Err(Error::InvalidRequest(
             "a schedule runs either a task or a workflow: give at most one of task and workflow"
@@ -286,7 +287,7 @@ pub async fn update(
         .await
         .map_err(schedule_error)?
         .ok_or_else(not_found)?;
-    Ok(axum::Json(schedule))
+    Ok(Shown(schedule))
 }
 
 /// Pause a schedule: no tick fires until it is resumed. Pausing a paused schedule changes
@@ -304,7 +305,7 @@ pub async fn pause(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<Schedule>> {
+) -> Result<Shown<Schedule>> {
     visible(&state, &principal, id).await?;
     if !sked_db::schedule::pause(&state.pool, id).await? {
         return Err(not_found());
@@ -327,7 +328,7 @@ pub async fn resume(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<Schedule>> {
+) -> Result<Shown<Schedule>> {
     visible(&state, &principal, id).await?;
     if !sked_db::schedule::resume(&state.pool, id).await? {
         return Err(not_found());
@@ -336,11 +337,11 @@ pub async fn resume(
 }
 
 /// The schedule as it is now, after a call that changed it.
-async fn current(state: &AppState, id: Uuid) -> Result<axum::Json<Schedule>> {
+async fn current(state: &AppState, id: Uuid) -> Result<Shown<Schedule>> {
     let schedule = sked_db::schedule::get(&state.pool, id)
         .await?
         .ok_or_else(not_found)?;
-    Ok(axum::Json(schedule))
+    Ok(Shown(schedule))
 }
 
 /// Run a schedule's template now, outside its ticks.
@@ -407,12 +408,12 @@ pub async fn delete(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<Schedule>> {
+) -> Result<Shown<Schedule>> {
     let schedule = visible(&state, &principal, id).await?;
     if !sked_db::schedule::delete(&state.pool, id).await? {
         return Err(not_found());
     }
-    Ok(axum::Json(schedule))
+    Ok(Shown(schedule))
 }
 
 /// Parameters of `GET /api/v1/cron/preview`.

@@ -7,14 +7,15 @@
 use axum::extract::State;
 use serde::Deserialize;
 use sked_db::token::Principal;
-use sked_types::ApiError;
 use sked_types::service::{Service, ServiceList, ServiceUpdated, UpdateService};
+use sked_types::{ApiError, TaskKind};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner};
+use crate::shown::Shown;
 
 /// Most services one listing returns.
 pub const MAX_SERVICES: i64 = 1000;
@@ -44,11 +45,11 @@ pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Query(params): Query<ServiceParams>,
-) -> Result<axum::Json<ServiceList>> {
+) -> Result<Shown<ServiceList>> {
     let owner = listing_owner(&principal, params.owner, "services")?;
     let rows = sked_db::service::running(&state.pool, owner.as_deref(), MAX_SERVICES).await?;
     let services = sked_db::service::summaries(&state.pool, rows).await?;
-    Ok(axum::Json(ServiceList { services }))
+    Ok(Shown(ServiceList { services }))
 }
 
 /// Read a service with its copies: per copy its index, generation, state, worker (id, host,
@@ -69,11 +70,9 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<Service>> {
+) -> Result<Shown<Service>> {
     let row = visible_service(&state, &principal, id).await?;
-    Ok(axum::Json(
-        sked_db::service::detail(&state.pool, row).await?,
-    ))
+    Ok(Shown(sked_db::service::detail(&state.pool, row).await?))
 }
 
 /// Change a service that runs: its definition (`command`, `args`, `env`, `input`,
@@ -108,7 +107,7 @@ pub async fn update(
 ) -> Result<axum::Json<ServiceUpdated>> {
     check_changes(&changes)?;
     let row = visible_service(&state, &principal, id).await?;
-    if row.state().is_final() {
+    if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
     let mut tx = state.pool.begin().await?;
@@ -218,7 +217,9 @@ async fn visible_service(
     sked_db::task::get(&state.pool, id)
         .await?
         .filter(|row| {
-            row.kind == "service" && row.shard_of.is_none() && principal.may_access(&row.owner)
+            row.kind == TaskKind::Service
+                && row.shard_of.is_none()
+                && principal.may_access(&row.owner)
         })
         .ok_or_else(not_found)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sked_types::{ApiError, Health, Me, Overview, QueueControls, QueueCounts, Worker};
+use sked_types::{ApiError, Health, Me, Overview, QueueControls, QueueCounts, TaskState, Worker};
 use utoipa::IntoParams;
 
 use crate::AppState;
@@ -119,19 +119,19 @@ pub async fn queues(
         .map(|q| {
             let f = q.finished;
             let counts: BTreeMap<String, i64> = [
-                ("blocked", q.blocked),
-                ("waiting", q.waiting_due + q.waiting_delayed),
-                ("running", q.running),
-                ("retry", q.retry),
-                ("succeeded", f.succeeded),
-                ("failed", f.failed),
-                ("cancelled", f.cancelled),
-                ("upstream_failed", f.upstream_failed),
-                ("skipped", f.skipped),
+                (TaskState::Blocked, q.blocked),
+                (TaskState::Waiting, q.waiting_due + q.waiting_delayed),
+                (TaskState::Running, q.running),
+                (TaskState::Retry, q.retry),
+                (TaskState::Succeeded, f.succeeded),
+                (TaskState::Failed, f.failed),
+                (TaskState::Cancelled, f.cancelled),
+                (TaskState::UpstreamFailed, f.upstream_failed),
+                (TaskState::Skipped, f.skipped),
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)
-            .map(|(state, n)| (state.to_owned(), n))
+            .map(|(state, n)| (state.as_str().to_owned(), n))
             .collect();
             let c = controls.remove(&q.queue).unwrap_or_default();
             QueueCounts {

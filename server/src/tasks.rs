@@ -24,6 +24,7 @@ use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::quotas::rows_of_row;
+use crate::shown::Shown;
 
 /// The most tasks one batch may hold.
 pub const MAX_BATCH: usize = 10_000;
@@ -273,7 +274,7 @@ pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Query(params): Query<ListParams>,
-) -> Result<axum::Json<Listing>> {
+) -> Result<Shown<Listing>> {
     let states = parse_states(params.state)?;
     let view = params.view.unwrap_or(ListView::Full);
     let limit = page_size(params.limit, DEFAULT_PAGE, MAX_PAGE)?;
@@ -295,7 +296,7 @@ pub async fn list(
         scan_limit_reached,
     } = sked_db::listing::list(&state.pool, &filter).await?;
     let tasks = rows.into_iter().map(TaskRow::into_task);
-    Ok(axum::Json(match view {
+    Ok(Shown(match view {
         ListView::Full => Listing::Full(TaskPage {
             tasks: tasks.collect(),
             next_cursor,
@@ -341,10 +342,10 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<TaskDetail>> {
+) -> Result<Shown<TaskDetail>> {
     let row = visible_task(&state, &principal, id).await?;
     let attempts = sked_db::task::attempts(&state.pool, id).await?;
-    let waiting_reason = match row.state() {
+    let waiting_reason = match row.state {
         TaskState::Blocked | TaskState::Waiting | TaskState::Retry => {
             sked_db::queue::waiting_reasons(&state.pool, id)
                 .await?
@@ -353,7 +354,7 @@ pub async fn detail(
         }
         _ => None,
     };
-    Ok(axum::Json(TaskDetail {
+    Ok(Shown(TaskDetail {
         task: row.into_task(),
         attempts,
         waiting_reason,
@@ -414,7 +415,7 @@ pub async fn cancel(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<StateChange>> {
     let row = visible_task(&state, &principal, id).await?;
-    if row.state().is_final() {
+    if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
     let after = sked_db::task::cancel(&state.pool, id)
@@ -453,7 +454,7 @@ pub async fn retry(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<StateChange>> {
     let row = visible_task(&state, &principal, id).await?;
-    if !row.state().is_final() {
+    if !row.state.is_final() {
         return Err(Error::NotFinished);
     }
     let after = sked_db::task::retry(&state.pool, id)

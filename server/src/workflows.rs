@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::shown::Shown;
 use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, page_size, validate};
 
 /// The most tasks one workflow may hold.
@@ -164,11 +165,11 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
-) -> Result<axum::Json<WorkflowDetail>> {
+) -> Result<Shown<WorkflowDetail>> {
     let row = visible(&state, &principal, id).await?;
     let tasks = sked_db::workflow::tasks(&state.pool, id).await?;
     let edges = sked_db::workflow::edges(&state.pool, id).await?;
-    Ok(axum::Json(WorkflowDetail {
+    Ok(Shown(WorkflowDetail {
         workflow: row.into_workflow(),
         tasks: tasks.into_iter().map(TaskRow::into_task).collect(),
         edges,
@@ -195,7 +196,7 @@ pub async fn cancel(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<WorkflowChange>> {
     let row = visible(&state, &principal, id).await?;
-    if row.state() != WorkflowState::Running {
+    if row.state != WorkflowState::Running {
         return Err(Error::AlreadyFinished);
     }
     let after = sked_db::workflow::cancel(&state.pool, id)
@@ -239,7 +240,7 @@ pub async fn retry(
     let row = visible(&state, &principal, id).await?;
     Ok(axum::Json(WorkflowChange {
         id,
-        state: row.state(),
+        state: row.state,
         tasks_rerun: rerun,
     }))
 }

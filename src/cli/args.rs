@@ -69,6 +69,21 @@ pub(crate) fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The parser of a flag that takes one of `values` by its name: `--help` and clap's error
+/// list the names, and the flag holds the value itself.
+pub(crate) fn one_of<T: Copy + Send + Sync + 'static>(
+    values: &'static [T],
+    name: fn(T) -> &'static str,
+) -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(values.iter().map(|v| name(*v))).map(move |chosen| {
+        *values
+            .iter()
+            .find(|v| name(**v) == chosen)
+            .expect("clap accepts only the possible values")
+    })
+}
+
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
@@ -104,6 +119,27 @@ mod tests {
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("A").is_err());
         assert!(parse_env("=b").is_err());
+    }
+
+    #[test]
+    fn one_of_takes_the_names_of_its_values() {
+        use clap::builder::TypedValueParser;
+        use sked_types::TaskKind;
+        let command = clap::Command::new("t");
+        let parser = one_of(&TaskKind::ALL, TaskKind::as_str);
+        for kind in TaskKind::ALL {
+            let value = parser.parse_ref(&command, None, kind.as_str().as_ref());
+            assert_eq!(value.unwrap(), kind);
+        }
+        let refused = parser
+            .parse_ref(&command, None, "teleport".as_ref())
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("command, noop, sleep, service"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -11,10 +11,10 @@ use anyhow::{Context, bail};
 use sked::app::DatabaseArgs;
 use sked::client::ListQuery;
 use sked_db::token::Role;
-use sked_types::{SubmitTask, TaskState};
+use sked_types::{SubmitTask, TaskKind, TaskState};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, ShowArgs, parse_env, parse_json, print_answer, read_text};
+use super::args::{ApiArgs, ShowArgs, one_of, parse_env, parse_json, print_answer, read_text};
 use super::format::{describe, print_change, time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -103,8 +103,8 @@ pub struct SubmitArgs {
     labels: Vec<String>,
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only;
     /// `service` keeps COMMAND running (as --service).
-    #[arg(long, value_parser = ["command", "noop", "sleep", "service"])]
-    kind: Option<String>,
+    #[arg(long, value_parser = one_of(&TaskKind::ALL, TaskKind::as_str))]
+    kind: Option<TaskKind>,
     /// A long-running service: COMMAND is kept running, restarted when it exits, on
     /// --replicas workers; stop it with `sked cancel ID` (see docs/services.md).
     #[arg(long, conflicts_with_all = ["kind", "shards", "broadcast", "timeout"])]
@@ -159,7 +159,7 @@ pub struct ListArgs {
     #[command(flatten)]
     api: ApiArgs,
     /// Only tasks in this state; repeat for several (`--state failed --state cancelled`).
-    #[arg(long)]
+    #[arg(long, value_parser = one_of(&TaskState::ALL, TaskState::as_str))]
     state: Vec<TaskState>,
     #[arg(long)]
     queue: Option<String>,
@@ -295,15 +295,15 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         return super::workflows::submit_file(&args.api, path, args.owner.clone(), args.json).await;
     }
     let kind = if args.service {
-        "service".to_owned()
+        TaskKind::Service
     } else {
-        args.kind.clone().unwrap_or_else(|| "command".to_owned())
+        args.kind.unwrap_or_default()
     };
     let health_check = args.health.to_json()?;
-    if health_check.is_some() && kind != "service" {
+    if health_check.is_some() && kind != TaskKind::Service {
         bail!("--health-cmd and --health-url are for services: add --service");
     }
-    if args.preemptible && kind == "service" {
+    if args.preemptible && kind == TaskKind::Service {
         bail!(
             "--preemptible is not for services: a service cannot be preemptible, its copies are \
              what preemption makes room for"
@@ -314,7 +314,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         (None, Some(path)) => Some(read_input(path)?),
         (None, None) => None,
     };
-    let (command, task_args) = if kind == "command" || kind == "service" {
+    let (command, task_args) = if !kind.is_builtin() {
         if args.command.is_empty() {
             bail!("give the command to run after `--`, for example: sked submit -- echo hello");
         }
@@ -325,7 +325,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let mut task = SubmitTask {
         command,
         args: task_args,
-        kind: (kind != "command").then(|| kind.clone()),
+        kind: (kind != TaskKind::Command).then_some(kind),
         queue: args.queue.clone(),
         priority: args.priority,
         input,

@@ -14,7 +14,7 @@ pub fn describe(detail: &TaskDetail) -> String {
     line("state:", format!("{}{}", t.state, exit.unwrap_or_default()));
     line("owner:", t.owner.clone());
     line("queue:", format!("{} (priority {})", t.queue, t.priority));
-    line("kind:", t.kind.clone());
+    line("kind:", t.kind.to_string());
     line("run:", what(t));
     if let Some(workflow) = t.workflow_id {
         let name = t.name.as_deref().unwrap_or("");

@@ -3,7 +3,7 @@
 //! request.
 
 use anyhow::bail;
-use sked_types::{QueueControls, QueueCounts, QueueLimits};
+use sked_types::{QueueControls, QueueCounts, QueueLimits, TaskState};
 
 use super::args::ApiArgs;
 use super::format::time;
@@ -153,13 +153,13 @@ fn table(queues: &[QueueCounts]) -> String {
         "QUEUE", "WAITING", "RUNNING", "RETRY"
     );
     for q in queues {
-        let n = |state: &str| q.counts.get(state).copied().unwrap_or(0);
+        let n = |state: TaskState| q.counts.get(state.as_str()).copied().unwrap_or(0);
         out.push_str(&format!(
             "{:<24} {:>8} {:>8} {:>8}  {}\n",
             q.queue,
-            n("waiting"),
-            n("running"),
-            n("retry"),
+            n(TaskState::Waiting),
+            n(TaskState::Running),
+            n(TaskState::Retry),
             controls(q.paused_at, q.max_running, q.rate_per_sec, q.burst)
         ));
     }

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use sked::client::{Client, ScheduleQuery};
-use sked_types::{CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask};
+use sked_types::{CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask, TaskKind};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, parse_env, parse_json, parse_secs, print_answer, read_text};
+use super::args::{ApiArgs, one_of, parse_env, parse_json, parse_secs, print_answer, read_text};
 use super::format::{quote, time, truncate};
 
 #[derive(Debug, clap::Subcommand)]
@@ -124,8 +124,8 @@ struct TaskFlags {
     #[arg(long = "label")]
     labels: Vec<String>,
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only.
-    #[arg(long, value_parser = ["command", "noop", "sleep"])]
-    kind: Option<String>,
+    #[arg(long, value_parser = one_of(&[TaskKind::Command, TaskKind::Noop, TaskKind::Sleep], TaskKind::as_str))]
+    kind: Option<TaskKind>,
     /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
     /// much free claims the task (see docs/runtime.md).
     #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = super::units::parse_cpu)]
@@ -319,8 +319,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
 
 /// The task template of a command after `--` and the task flags.
 fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<SubmitTask> {
-    let kind = flags.kind.as_deref().unwrap_or("command");
-    let (command, args) = if kind == "command" {
+    let (command, args) = if flags.kind.unwrap_or_default() == TaskKind::Command {
         if command.is_empty() {
             bail!(
                 "give the command each tick runs after `--` (for example: sked schedule create \
@@ -334,7 +333,7 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
     Ok(SubmitTask {
         command,
         args,
-        kind: flags.kind.clone(),
+        kind: flags.kind,
         queue: flags.queue.clone(),
         priority: flags.priority,
         input: flags.input.clone(),

@@ -199,7 +199,7 @@ async fn bad_flags_fail_clearly_before_any_request() {
             ],
             "reading --input-file",
         ),
-        (&["list", "--state", "bogus"], "unknown task state"),
+        (&["list", "--state", "bogus"], "possible values"),
         (&["show", "not-a-uuid"], "invalid value"),
         (
             &["token", "create", "--owner", "a", "--role", "root"],
@@ -370,7 +370,7 @@ async fn rest_commands_submit_list_show_cancel_and_retry() {
     assert_eq!(task.input, Some(serde_json::json!({"n": 1})));
     assert_eq!(task.max_attempts, 2);
     assert_eq!(task.labels, vec!["gpu".to_owned()]);
-    assert_eq!(task.state, "waiting");
+    assert_eq!(task.state, sked_types::TaskState::Waiting);
 
     let listed = api.ok(&["list", "--queue", "cli"]).await;
     assert!(
@@ -699,7 +699,7 @@ async fn submit_delays_a_task_by_a_duration_or_until_a_time() {
         900.0,
         "--delay 15m starts 15 minutes after the submit"
     );
-    assert_eq!(t.state, "waiting");
+    assert_eq!(t.state, sked_types::TaskState::Waiting);
     let t = submitted(&[
         "submit",
         "--delay",

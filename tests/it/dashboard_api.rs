@@ -512,6 +512,31 @@ async fn answers_mask_secret_environment_values_and_the_worker_gets_the_real_one
         stored["API_TOKEN"], "tok-123",
         "the database keeps the real value"
     );
+    let read = sked_db::task::get(pool, id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .into_task();
+    assert_eq!(
+        read.env["API_TOKEN"], "tok-123",
+        "sked-db reads the real value: the server masks its answers"
+    );
+    let (status, workflow) = api
+        .post(
+            "/api/v1/workflows",
+            &api.alice,
+            json!({"tasks": [{"name": "a", "kind": "noop", "env": {"API_TOKEN": "tok-9"}}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{workflow}");
+    let workflow = workflow["id"].as_str().unwrap();
+    let (_, shown) = api
+        .get(&format!("/api/v1/workflows/{workflow}"), &api.alice)
+        .await;
+    assert_eq!(
+        shown["tasks"][0]["env"]["API_TOKEN"], mask,
+        "a workflow's tasks are masked: {shown}"
+    );
 
     let worker = start_worker(&api.db, config(&["default"]));
     let id: Uuid = id.parse().unwrap();
@@ -673,7 +698,11 @@ async fn resubmit_copies_the_definition_for_the_caller() {
     assert_ne!(new, id, "resubmit makes a new task");
     let old = sked_db::task::get(pool, id).await.unwrap().unwrap();
     let copy = sked_db::task::get(pool, new).await.unwrap().unwrap();
-    assert_eq!(old.state, "failed", "the task itself is left as it was");
+    assert_eq!(
+        old.state,
+        TaskState::Failed,
+        "the task itself is left as it was"
+    );
     assert_eq!(
         (
             copy.command.clone(),
@@ -710,7 +739,7 @@ async fn resubmit_copies_the_definition_for_the_caller() {
         "the limits are copied"
     );
     assert_eq!(copy.owner, "alice");
-    assert_eq!(copy.state, "waiting");
+    assert_eq!(copy.state, TaskState::Waiting);
     assert_eq!(copy.attempt, 0, "a resubmitted task starts with no attempt");
     assert_eq!(copy.idempotency_key, None, "no idempotency key is copied");
     assert!(

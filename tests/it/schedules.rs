@@ -502,7 +502,7 @@ async fn schedule(pool: &PgPool, cron: &str, misfire: &str, overlap: &str, now: 
 }
 
 async fn fire(pool: &PgPool, now: &str) -> i32 {
-    sqlx::query_scalar("select sked.schedules_fire($1)")
+    sqlx::query_scalar("select sked.schedules_fire(p_now => $1)")
         .bind(at(now))
         .fetch_one(pool)
         .await
@@ -577,11 +577,12 @@ async fn an_on_time_tick_inserts_one_occurrence_and_advances() {
     );
     assert_eq!(next_run_at(&db.pool, id).await, at("2026-06-01T12:00:00Z"));
     // Fired a little ahead (the firing duty's horizon), the occurrence still waits for its tick.
-    let fired: i32 = sqlx::query_scalar("select sked.schedules_fire($1, interval '100 ms')")
-        .bind(at("2026-06-01T11:59:59.950Z"))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let fired: i32 =
+        sqlx::query_scalar("select sked.schedules_fire(interval '100 ms', p_now => $1)")
+            .bind(at("2026-06-01T11:59:59.950Z"))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(fired, 1);
     assert_eq!(
         occurrences(&db.pool, id).await[1].2,
@@ -818,7 +819,7 @@ async fn three_concurrent_firing_loops_fire_each_tick_once() {
             for step in 1..=120 {
                 step_together.wait().await;
                 let now = start + Duration::milliseconds(250 * step);
-                let n: i32 = sqlx::query_scalar("select sked.schedules_fire($1)")
+                let n: i32 = sqlx::query_scalar("select sked.schedules_fire(p_now => $1)")
                     .bind(now)
                     .fetch_one(&pool)
                     .await

@@ -195,7 +195,8 @@ async fn create_list_show_change_pause_resume_run_and_delete() {
         .expect("run now submitted a task");
     assert_eq!(row.owner, "alice");
     assert_eq!(
-        row.kind, "noop",
+        row.kind,
+        sked_types::TaskKind::Noop,
         "the occurrence follows the current template"
     );
     let (_, detail) = api
@@ -290,7 +291,7 @@ async fn schedules_show_their_latest_tick_but_not_manual_runs() {
                     .fetch_one(&pool)
                     .await
                     .unwrap();
-            let fired: i32 = sqlx::query_scalar("select sked.schedules_fire($1)")
+            let fired: i32 = sqlx::query_scalar("select sked.schedules_fire(p_now => $1)")
                 .bind(tick + chrono::Duration::seconds(1))
                 .fetch_one(&pool)
                 .await
@@ -888,13 +889,15 @@ async fn cli_creates_shows_runs_pauses_and_deletes_schedules() {
     let out = api.ok(&["schedule", "run", "backup"]).await;
     let task: Uuid = out.trim().parse().expect("run prints the task id");
     assert_eq!(support::state(pool, task).await, "waiting");
-    sqlx::query("select sked.schedules_fire(next_run_at) from sked.schedules where id = $1")
-        .bind(id)
-        .execute(pool)
-        .await
-        .unwrap();
     sqlx::query(
-        "select sked.schedules_fire(next_run_at + interval '3 days 1 hour')
+        "select sked.schedules_fire(p_now => next_run_at) from sked.schedules where id = $1",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "select sked.schedules_fire(p_now => next_run_at + interval '3 days 1 hour')
            from sked.schedules where id = $1",
     )
     .bind(id)

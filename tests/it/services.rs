@@ -11,6 +11,7 @@ use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use sked_db::testing::TestDb;
+use sked_types::{TaskKind, TaskState};
 use sqlx::PgPool;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -176,7 +177,7 @@ async fn two_replicas_run_on_two_workers_and_a_killed_workers_copy_moves_within_
             .unwrap()
             .unwrap()
             .state,
-        "blocked",
+        TaskState::Blocked,
         "the service runs on: losing a worker never fails it"
     );
     sked_db::task::cancel(&db.pool, service).await.unwrap();
@@ -920,7 +921,7 @@ async fn every_way_in_carries_the_service_fields() {
     .await;
     let batch: Vec<sked_types::SubmitTask> = (0..64)
         .map(|_| sked_types::SubmitTask {
-            kind: Some("service".into()),
+            kind: Some(TaskKind::Service),
             command: Some(vec!["d".into()]),
             replicas: Some(2),
             restart_policy: Some("on_failure".into()),
@@ -972,7 +973,7 @@ async fn claim(pool: &PgPool, worker: Uuid, now: DateTime<Utc>) -> usize {
 }
 
 async fn reconcile(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
-    sqlx::query_scalar("select action from sked.services_reconcile($1) order by action")
+    sqlx::query_scalar("select action from sked.services_reconcile(p_now => $1) order by action")
         .bind(now)
         .fetch_all(pool)
         .await
@@ -1115,7 +1116,7 @@ async fn the_reconciler_rolls_one_copy_at_a_time_with_time_as_an_input() {
             .unwrap()
             .unwrap()
             .state,
-        "blocked",
+        TaskState::Blocked,
         "the service runs on"
     );
 
@@ -1217,7 +1218,7 @@ async fn cancelling_one_copy_ends_the_service_and_the_reconciler_stops_the_other
             .unwrap()
             .unwrap()
             .state,
-        "upstream_failed",
+        TaskState::UpstreamFailed,
         "a cancelled copy ends its service, as a shard its parent"
     );
     assert_eq!(
@@ -1322,7 +1323,7 @@ async fn a_surge_taken_over_from_a_dead_worker_is_not_ready_until_its_new_proces
     started(&db.pool, service, at(12)).await;
     // Its worker dies before the surge is ready: the lease (30 s) expires, the rescue puts it
     // back, and another claim takes it; its old process start is stale.
-    sqlx::query("select sked.tasks_rescue($1)")
+    sqlx::query("select sked.tasks_rescue(p_now => $1)")
         .bind(at(50))
         .execute(&db.pool)
         .await

@@ -526,11 +526,12 @@ async fn a_pinned_shard_runs_only_on_its_worker_and_fails_when_the_worker_is_gon
         .execute(&db.pool)
         .await
         .unwrap();
-    let rescued: Vec<(Uuid, String)> = sqlx::query_as("select * from sked.tasks_rescue($1)")
-        .bind(now + chrono::Duration::minutes(2))
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
+    let rescued: Vec<(Uuid, String)> =
+        sqlx::query_as("select * from sked.tasks_rescue(p_now => $1)")
+            .bind(now + chrono::Duration::minutes(2))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(rescued.len(), 1);
     assert_eq!(
         rescued[0].1, "failed",

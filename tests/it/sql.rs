@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sked_db::testing::TestDb;
 use sked_db::worker::{Finished, Outcome};
+use sked_types::TaskState;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -318,7 +319,7 @@ async fn concurrent_claimers_claim_each_task_exactly_once() {
                     .collect();
                 let states = sked_db::worker::finish(&pool, &done).await.unwrap();
                 assert!(
-                    states.iter().all(|s| s.as_deref() == Some("succeeded")),
+                    states.iter().all(|s| *s == Some(TaskState::Succeeded)),
                     "every fenced finish lands"
                 );
                 mine.extend(rows.into_iter().map(|r| r.id));
@@ -375,7 +376,7 @@ async fn a_stale_attempt_cannot_finish_a_task_that_was_taken_over() {
     assert_eq!(first[0].attempt, 1);
     // The lease runs out (time is an input: rescue as of one minute from now).
     let rescued: Vec<(Uuid, String)> =
-        sqlx::query_as("select * from sked.tasks_rescue(now() + interval '1 minute')")
+        sqlx::query_as("select * from sked.tasks_rescue(p_now => now() + interval '1 minute')")
             .fetch_all(&db.pool)
             .await
             .unwrap();
@@ -427,7 +428,7 @@ async fn a_stale_attempt_cannot_finish_a_task_that_was_taken_over() {
     let now = sked_db::worker::finish(&db.pool, &[finished(id, 2, Outcome::Succeeded)])
         .await
         .unwrap();
-    assert_eq!(now, vec![Some("succeeded".to_string())]);
+    assert_eq!(now, vec![Some(TaskState::Succeeded)]);
 }
 
 #[tokio::test]
@@ -777,5 +778,157 @@ async fn large_batches_go_in_by_copy_with_every_character_and_default_intact() {
         count(&db.pool).await,
         before,
         "nothing of the rejected batch remains"
+    );
+}
+
+/// The names a check constraint admits, read from its definition in `pg_constraint`
+/// (`CHECK ((state = ANY (ARRAY['blocked'::text, …])))`: its quoted literals).
+async fn admitted(pool: &PgPool, table: &str, constraint: &str) -> Vec<String> {
+    let definition: String = sqlx::query_scalar(
+        "select pg_get_constraintdef(oid) from pg_constraint
+          where conrelid = $1::regclass and conname = $2",
+    )
+    .bind(table)
+    .bind(constraint)
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("reading {constraint}: {e}"));
+    definition
+        .split('\'')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The names a row of `table` decodes from: its first row with `column` set to each of
+/// `names` (`jsonb_populate_record` over the stored row, so every other column is the
+/// row's own), read as `R`.
+async fn decoded<R>(pool: &PgPool, table: &str, column: &str, names: &[&str]) -> Vec<R>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    let sql = format!(
+        "select (jsonb_populate_record(t, jsonb_build_object('{column}', $1::text))).*
+           from {table} t limit 1"
+    );
+    let mut rows = Vec::new();
+    for name in names {
+        rows.push(
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(name)
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|e| panic!("decoding {column} {name:?} of {table}: {e}")),
+        );
+    }
+    rows
+}
+
+/// Rust and the schema name the same states and kinds: the enums list exactly what the
+/// check constraints admit, and a row of the table decodes with each of them into the value
+/// of that name; a name the enum does not know fails to decode (nothing stands in for it).
+#[tokio::test]
+async fn every_state_and_kind_the_schema_admits_decodes_to_its_enum_value() {
+    use sked_db::task::TaskRow;
+    use sked_db::workflow::WorkflowRow;
+    use sked_types::{TaskKind, WorkflowState};
+    let db = TestDb::new().await;
+    insert(&db.pool, "(kind) values ('noop')").await;
+    sqlx::query("insert into sked.workflows (name) values ('w')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let states = admitted(&db.pool, "sked.tasks", "tasks_state_is_known").await;
+    let names: Vec<&str> = TaskState::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        states, names,
+        "TaskState::ALL is the schema's list, in its order"
+    );
+    let rows: Vec<TaskRow> = decoded(&db.pool, "sked.tasks", "state", &names).await;
+    let got: Vec<TaskState> = rows.iter().map(|r| r.state).collect();
+    assert_eq!(got, TaskState::ALL);
+
+    let kinds = admitted(&db.pool, "sked.tasks", "tasks_kind_is_known").await;
+    let names: Vec<&str> = TaskKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(
+        kinds, names,
+        "TaskKind::ALL is the schema's list, in its order"
+    );
+    let rows: Vec<TaskRow> = decoded(&db.pool, "sked.tasks", "kind", &names).await;
+    let got: Vec<TaskKind> = rows.iter().map(|r| r.kind).collect();
+    assert_eq!(got, TaskKind::ALL);
+
+    let workflow_states = admitted(&db.pool, "sked.workflows", "workflows_state_is_known").await;
+    let names: Vec<&str> = WorkflowState::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        workflow_states, names,
+        "WorkflowState::ALL is the schema's list"
+    );
+    let rows: Vec<WorkflowRow> = decoded(&db.pool, "sked.workflows", "state", &names).await;
+    let got: Vec<WorkflowState> = rows.iter().map(|r| r.state).collect();
+    assert_eq!(got, WorkflowState::ALL);
+
+    for (table, column) in [
+        ("sked.tasks", "state"),
+        ("sked.tasks", "kind"),
+        ("sked.workflows", "state"),
+    ] {
+        let sql = format!(
+            "select (jsonb_populate_record(t, jsonb_build_object('{column}', 'bogus'))).*
+               from {table} t limit 1"
+        );
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let row = query.fetch_one(&db.pool).await.unwrap();
+        let refused = if table == "sked.tasks" {
+            <TaskRow as sqlx::FromRow<_>>::from_row(&row).err()
+        } else {
+            <WorkflowRow as sqlx::FromRow<_>>::from_row(&row).err()
+        };
+        let refused = refused.unwrap_or_else(|| panic!("{table}.{column} 'bogus' decoded"));
+        assert!(
+            refused.to_string().contains(column),
+            "the error names the column: {refused}"
+        );
+    }
+}
+
+/// Time is an input (ARCHITECTURE.md): every function of the schema that takes `p_now`
+/// takes it as its last argument, so a caller passes the clock last or by name and tests
+/// move it. Reads the input arguments of every function in `pg_proc`.
+#[tokio::test]
+async fn every_function_takes_now_as_its_last_argument() {
+    let db = TestDb::new().await;
+    let inputs: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "select p.oid::regprocedure::text,
+                array(select a.name
+                        from unnest(p.proargnames, coalesce(p.proargmodes,
+                                    array_fill('i'::\"char\", array[cardinality(p.proargnames)])))
+                             with ordinality as a(name, mode, n)
+                       where a.mode in ('i', 'b', 'v')
+                       order by a.n)
+           from pg_proc p
+          where p.pronamespace = 'sked'::regnamespace and p.proargnames is not null",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let takes_now: Vec<&(String, Vec<String>)> = inputs
+        .iter()
+        .filter(|(_, args)| args.iter().any(|a| a == "p_now"))
+        .collect();
+    assert!(
+        takes_now.len() > 20,
+        "the functions that take the clock are found: {takes_now:?}"
+    );
+    let misplaced: Vec<&String> = takes_now
+        .iter()
+        .filter(|(_, args)| args.last().map(String::as_str) != Some("p_now"))
+        .map(|(function, _)| function)
+        .collect();
+    assert!(
+        misplaced.is_empty(),
+        "these functions take p_now before their last argument: {misplaced:?}"
     );
 }

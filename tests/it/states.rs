@@ -269,7 +269,7 @@ async fn every_change_of_state_the_functions_make_is_in_the_table() {
     // The rescue an hour or two from now, when the leases of the claims before have expired.
     let rescue = |hours: i32| {
         format!(
-            "select count(*) from sked.tasks_rescue(now() + interval '{hours} hours')
+            "select count(*) from sked.tasks_rescue(p_now => now() + interval '{hours} hours')
               where $1 is not null"
         )
     };

@@ -517,7 +517,7 @@ async fn a_worker_role_claims_runs_and_finishes_tasks_end_to_end() {
     for sql in [
         "select count(*) from sked.tasks_rescue()",
         "select count(*) from sked.services_reconcile()",
-        "select sked.schedules_fire(now(), interval '1 second', 10)::bigint",
+        "select sked.schedules_fire(interval '1 second', 10, now())::bigint",
         "select count(*) from (select sked.schedules_next_due()) d",
         "select count(*) from (select sked.tasks_next_due(array['default'])) d",
     ] {

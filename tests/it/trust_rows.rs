@@ -215,9 +215,9 @@ async fn hourly(pool: &PgPool, overlap: &str, now: &str) -> Uuid {
 
 /// Fires as the firing duty of the background upkeep does: `horizon` ahead of `now`.
 async fn fire(pool: &PgPool, now: DateTime<Utc>, horizon: &str) -> i32 {
-    sqlx::query_scalar("select sked.schedules_fire($1, $2::interval)")
-        .bind(now)
+    sqlx::query_scalar("select sked.schedules_fire($1::interval, p_now => $2)")
         .bind(horizon)
+        .bind(now)
         .fetch_one(pool)
         .await
         .expect("firing")
@@ -309,7 +309,7 @@ async fn fired_yearly(pool: &PgPool) -> (Uuid, DateTime<Utc>) {
 
 /// Fires every tick due up to one hour past `tick`, from the real clock.
 async fn fire_until(pool: &PgPool, tick: DateTime<Utc>) -> i32 {
-    sqlx::query_scalar("select sked.schedules_fire(now(), $1 - now() + interval '1 hour')")
+    sqlx::query_scalar("select sked.schedules_fire($1 - now() + interval '1 hour', p_now => now())")
         .bind(tick)
         .fetch_one(pool)
         .await

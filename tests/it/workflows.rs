@@ -820,8 +820,8 @@ async fn rest_rejects_bad_workflows_with_a_clear_message_and_inserts_nothing() {
         ),
         (
             json!({"tasks": [{"name": "a", "kind": "teleport"}]}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "kind must be one of",
+            StatusCode::BAD_REQUEST,
+            "kind: unknown variant `teleport`, expected one of `command`, `noop`, `sleep`, `service`",
         ),
     ];
     for (spec, status, says) in cases {

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{Task, TaskState};
+use crate::{Task, TaskKind, TaskState};
 
 /// Events are coalesced over this window before being sent.
 pub const BATCH_WINDOW_MS: u64 = 150;
@@ -63,7 +63,7 @@ pub struct TaskSummary {
     pub owner: String,
     pub queue: String,
     pub priority: i32,
-    pub kind: String,
+    pub kind: TaskKind,
     /// The command and its arguments, or the artifact's URL followed by the arguments.
     pub argv: Vec<String>,
     pub state: TaskState,
@@ -94,7 +94,7 @@ impl From<&Task> for TaskSummary {
             owner: t.owner.clone(),
             queue: t.queue.clone(),
             priority: t.priority,
-            kind: t.kind.clone(),
+            kind: t.kind,
             argv,
             state: t.state,
             attempt: t.attempt,

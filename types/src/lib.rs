@@ -105,8 +105,9 @@ impl fmt::Display for UnknownState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown task state {:?} (expected one of blocked, waiting, running, retry, succeeded, failed, cancelled, upstream_failed, skipped)",
-            self.0
+            "unknown task state {:?} (expected one of {})",
+            self.0,
+            listed(TaskState::ALL.map(TaskState::as_str))
         )
     }
 }
@@ -123,6 +124,83 @@ impl FromStr for TaskState {
     }
 }
 
+/// What a task runs; the schema's `tasks_kind_is_known` admits exactly these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    /// Runs `command` (or the program at `artifact_url`) with `args`.
+    #[default]
+    Command,
+    /// Built-in: succeeds at once.
+    Noop,
+    /// Built-in: sleeps for `input` `{"seconds": N}`, or `args[0]` seconds.
+    Sleep,
+    /// A long-running service: copies of its command kept running (see `docs/services.md`).
+    Service,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 4] = [
+        TaskKind::Command,
+        TaskKind::Noop,
+        TaskKind::Sleep,
+        TaskKind::Service,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Command => "command",
+            TaskKind::Noop => "noop",
+            TaskKind::Sleep => "sleep",
+            TaskKind::Service => "service",
+        }
+    }
+
+    /// A built-in (`noop`, `sleep`): runs in the worker, takes `args` and no command.
+    pub fn is_builtin(self) -> bool {
+        matches!(self, TaskKind::Noop | TaskKind::Sleep)
+    }
+}
+
+impl fmt::Display for TaskKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing an unknown kind name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKind(pub String);
+
+impl fmt::Display for UnknownKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown task kind {:?} (expected one of {})",
+            self.0,
+            listed(TaskKind::ALL.map(TaskKind::as_str))
+        )
+    }
+}
+
+impl std::error::Error for UnknownKind {}
+
+impl FromStr for TaskKind {
+    type Err = UnknownKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| UnknownKind(s.to_owned()))
+    }
+}
+
+/// Names as messages list them: `a, b, c`.
+pub fn listed<const N: usize>(names: [&str; N]) -> String {
+    names.join(", ")
+}
+
 /// A task as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -131,7 +209,7 @@ pub struct Task {
     pub owner: String,
     pub queue: String,
     pub priority: i32,
-    pub kind: String,
+    pub kind: TaskKind,
     pub command: Option<Vec<String>>,
     pub args: Vec<String>,
     pub artifact_url: Option<String>,
@@ -271,10 +349,9 @@ pub struct SubmitTask {
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// `command` (default), or the built-ins `noop` and `sleep`.
+    /// `command` (default), the built-ins `noop` and `sleep`, or `service`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<TaskKind>))]
-    pub kind: Option<String>,
+    pub kind: Option<TaskKind>,
     /// The queue, `default` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<QueueName>))]
@@ -388,18 +465,6 @@ pub struct SubmitTask {
     /// service cannot be preemptible.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
-}
-
-/// The kinds of task (`SubmitTask::kind`), for the OpenAPI document.
-#[cfg(feature = "openapi")]
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum TaskKind {
-    Command,
-    Noop,
-    Sleep,
-    Service,
 }
 
 /// When a service's copy is restarted (`SubmitTask::restart_policy`), for the OpenAPI
@@ -580,6 +645,27 @@ mod tests {
             );
         }
         assert!("bogus".parse::<TaskState>().is_err());
+        assert_eq!(
+            "bogus".parse::<TaskState>().unwrap_err().to_string(),
+            "unknown task state \"bogus\" (expected one of blocked, waiting, running, retry, \
+             succeeded, failed, cancelled, upstream_failed, skipped)"
+        );
+    }
+
+    #[test]
+    fn kind_names_round_trip() {
+        for kind in TaskKind::ALL {
+            assert_eq!(kind.as_str().parse::<TaskKind>(), Ok(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::String(kind.as_str().into())
+            );
+        }
+        assert_eq!(TaskKind::default(), TaskKind::Command);
+        assert_eq!(
+            "teleport".parse::<TaskKind>().unwrap_err().to_string(),
+            "unknown task kind \"teleport\" (expected one of command, noop, sleep, service)"
+        );
     }
 
     #[test]

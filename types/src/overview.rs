@@ -8,6 +8,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::TaskState;
+
 /// `GET /api/v1/overview`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -60,14 +62,16 @@ pub struct FinalCounts {
 
 impl FinalCounts {
     /// Adds `n` to the count of `state`; false (and nothing added) when `state` is not final.
-    pub fn add(&mut self, state: &str, n: i64) -> bool {
+    pub fn add(&mut self, state: TaskState, n: i64) -> bool {
         let slot = match state {
-            "succeeded" => &mut self.succeeded,
-            "failed" => &mut self.failed,
-            "cancelled" => &mut self.cancelled,
-            "upstream_failed" => &mut self.upstream_failed,
-            "skipped" => &mut self.skipped,
-            _ => return false,
+            TaskState::Succeeded => &mut self.succeeded,
+            TaskState::Failed => &mut self.failed,
+            TaskState::Cancelled => &mut self.cancelled,
+            TaskState::UpstreamFailed => &mut self.upstream_failed,
+            TaskState::Skipped => &mut self.skipped,
+            TaskState::Blocked | TaskState::Waiting | TaskState::Running | TaskState::Retry => {
+                return false;
+            }
         };
         *slot += n;
         true
@@ -105,9 +109,12 @@ mod tests {
     #[test]
     fn final_counts_take_final_states_only() {
         let mut c = FinalCounts::default();
-        assert!(c.add("failed", 2));
-        assert!(c.add("skipped", 1));
-        assert!(!c.add("running", 5), "running is not a final state");
+        assert!(c.add(TaskState::Failed, 2));
+        assert!(c.add(TaskState::Skipped, 1));
+        assert!(
+            !c.add(TaskState::Running, 5),
+            "running is not a final state"
+        );
         assert_eq!(c.failed, 2);
         assert_eq!(c.total(), 3);
     }

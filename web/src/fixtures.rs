@@ -1,7 +1,7 @@
 //! Values the unit tests build their cases from.
 
-use sked_types::TaskState;
 use sked_types::events::TaskSummary;
+use sked_types::{TaskKind, TaskState};
 use uuid::Uuid;
 
 /// Alice's task `true` in the queue `default`, numbered `id`, created at one fixed instant and
@@ -13,7 +13,7 @@ pub fn task_summary(id: u128, state: TaskState) -> TaskSummary {
         owner: "alice".into(),
         queue: "default".into(),
         priority: 0,
-        kind: "command".into(),
+        kind: TaskKind::Command,
         argv: vec!["true".into()],
         state,
         attempt: 0,

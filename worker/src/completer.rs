@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use sked_db::DbError;
 use sked_db::worker::{Finished, Outcome};
+use sked_types::TaskState;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
@@ -82,7 +83,7 @@ async fn write(pool: &PgPool, batch: &mut [Finished]) {
 }
 
 /// Logs what became of each written result.
-fn report(batch: &[Finished], answers: &[Option<Option<String>>]) {
+fn report(batch: &[Finished], answers: &[Option<Option<TaskState>>]) {
     for (f, answer) in batch.iter().zip(answers) {
         match answer {
             Some(Some(state)) => {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sked_db::worker::{Claimed, Finished, Outcome};
+use sked_types::TaskKind;
 use tokio_util::sync::CancellationToken;
 
 use crate::process::Ended;
@@ -26,7 +27,7 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         output_sha256: None,
         output: None,
     };
-    if task.kind == "service" {
+    if task.kind == TaskKind::Service {
         // A copy of a service: its process is restarted in place until the copy is stopped.
         // Boxed, as the command below: their state machines are large, and an attempt's future
         // is as large as its largest branch, so an inline one would cost every attempt, noops
@@ -40,10 +41,12 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         .await;
         return finished;
     }
-    let result = match task.kind.as_str() {
-        "noop" => Ok(Ended::Exited(success())),
-        "sleep" => sleep(task, timeout, stopper.token()).await,
-        _ => Box::pin(run_command(ctx, task, timeout, &stopper, &mut finished)).await,
+    let result = match task.kind {
+        TaskKind::Noop => Ok(Ended::Exited(success())),
+        TaskKind::Sleep => sleep(task, timeout, stopper.token()).await,
+        TaskKind::Command | TaskKind::Service => {
+            Box::pin(run_command(ctx, task, timeout, &stopper, &mut finished)).await
+        }
     };
     match result {
         Ok(Ended::Exited(status)) => {

@@ -35,6 +35,7 @@ use std::time::Duration;
 use rand::Rng;
 use sked_db::upkeep::{Duty, FiringConfig, Upkeep};
 use sked_db::worker::Registration;
+use sked_types::TaskKind;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -595,7 +596,7 @@ impl Worker {
                 // at once with what is left. A claim that took copies of services took them
                 // alone (services first): claim again at once for the other tasks.
                 let took_requests = claim.tasks.iter().any(|t| {
-                    t.cpu_millis.is_some() || t.memory_mb.is_some() || t.kind == "service"
+                    t.cpu_millis.is_some() || t.memory_mb.is_some() || t.kind == TaskKind::Service
                 });
                 pace.saturated = claim.tasks.len() == asked || took_requests;
                 self.slots.take(&claim.tasks);

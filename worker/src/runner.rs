@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use sked_db::worker::{Claimed, Finished};
+use sked_types::TaskKind;
 use tokio_util::sync::CancellationToken;
 
 use crate::artifact::{ArtifactError, Artifacts};
@@ -211,7 +212,8 @@ pub(crate) async fn run_command(
             user: user.as_ref().map(|u| (u.uid, u.gid)),
             limits: applied.child(),
             memory_watch: applied.watchdog(),
-            max_output: runtime.max_output_of(task.max_output_bytes, task.kind == "service"),
+            max_output: runtime
+                .max_output_of(task.max_output_bytes, task.kind == TaskKind::Service),
             reaper: &runtime.reaper,
         };
         match process::run(spec, sink.clone(), stopper.token.clone()).await {

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use sked_types::TaskKind;
 use sked_types::events::TaskSummary;
 use sked_types::service::{Service, ServiceList};
 
@@ -120,7 +121,7 @@ fn summary_line(t: &Tally) -> String {
 
 /// Whether a batch of changed tasks holds a service or a copy of one: it may change the list.
 fn about_services(changed: &[TaskSummary]) -> bool {
-    changed.iter().any(|t| t.kind == "service")
+    changed.iter().any(|t| t.kind == TaskKind::Service)
 }
 
 /// What a service runs: its command or artifact, and its arguments.
@@ -402,12 +403,18 @@ mod tests {
 
     #[test]
     fn only_events_about_services_or_their_copies_refetch_the_list() {
-        let task = |kind: &str| TaskSummary {
-            kind: kind.into(),
+        let task = |kind| TaskSummary {
+            kind,
             ..crate::fixtures::task_summary(2, TaskState::Running)
         };
-        assert!(!about_services(&[task("command"), task("noop")]));
-        assert!(about_services(&[task("command"), task("service")]));
+        assert!(!about_services(&[
+            task(TaskKind::Command),
+            task(TaskKind::Noop)
+        ]));
+        assert!(about_services(&[
+            task(TaskKind::Command),
+            task(TaskKind::Service)
+        ]));
         assert!(!about_services(&[]));
     }
 

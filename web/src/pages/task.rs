@@ -9,7 +9,9 @@ use leptos::html::Pre;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_params_map};
-use sked_types::{Attempt, LogChunk, StateChange, Submitted, Task, TaskDetail, TaskState};
+use sked_types::{
+    Attempt, LogChunk, StateChange, Submitted, Task, TaskDetail, TaskKind, TaskState,
+};
 use uuid::Uuid;
 
 use crate::{api, live, ui};
@@ -313,7 +315,7 @@ fn Detail(
     let task = detail.task;
     let t = task.clone();
     let argv: Vec<String> = sked_types::events::TaskSummary::from(&task).argv;
-    let command = if task.kind == "command" {
+    let command = if task.kind == TaskKind::Command {
         ui::command_line(&argv)
     } else {
         format!("({}) {}", task.kind, ui::command_line(&argv))
@@ -368,7 +370,7 @@ fn Detail(
                 <dt>"Owner"</dt>
                 <dd>{task.owner.clone()}</dd>
                 <dt>"Kind"</dt>
-                <dd>{task.kind.clone()}</dd>
+                <dd>{task.kind.as_str()}</dd>
                 {task.command.clone().filter(|_| split_args).map(|c| view! {
                     <dt>"Command"</dt>
                     <dd class="mono">{ui::command_line(&c)}</dd>
@@ -444,7 +446,7 @@ fn Detail(
                 {task.error.clone().map(|e| view! { <dt>"Error"</dt> <dd class="bad">{e}</dd> })}
             </dl>
         </section>
-        {(task.kind == "service" && task.shard_of.is_none()).then(|| view! {
+        {(task.kind == TaskKind::Service && task.shard_of.is_none()).then(|| view! {
             <super::service::ServiceCopies
                 id=task.id
                 running=!task.state.is_final()

@@ -15,7 +15,7 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::params::ParamsMap;
 use sked_types::events::TaskSummary;
-use sked_types::{QueueCounts, TaskState, TaskSummaryPage};
+use sked_types::{QueueCounts, TaskKind, TaskState, TaskSummaryPage};
 use uuid::Uuid;
 
 use crate::{api, live, ui};
@@ -610,7 +610,7 @@ fn TaskRow(
         let t = t.clone();
         move || {
             t.with(|t| {
-                if t.kind == "command" {
+                if t.kind == TaskKind::Command {
                     ui::command_line(&t.argv)
                 } else {
                     // A built-in (`noop`, `sleep`): its arguments alone would read as a command.

@@ -699,7 +699,7 @@ fn TaskTable(
     busy: RwSignal<bool>,
     retry: impl Fn(Uuid, String) + Copy + Send + Sync + 'static,
 ) -> impl IntoView {
-    let filter = RwSignal::new(String::new());
+    let filter = RwSignal::new(None::<TaskState>);
     let limit = RwSignal::new(TABLE_ROWS);
     // (index, id) of the rows that pass the filter.
     let matching = move || {
@@ -708,7 +708,7 @@ fn TaskTable(
             ns.list
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| f.is_empty() || n.state.as_str() == f)
+                .filter(|(_, n)| f.is_none_or(|f| n.state == f))
                 .map(|(i, n)| (i, n.id))
                 .collect::<Vec<_>>()
         })
@@ -740,9 +740,9 @@ fn TaskTable(
             <select
                 name="state"
                 aria-label="Task state"
-                prop:value=move || filter.get()
+                prop:value=move || filter.get().map_or("", TaskState::as_str)
                 on:change=move |ev| {
-                    filter.set(event_target_value(&ev));
+                    filter.set(event_target_value(&ev).parse().ok());
                     limit.set(TABLE_ROWS);
                 }
             >

@@ -96,8 +96,11 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                 return ().into_any();
             };
             let id = first.id;
-            let state =
-                move || nodes.with(|ns| ns.list.get(i).map_or("waiting", |n| n.state.as_str()));
+            let state = move || {
+                nodes
+                    .with(|ns| ns.list.get(i).map_or(TaskState::Waiting, |n| n.state))
+                    .as_str()
+            };
             let caption =
                 move || nodes.with(|ns| ns.list.get(i).map(Node::caption).unwrap_or_default());
             let title = move || {
