@@ -14,8 +14,6 @@ use sked_types::{
     Schedule, ScheduleDetail, SchedulePage, Task, TaskDetail, TaskPage, WorkflowDetail,
 };
 
-use crate::tasks::Listing;
-
 /// An answer that shows environments, masked by [`Masked::mask`].
 pub(crate) trait Masked {
     fn mask(&mut self);
@@ -46,16 +44,6 @@ impl Masked for TaskDetail {
 impl Masked for TaskPage {
     fn mask(&mut self) {
         self.tasks.iter_mut().for_each(Masked::mask);
-    }
-}
-
-impl Masked for Listing {
-    fn mask(&mut self) {
-        match self {
-            Listing::Full(page) => page.mask(),
-            // Summaries carry no environment.
-            Listing::Summary(_) => {}
-        }
     }
 }
 
@@ -141,7 +129,7 @@ mod tests {
             shown["env"],
             serde_json::json!({"API_TOKEN": MASK, "MODE": "fast"})
         );
-        let listed = runtime.block_on(body(Shown(Listing::Full(page)).into_response()));
+        let listed = runtime.block_on(body(Shown(page).into_response()));
         assert_eq!(listed["tasks"][0]["env"]["API_TOKEN"], MASK, "{listed}");
         assert_eq!(
             task.env["API_TOKEN"], "t0k",

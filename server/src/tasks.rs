@@ -24,7 +24,7 @@ use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::quotas::rows_of_row;
-use crate::shown::Shown;
+use crate::shown::{Masked, Shown};
 
 /// The most tasks one batch may hold.
 pub const MAX_BATCH: usize = 10_000;
@@ -212,6 +212,16 @@ pub enum ListView {
 pub enum Listing {
     Full(TaskPage),
     Summary(TaskSummaryPage),
+}
+
+impl Masked for Listing {
+    fn mask(&mut self) {
+        match self {
+            Listing::Full(page) => page.mask(),
+            // Summaries carry no environment.
+            Listing::Summary(_) => {}
+        }
+    }
 }
 
 /// The `limit` of a listing: `default` when absent, refused outside 1 to `max`.
