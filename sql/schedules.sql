@@ -521,6 +521,7 @@ create or replace function sked.schedule_check_template(s sked.schedules) return
 language plpgsql as $$
 declare
   bad text;
+  rule text;
 begin
   if s.task is not null then
     select string_agg(k, ', ' order by k) into bad
@@ -547,10 +548,14 @@ begin
     when sqlstate 'SKD00' then
       null; -- the template is valid; its trial occurrence is rolled back
     when others then
+      -- A broadcast that no live worker could take now keeps its rule's name: the workers
+      -- alive now refuse it, not a rule of the template (the REST API answers 409).
+      get stacked diagnostics rule = constraint_name;
       raise exception 'schedule %: the % template is not valid: %', quote_literal(s.name),
         case when s.task is not null then 'task' else 'workflow' end, sqlerrm
         using errcode = 'check_violation',
-              constraint = case when s.task is not null then 'schedules_task_template_must_be_valid'
+              constraint = case when rule = 'tasks_broadcast_needs_a_live_worker' then rule
+                                when s.task is not null then 'schedules_task_template_must_be_valid'
                                 else 'schedules_workflow_template_must_be_valid' end;
   end;
 end

@@ -8,7 +8,8 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::task::{interval_secs, submit_json};
+use crate::task::{interval_secs, seconds_text, submit_json};
+use crate::workflow::spec_json;
 use crate::{DbError, Result};
 
 /// A row of `sked.schedules` (the parsed spec is left out).
@@ -72,7 +73,7 @@ impl From<ScheduleRow> for Schedule {
 fn secs(v: Option<f64>, field: &str) -> Result<Option<String>> {
     match v {
         None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(format!("{s} seconds"))),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(seconds_text(s))),
         Some(s) => Err(DbError::InvalidInput(format!(
             "{field} must be a number of seconds, 0 or more (got {s})"
         ))),
@@ -102,6 +103,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
         }
     }
     let task = s.task.as_ref().map(submit_json).transpose()?;
+    let workflow = s.workflow.as_ref().map(spec_json).transpose()?;
     let id = sqlx::query_scalar(
         "select sked.schedule_create(
            name => $1, cron => $2, task => $3, workflow => $4,
@@ -117,7 +119,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
     .bind(&s.name)
     .bind(&s.cron)
     .bind(task)
-    .bind(&s.workflow)
+    .bind(workflow)
     .bind(&s.time_zone)
     .bind(&s.misfire_policy)
     .bind(secs(s.misfire_grace_secs, "misfire_grace_secs")?)
@@ -360,6 +362,7 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
         ));
     }
     let task = u.task.as_ref().map(submit_json).transpose()?;
+    let workflow = u.workflow.as_ref().map(spec_json).transpose()?;
     let row: Option<ScheduleRow> = sqlx::query_as(
         "update sked.schedules set
            name = coalesce($2, name),
@@ -383,7 +386,7 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
     .bind(&u.cron)
     .bind(&u.time_zone)
     .bind(task)
-    .bind(&u.workflow)
+    .bind(workflow)
     .bind(&u.misfire_policy)
     .bind(secs(u.misfire_grace_secs, "misfire_grace_secs")?)
     .bind(u.catch_up_limit)

@@ -157,9 +157,18 @@ fn secs(value: Option<f64>, field: &str) -> Result<Option<String>> {
         Some(v) if !v.is_finite() => Err(DbError::InvalidInput(format!(
             "{field} must be a finite number"
         ))),
-        Some(v) => Ok(Some(format!("{v} seconds"))),
+        Some(v) => Ok(Some(seconds_text(v))),
         None => Ok(None),
     }
+}
+
+/// Seconds as interval text (`5 seconds`, `0.25 seconds`), to the microsecond: an interval's
+/// precision. `{v}` alone writes every digit of a tiny number (2.2e-309 with 308 zeros), more
+/// than PostgreSQL reads as an interval.
+pub(crate) fn seconds_text(v: f64) -> String {
+    let fixed = format!("{v:.6}");
+    let digits = fixed.trim_end_matches('0').trim_end_matches('.');
+    format!("{digits} seconds")
 }
 
 /// One task as `sked.tasks_submit` reads it: the argument names of `sked.task_submit`,
@@ -545,4 +554,19 @@ pub async fn resubmit(db: impl PgExecutor<'_>, id: Uuid, owner: &str) -> Result<
         .bind(owner)
         .fetch_one(db)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_as_an_interval_to_the_microsecond() {
+        assert_eq!(seconds_text(5.0), "5 seconds");
+        assert_eq!(seconds_text(0.25), "0.25 seconds");
+        assert_eq!(seconds_text(-2.5), "-2.5 seconds");
+        assert_eq!(seconds_text(3_155_760_000.0), "3155760000 seconds");
+        assert_eq!(seconds_text(0.000_001), "0.000001 seconds");
+        assert_eq!(seconds_text(2.225_073_858_507_203e-309), "0 seconds");
+    }
 }

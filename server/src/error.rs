@@ -43,7 +43,9 @@ pub enum Error {
     /// The schema rejected a row; the message is derived from the constraint's name (422).
     #[error("{0}")]
     Rejected(String),
-    /// A unique rule holds another row, such as an idempotency key (409).
+    /// The request is well formed but what exists now refuses it: a unique rule holds another
+    /// row (an idempotency key), the task is a shard, no live worker can take a broadcast
+    /// (409).
     #[error("{0}")]
     Conflict(String),
     /// Cancel of a task that is already in a final state (409).
@@ -137,6 +139,12 @@ impl From<DbError> for Error {
                         .map(str::to_owned)
                         .unwrap_or_else(|| describe_rule(&constraint)),
                 )
+            }
+            // Not a rule about the request: the workers alive now decide.
+            DbError::Rejected { constraint, .. }
+                if constraint == "tasks_broadcast_needs_a_live_worker" =>
+            {
+                Error::Conflict(describe_rule(&constraint))
             }
             DbError::Rejected { constraint, .. } => Error::Rejected(describe_rule(&constraint)),
             DbError::Conflict { constraint } => Error::Conflict(describe_conflict(&constraint)),

@@ -17,9 +17,11 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder, schema,
 };
-use utoipa::{Modify, OpenApi};
+use utoipa::{Modify, OpenApi, PartialSchema, ToResponse};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
+
+use sked_types::time_zones;
 
 use crate::{AppState, queues, schedules, services, system, tasks, workflows};
 
@@ -36,7 +38,7 @@ use crate::{AppState, queues, schedules, services, system, tasks, workflows};
         sked_types::TaskState,
         sked_types::QueueName,
         tasks::ListView
-    )),
+    ), responses(QuotaExceeded)),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
@@ -116,6 +118,10 @@ fn not_null(schema: &mut serde_json::Value) {
     }
 }
 
+/// The first element of a command: the program, named.
+static PROGRAM: LazyLock<serde_json::Value> =
+    LazyLock::new(|| serde_json::json!({"type": "string", "minLength": 1, "pattern": NO_NUL}));
+
 /// The cron expressions the document declares: a macro, or 5 fields (6 with seconds first) of
 /// `*`, `*/step` or one value in the field's range. The parser (`sql/schedules.sql`) reads
 /// more (lists, ranges, names); those are valid too, but not described here.
@@ -144,9 +150,18 @@ fn other_rules(doc: &mut serde_json::Value) {
     schemas["QueueLimits"]["dependentSchemas"] = json!({"burst": {"if": given("burst", json!({"type": "integer"})),
                          "then": given("rate_per_sec", json!({"type": "number"}))}});
     // A schedule runs a task or a workflow (`schedules_run_a_task_or_a_workflow`); its
-    // workflow is a workflow submission.
+    // workflow is a workflow submission without an owner (the schedule's owns it).
+    let mut template = schemas["SubmitWorkflow"].clone();
+    if let Some(properties) = template["properties"].as_object_mut() {
+        properties.remove("owner");
+    }
+    template["description"] = json!(
+        "A schedule's workflow: a workflow submission without `owner` (the schedule's owner \
+         owns each occurrence)."
+    );
+    schemas["WorkflowTemplate"] = template;
     let workflow =
-        json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/SubmitWorkflow"}]});
+        json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/WorkflowTemplate"}]});
     for schedule in ["CreateSchedule", "UpdateSchedule"] {
         schemas[schedule]["properties"]["workflow"] = workflow.clone();
         schemas[schedule]["properties"]["cron"]["pattern"] = json!(CRON_PATTERN);
@@ -159,20 +174,40 @@ fn other_rules(doc: &mut serde_json::Value) {
         given("task", json!({"type": "object"})),
         given("workflow", json!({"type": "object"})),
     ]});
+    // The time zones the server takes (`sked_types::time_zones`).
+    schemas["TimeZone"] = json!({
+        "description": "A name of the IANA time zone database: a zone or a link to one",
+        "type": "string",
+        "enum": time_zones::TIME_ZONES,
+    });
+    let time_zone = json!({"$ref": "#/components/schemas/TimeZone"});
+    for schedule in ["CreateSchedule", "UpdateSchedule"] {
+        let property = &mut schemas[schedule]["properties"]["time_zone"];
+        let description = property["description"].take();
+        *property = json!({"oneOf": [{"type": "null"}, time_zone]});
+        if !description.is_null() {
+            property["description"] = description;
+        }
+    }
     let preview = doc["paths"]["/api/v1/cron/preview"]["get"]["parameters"]
         .as_array_mut()
         .into_iter()
-        .flatten()
-        .filter(|p| p["name"] == "cron");
+        .flatten();
     for parameter in preview {
-        parameter["schema"]["pattern"] = json!(CRON_PATTERN);
+        match parameter["name"].as_str() {
+            Some("cron") => parameter["schema"]["pattern"] = json!(CRON_PATTERN),
+            Some("time_zone") => parameter["schema"] = time_zone.clone(),
+            _ => {}
+        }
     }
 }
 
 /// The rules of a task submission across its fields, as the table's constraints enforce them
 /// (`tasks_command_and_artifact_are_exclusive`, `tasks_artifact_requires_sha256`,
 /// `tasks_command_or_artifact_is_required`, `tasks_*_are_only_for_services`,
-/// `tasks_services_are_not_preemptible`, `tasks_shards_and_broadcast_are_exclusive`), and the
+/// `tasks_services_are_not_preemptible`, `tasks_shards_and_broadcast_are_exclusive`,
+/// `services_are_not_broadcast`, `services_have_no_timeout`, a service's `shards` within the
+/// range of its `replicas`), and the
 /// schemas made from `SubmitTask`: a workflow's task (its fields plus `name`, `depends_on` and
 /// `trigger_rule`) and a schedule's task template (its fields but `owner`, `run_at` and
 /// `delay_secs`, which the schedule sets).
@@ -191,7 +226,7 @@ fn task_rules(schemas: &mut serde_json::Value) {
         // `tasks_env_must_be_an_object_of_strings`: names are not empty and hold no `=`.
         properties["env"]["propertyNames"] = json!({"pattern": "^[^=\\x00]+$"});
         // `tasks_command_must_not_be_empty`: the program is named.
-        properties["command"]["prefixItems"] = json!([{"type": "string", "minLength": 1}]);
+        properties["command"]["prefixItems"] = json!([PROGRAM.clone()]);
     }
     // Free JSON (a task's `input`, a health check) is stored as jsonb, which holds no U+0000.
     schemas["JsonValue"] = json!({
@@ -212,10 +247,27 @@ fn task_rules(schemas: &mut serde_json::Value) {
         ]});
         properties["health_check"] = json!({"oneOf": [
             {"type": "null"},
-            {"type": "object", "propertyNames": {"pattern": NO_NUL},
-             "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+            {"$ref": "#/components/schemas/HealthCheck"},
         ]});
     }
+    // `services_health_check_must_be_valid` (`sked.service_health_check_problem`).
+    schemas["HealthCheck"] = json!({
+        "description": "A service's health check: a command or an HTTP GET (exactly one), how \
+                        often it runs and how long it may take, and how many failures in a \
+                        row make a copy unhealthy (see docs/services.md)",
+        "type": "object",
+        "properties": {
+            "command": {"type": "array", "minItems": 1,
+                        "items": {"type": "string", "pattern": NO_NUL},
+                        "prefixItems": [PROGRAM.clone()]},
+            "http": {"type": "string", "pattern": "^http://[^/\\s\\x00]+(/[^\\s\\x00]*)?$"},
+            "interval_secs": {"type": "number", "minimum": 0.1, "maximum": 3600},
+            "timeout_secs": {"type": "number", "minimum": 0.1, "maximum": 3600},
+            "failures": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+        "additionalProperties": false,
+        "oneOf": [{"required": ["command"]}, {"required": ["http"]}],
+    });
     let submit = &mut schemas["SubmitTask"];
     submit["allOf"] = json!([
         {"not": {"allOf": [
@@ -239,6 +291,13 @@ fn task_rules(schemas: &mut serde_json::Value) {
             given("kind", json!({"const": service})),
             given("preemptible", json!({"const": true})),
         ]}},
+        {"if": given("kind", json!({"const": "service"})),
+         "then": {"properties": {
+             "broadcast": {"not": {"const": true}},
+             "timeout_secs": {"type": "null"},
+             // A service's shards are its copies: `shards` stands for `replicas`.
+             "shards": {"maximum": 1000},
+         }}},
         {"not": {"allOf": [
             given("shards", json!({"type": "integer"})),
             given("broadcast", json!({"const": true})),
@@ -246,15 +305,23 @@ fn task_rules(schemas: &mut serde_json::Value) {
     ]);
     let submit = submit.clone();
 
+    // The fields only a service has (`replicas`, `restart_policy`, `health_check`): neither a
+    // schedule's task template (`sked.schedule_check_template`) nor a workflow's task
+    // (`sked.workflow_submit`) takes them.
+    const OF_A_SERVICE: [&str; 3] = ["replicas", "restart_policy", "health_check"];
     let mut template = submit.clone();
     if let Some(properties) = template["properties"].as_object_mut() {
         for set_by_schedule in ["owner", "run_at", "delay_secs"] {
             properties.remove(set_by_schedule);
         }
+        for key in OF_A_SERVICE {
+            properties.remove(key);
+        }
     }
     template["description"] = json!(
         "A schedule's task: the fields of a task submission but `owner`, `run_at` and \
-         `delay_secs`, which the schedule sets for each occurrence."
+         `delay_secs`, which the schedule sets for each occurrence, and the fields of a \
+         service (`replicas`, `restart_policy`, `health_check`)."
     );
     schemas["TaskTemplate"] = template;
     for schedule in ["CreateSchedule", "UpdateSchedule"] {
@@ -277,6 +344,19 @@ fn task_rules(schemas: &mut serde_json::Value) {
     ) {
         properties.extend(extra.clone());
     }
+    // Not a service (`services_are_not_workflow_tasks`: it never finishes, so its children
+    // would never run), so not a service's fields; and no idempotency key, which
+    // `sked.workflow_submit` does not take (`workflows_task_keys_must_be_known`).
+    if let Some(properties) = workflow_task["properties"].as_object_mut() {
+        for key in OF_A_SERVICE.into_iter().chain(["idempotency_key"]) {
+            properties.remove(key);
+        }
+    }
+    let description = workflow_task["properties"]["kind"]["oneOf"][1]["description"].take();
+    workflow_task["properties"]["kind"] = json!({"oneOf": [
+        {"type": "null"},
+        {"type": "string", "enum": ["command", "noop", "sleep"], "description": description},
+    ]});
     workflow_task["required"] = own["required"].clone();
     workflow_task["description"] = schemas["WorkflowTask"]["description"].clone();
     schemas["WorkflowTask"] = workflow_task;
@@ -410,6 +490,32 @@ impl Modify for CommonErrors {
     }
 }
 
+/// 429 `quota_exceeded`: the answer of an operation that creates task rows when its owner's
+/// quota per minute cannot cover them now (`quotas.rs`). Declared once, as a response
+/// component; each such operation names it: `(status = 429, response = QuotaExceeded)`.
+pub(crate) struct QuotaExceeded;
+
+impl<'r> ToResponse<'r> for QuotaExceeded {
+    fn response() -> (&'r str, RefOr<Response>) {
+        let mut response = error_response(
+            "429",
+            "`quota_exceeded`: the owner's task rows per minute \
+             (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was \
+             written",
+        );
+        response.headers.insert(
+            "Retry-After".to_owned(),
+            HeaderBuilder::new()
+                .schema(<u64 as PartialSchema>::schema())
+                .description(Some(
+                    "Whole seconds until the owner's quota covers the request",
+                ))
+                .build(),
+        );
+        ("QuotaExceeded", RefOr::T(response))
+    }
+}
+
 /// A response whose body is an `ApiError`; a 401 also names the `Bearer` challenge.
 fn error_response(status: &str, description: &str) -> Response {
     let mut response = ResponseBuilder::new().description(description).content(
@@ -522,7 +628,7 @@ pub async fn openapi_json() -> impl IntoResponse {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -655,10 +761,144 @@ mod tests {
     }
 
     #[test]
+    fn the_quota_answer_is_declared_once_and_referred_to_by_what_creates_rows() {
+        let doc = doc();
+        let quota = &doc["components"]["responses"]["QuotaExceeded"];
+        assert_eq!(
+            quota["headers"]["Retry-After"]["schema"]["type"], "integer",
+            "{quota}"
+        );
+        let mut referring: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter(|operation| operation["responses"].get("429").is_some())
+            .map(|operation| {
+                assert_eq!(
+                    operation["responses"]["429"]["$ref"], "#/components/responses/QuotaExceeded",
+                    "{operation}"
+                );
+                operation["operationId"].as_str().unwrap()
+            })
+            .collect();
+        referring.sort_unstable();
+        assert_eq!(
+            referring,
+            [
+                "resubmit_task",
+                "run_schedule",
+                "submit_task",
+                "submit_task_batch",
+                "submit_workflow",
+                "update_service"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_time_zones_declared_are_the_ones_the_server_takes() {
+        let doc = doc();
+        let listed: Vec<&str> = doc["components"]["schemas"]["TimeZone"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|name| name.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, time_zones::TIME_ZONES);
+        let zone = json!({"$ref": "#/components/schemas/TimeZone"});
+        for schedule in ["CreateSchedule", "UpdateSchedule"] {
+            let property = &doc["components"]["schemas"][schedule]["properties"]["time_zone"];
+            assert_eq!(property["oneOf"][1], zone, "{schedule}: {property}");
+        }
+        let preview = doc["paths"]["/api/v1/cron/preview"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        let parameter = preview.iter().find(|p| p["name"] == "time_zone").unwrap();
+        assert_eq!(parameter["schema"], zone, "{parameter}");
+    }
+
+    /// Schemathesis follows links it infers from `workflow_id` fields, and would send `None`
+    /// for one that is null: such an id is left out instead.
+    #[test]
+    fn ids_that_links_follow_are_left_out_rather_than_null() {
+        let doc = doc();
+        for (schema, field) in [
+            ("Task", "workflow_id"),
+            ("TaskSummary", "workflow_id"),
+            ("RunNow", "task_id"),
+            ("RunNow", "workflow_id"),
+            ("ScheduleRun", "task_id"),
+            ("ScheduleRun", "workflow_id"),
+        ] {
+            let schema = &doc["components"]["schemas"][schema];
+            assert_eq!(schema["properties"][field]["type"], "string", "{schema}");
+            let required = schema["required"].as_array().unwrap();
+            assert!(!required.contains(&json!(field)), "{schema}");
+        }
+    }
+
+    #[test]
+    fn templates_and_workflow_tasks_declare_only_the_fields_they_take() {
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        let fields = |schema: &str| -> Vec<String> {
+            schemas[schema]["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        for key in ["replicas", "restart_policy", "health_check"] {
+            assert!(schemas["SubmitTask"]["properties"].get(key).is_some());
+            for schema in ["TaskTemplate", "WorkflowTask"] {
+                assert!(!fields(schema).contains(&key.to_owned()), "{schema} {key}");
+            }
+        }
+        assert!(!fields("WorkflowTask").contains(&"idempotency_key".to_owned()));
+        assert_eq!(
+            schemas["WorkflowTask"]["properties"]["kind"]["oneOf"][1]["enum"],
+            json!(["command", "noop", "sleep"])
+        );
+        assert_eq!(fields("WorkflowTemplate"), ["name", "tasks"]);
+        assert_eq!(
+            schemas["CreateSchedule"]["properties"]["workflow"]["oneOf"][1]["$ref"],
+            "#/components/schemas/WorkflowTemplate"
+        );
+    }
+
+    #[test]
+    fn a_health_check_is_a_command_or_an_http_url() {
+        let doc = doc();
+        let check = &doc["components"]["schemas"]["HealthCheck"];
+        assert_eq!(check["additionalProperties"], false, "{check}");
+        assert_eq!(
+            check["oneOf"],
+            json!([{"required": ["command"]}, {"required": ["http"]}])
+        );
+        assert_eq!(
+            check["properties"]["command"]["prefixItems"][0]["pattern"],
+            NO_NUL
+        );
+        for body in ["SubmitTask", "UpdateService"] {
+            assert_eq!(
+                doc["components"]["schemas"][body]["properties"]["health_check"]["oneOf"][1]["$ref"],
+                "#/components/schemas/HealthCheck",
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
     fn free_strings_exclude_nul() {
         let doc = doc();
         let submit = &doc["components"]["schemas"]["SubmitTask"]["properties"];
         assert_eq!(submit["command"]["items"]["pattern"], NO_NUL, "{submit}");
+        assert_eq!(
+            submit["command"]["prefixItems"][0]["pattern"], NO_NUL,
+            "the program too: {submit}"
+        );
         assert_eq!(
             submit["run_at"].get("pattern"),
             None,

@@ -19,7 +19,7 @@ use sked_db::DbError;
 use sked_db::token::Principal;
 use sked_types::{
     ApiError, CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage,
-    SubmitTask, UpdateSchedule,
+    SubmitTask, SubmitWorkflow, UpdateSchedule, time_zones,
 };
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -27,6 +27,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::openapi::QuotaExceeded;
 use crate::quotas::{rows_of_template, rows_of_workflow_template};
 use crate::shown::Shown;
 
@@ -58,8 +59,8 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
              ("delete_schedule" = (operation_id = "delete_schedule", parameters(("id" = "$response.body#/id")))),
          )),
         (status = 403, description = "A user token named another owner", body = ApiError),
-        (status = 409, description = "The owner already has a schedule of this name", body = ApiError),
-        (status = 422, description = "The schema rejected the schedule (expression, time zone, policy or template); the message names the rule", body = ApiError),
+        (status = 409, description = "`conflict`: the owner already has a schedule of this name, or the template is a broadcast that no live worker serves", body = ApiError),
+        (status = 422, description = "`rejected`: the expression or the template breaks a rule (the message names it); a template is held to the rules of a submission", body = ApiError),
     ),
     security(("bearer" = [])),
 )]
@@ -76,6 +77,7 @@ pub async fn create(
         ));
     }
     validate(
+        request.time_zone.as_deref(),
         request.task.as_ref(),
         request.workflow.as_ref(),
         request.misfire_grace_secs,
@@ -93,28 +95,27 @@ pub async fn create(
     Ok((StatusCode::CREATED, Shown(schedule)))
 }
 
-/// The checks the schema cannot make, or cannot word well: a template's fields that the
-/// schedule sets, and durations that fit an interval.
+/// The checks the schema cannot make, or cannot word well: the time zone (the document lists
+/// the names; the database reads more), a template's fields that the schedule sets, and
+/// durations that fit an interval.
 fn validate(
+    time_zone: Option<&str>,
     task: Option<&SubmitTask>,
-    workflow: Option<&serde_json::Value>,
+    workflow: Option<&SubmitWorkflow>,
     misfire_grace_secs: Option<f64>,
     jitter_secs: Option<f64>,
 ) -> Result<()> {
+    if let Some(time_zone) = time_zone {
+        check_time_zone(time_zone)?;
+    }
     // Answers show templates with secret values masked; a template read and sent back as it
     // was shown would store the mask instead of the secret.
-    let task_envs = task.into_iter().flat_map(|t| &t.env);
-    let workflow_envs = workflow
-        .and_then(|w| w.get("tasks")?.as_array())
+    let workflow_tasks = workflow.into_iter().flat_map(|w| &w.tasks);
+    let envs = task
         .into_iter()
-        .flatten()
-        .filter_map(|t| t.get("env")?.as_object())
-        .flatten()
-        .filter_map(|(name, value)| Some((name, value.as_str()?)));
-    for (name, value) in task_envs
-        .map(|(name, value)| (name, value.as_str()))
-        .chain(workflow_envs)
-    {
+        .chain(workflow_tasks.map(|t| &t.task))
+        .flat_map(|t| &t.env);
+    for (name, value) in envs {
         if value.contains(sked_types::secrets::MASK) {
             return Err(Error::InvalidRequest(format!(
                 "env {name}: the value holds the mask '{}' that answers show in place of a \
@@ -122,6 +123,13 @@ fn validate(
                 sked_types::secrets::MASK
             )));
         }
+    }
+    if workflow.is_some_and(|w| w.owner.is_some()) {
+        return Err(Error::InvalidRequest(
+            "workflow.owner: a schedule's workflow template takes no owner; the schedule's \
+             owner owns each occurrence"
+                .to_owned(),
+        ));
     }
     if let Some(task) = task {
         let set_by_schedule = [
@@ -165,6 +173,18 @@ fn validate(
         }
     }
     Ok(())
+}
+
+/// A time zone the API takes (`sked_types::time_zones`, the names the document lists), or
+/// 400 naming the value.
+fn check_time_zone(time_zone: &str) -> Result<()> {
+    if time_zones::is_known(time_zone) {
+        return Ok(());
+    }
+    Err(Error::InvalidRequest(format!(
+        "time zone '{time_zone}' is not known (use an IANA name such as UTC, Europe/Berlin, \
+         America/New_York; the OpenAPI document lists them)"
+    )))
 }
 
 /// Filters of `GET /api/v1/schedules`.
@@ -259,8 +279,8 @@ pub async fn detail(
     responses(
         (status = 200, description = "The schedule after the change", body = Schedule),
         (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
-        (status = 409, description = "The owner already has a schedule of the new name", body = ApiError),
-        (status = 422, description = "The schema rejected the change; the message names the rule", body = ApiError),
+        (status = 409, description = "`conflict`: the owner already has a schedule of the new name, or the new template is a broadcast that no live worker serves", body = ApiError),
+        (status = 422, description = "`rejected`: the change breaks a rule (the message names it); a template is held to the rules of a submission", body = ApiError),
     ),
     security(("bearer" = [])),
 )]
@@ -277,6 +297,7 @@ pub async fn update(
         ));
     }
     validate(
+        change.time_zone.as_deref(),
         change.task.as_ref(),
         change.workflow.as_ref(),
         change.misfire_grace_secs,
@@ -354,10 +375,10 @@ async fn current(state: &AppState, id: Uuid) -> Result<Shown<Schedule>> {
     responses(
         (status = 201, description = "The occurrence was submitted: a task or a workflow", body = RunNow),
         (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        (status = 409, description = "`conflict`: an unfinished task of the owner holds the template's idempotency key, or the template is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the occurrence is more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The template no longer passes the rules of a submission", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]
@@ -423,7 +444,7 @@ pub async fn delete(
 pub struct PreviewParams {
     /// The cron expression: 5 fields, 6 with seconds first, or a macro such as `@daily`.
     cron: String,
-    /// IANA time zone the expression is read in (default `UTC`).
+    /// The IANA time zone the expression is read in (default `UTC`).
     time_zone: Option<String>,
     /// How many fire times, 1 to 100 (default 5).
     #[param(minimum = 1, maximum = 100)]
@@ -432,7 +453,7 @@ pub struct PreviewParams {
 
 /// The next fire times of a cron expression after now; nothing is stored.
 ///
-/// A malformed expression or an unknown time zone answers 400 with the parser's message.
+/// A malformed expression or an unknown time zone answers 400 with a message naming it.
 #[utoipa::path(
     get, path = "/api/v1/cron/preview", operation_id = "preview_cron", tag = "schedules",
     params(PreviewParams),
@@ -455,8 +476,8 @@ pub async fn preview(
     }
     let time_zone = params
         .time_zone
-        .filter(|tz| !tz.is_empty())
-        .unwrap_or_else(|| "UTC".to_owned());
+        .unwrap_or_else(|| time_zones::DEFAULT_TIME_ZONE.to_owned());
+    check_time_zone(&time_zone)?;
     let next_fire_times = sked_db::schedule::next_times(&state.pool, &params.cron, &time_zone, n)
         .await
         .map_err(|err| match err {
@@ -478,6 +499,13 @@ pub async fn preview(
 /// A database error of a schedule's create or change, as the caller reads it.
 fn schedule_error(err: DbError) -> Error {
     match err {
+        // The workers alive now refuse the template's trial submission, not a rule of it.
+        DbError::Rejected {
+            constraint,
+            message,
+        } if constraint == "tasks_broadcast_needs_a_live_worker" => {
+            Error::Conflict(message.replacen("sked.tasks: ", "", 1))
+        }
         DbError::Rejected {
             constraint,
             message,

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner};
+use crate::openapi::QuotaExceeded;
 use crate::shown::Shown;
 
 /// Most services one listing returns.
@@ -91,11 +92,10 @@ pub async fn detail(
         (status = 200, description = "The generation and replicas after the change", body = ServiceUpdated),
         (status = 400, description = "A malformed body, an unknown key, or an env value that holds the mask", body = ApiError),
         (status = 404, description = "No such service, or not the caller's", body = ApiError),
-        (status = 409, description = "`already_finished`: the service has ended", body = ApiError),
+        (status = 409, description = "`already_finished`: the service has ended; `conflict`: the change would leave the service with neither a command nor an artifact, with both, or with an artifact without its SHA-256 (the keys it sends and the ones it keeps decide)", body = ApiError),
         (status = 413, description = "`too_large`: the copies the change makes are more task rows than the owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A value breaks a rule (named in the message)", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]
@@ -105,14 +105,15 @@ pub async fn update(
     Path(id): Path<Uuid>,
     Json(changes): Json<serde_json::Value>,
 ) -> Result<axum::Json<ServiceUpdated>> {
-    check_changes(&changes)?;
+    let changes = check_changes(&changes)?;
     let row = visible_service(&state, &principal, id).await?;
     if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
     let mut tx = state.pool.begin().await?;
     let generation = sked_db::service::update(&mut *tx, id, &changes)
-        .await?
+        .await
+        .map_err(change_error)?
         .ok_or_else(not_found)?;
     let replicas = changes
         .get("replicas")
@@ -147,7 +148,10 @@ pub async fn update(
 
 /// What the schema cannot word well: the body's shape, unknown keys, and an env value that
 /// holds the mask answers show (sending back a read service's env would store the mask).
-fn check_changes(changes: &serde_json::Value) -> Result<()> {
+/// Answers the changes as the typed form reads them, each key sent with its value (`null`
+/// kept): an integer sent as `9975.0`, which JSON Schema counts as an integer, reaches the
+/// database as `9975`.
+fn check_changes(changes: &serde_json::Value) -> Result<serde_json::Value> {
     let Some(map) = changes.as_object() else {
         return Err(Error::InvalidRequest(
             "the body must be a JSON object of the keys to change".to_owned(),
@@ -185,8 +189,9 @@ fn check_changes(changes: &serde_json::Value) -> Result<()> {
         return Err(Error::InvalidRequest("nothing to change".to_owned()));
     }
     // The typed form catches wrong types with a message naming the field.
-    sked_types::strict::from_value::<UpdateService>(changes.clone())
+    let typed = sked_types::strict::from_value::<UpdateService>(changes.clone())
         .map_err(|e| Error::InvalidRequest(format!("invalid changes: {e}")))?;
+    let typed = serde_json::to_value(typed).map_err(|e| Error::Internal(Box::new(e)))?;
     if let Some(env) = map.get("env").and_then(|e| e.as_object()) {
         for (name, value) in env {
             if value
@@ -201,7 +206,46 @@ fn check_changes(changes: &serde_json::Value) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(serde_json::Value::Object(
+        map.keys()
+            .map(|key| (key.clone(), typed[key].clone()))
+            .collect(),
+    ))
+}
+
+/// The rules on what a service runs that its definition after a change breaks, and what the
+/// caller is told. Whether a change breaks them depends on the definition it changes as much
+/// as on the request (`{"command": null}` is right for a service that runs an artifact, and
+/// leaves one that runs a command with nothing to run), so they are refused with 409
+/// `conflict`, not as a bad request.
+const LEFT_BY_THE_CHANGE: &[(&str, &str)] = &[
+    (
+        "tasks_command_or_artifact_is_required",
+        "this change leaves the service with neither a command nor an artifact_url: give the \
+         one that replaces what it removes in the same change",
+    ),
+    (
+        "tasks_command_and_artifact_are_exclusive",
+        "this change leaves the service with both a command and an artifact_url: remove the \
+         other one (null) in the same change",
+    ),
+    (
+        "tasks_artifact_requires_sha256",
+        "this change leaves the service's artifact_url without an artifact_sha256: give the \
+         artifact's SHA-256 in the same change",
+    ),
+];
+
+/// A database refusal of a change, as the caller reads it (see [`LEFT_BY_THE_CHANGE`]).
+fn change_error(err: sked_db::DbError) -> Error {
+    if let sked_db::DbError::Rejected { constraint, .. } = &err
+        && let Some((_, says)) = LEFT_BY_THE_CHANGE
+            .iter()
+            .find(|(rule, _)| rule == constraint)
+    {
+        return Error::Conflict((*says).to_owned());
+    }
+    err.into()
 }
 
 fn not_found() -> Error {

@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::openapi::QuotaExceeded;
 use crate::quotas::rows_of_row;
 use crate::shown::{Masked, Shown};
 
@@ -55,11 +56,10 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
              ("resubmit_task" = (operation_id = "resubmit_task", parameters(("id" = "$response.body#/ids/0")))),
          )),
         (status = 403, description = "A user token named another owner", body = ApiError),
-        (status = 409, description = "The idempotency key is taken", body = ApiError),
+        (status = 409, description = "`conflict`: an unfinished task of the owner holds the idempotency key, or the task is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected the task; the message names the rule", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]
@@ -81,11 +81,10 @@ pub async fn submit(
     responses(
         (status = 201, description = "Every task was created", body = Submitted),
         (status = 403, description = "A user token named another owner", body = ApiError),
-        (status = 409, description = "An idempotency key is taken", body = ApiError),
+        (status = 409, description = "`conflict`: an unfinished task of the owner holds an idempotency key, or a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
         (status = 413, description = "More than 10000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected a task; nothing was inserted", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]
@@ -491,7 +490,8 @@ pub async fn retry(
 /// input, environment (the real values, copied in the database), queue, priority, labels,
 /// output path, timeout, attempts, backoff and shards. It belongs to the caller, waits from
 /// now and has no idempotency key. The task itself is left as it is; to run the same task
-/// again, retry it. Tasks of a workflow and shards cannot be resubmitted alone (422).
+/// again, retry it. Tasks of a workflow and shards cannot be resubmitted alone (409: what
+/// the task is decides, not the request).
 #[utoipa::path(
     post, path = "/api/v1/tasks/{id}/resubmit", operation_id = "resubmit_task", tag = "tasks",
     params(("id" = Uuid, Path, description = "Id of the task whose definition to submit again")),
@@ -499,9 +499,8 @@ pub async fn retry(
         (status = 201, description = "The new task's id", body = Submitted),
         (status = 404, description = "No such task, or not the caller's", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
-        (status = 422, description = "`rejected`: the task belongs to a workflow, or is a shard", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 409, description = "`conflict`: the task belongs to a workflow, or is a shard; it runs as part of that", body = ApiError),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]
@@ -512,13 +511,13 @@ pub async fn resubmit(
 ) -> Result<(StatusCode, axum::Json<Submitted>)> {
     let row = visible_task(&state, &principal, id).await?;
     if let Some(workflow) = row.workflow_id {
-        return Err(Error::Rejected(format!(
+        return Err(Error::Conflict(format!(
             "task {id} belongs to workflow {workflow} and runs with it: retry the task, or \
              submit the workflow again"
         )));
     }
     if let Some(parent) = row.shard_of {
-        return Err(Error::Rejected(format!(
+        return Err(Error::Conflict(format!(
             "task {id} is a shard of task {parent} and runs as part of it: resubmit {parent}"
         )));
     }

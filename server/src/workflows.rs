@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
+use crate::openapi::QuotaExceeded;
 use crate::shown::Shown;
 use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, page_size, validate};
 
@@ -43,10 +44,10 @@ pub const MAX_WORKFLOW_TASKS: usize = 50_000;
              ("retry_workflow" = (operation_id = "retry_workflow", parameters(("id" = "$response.body#/id")))),
          )),
         (status = 403, description = "A user token named another owner", body = ApiError),
+        (status = 409, description = "`conflict`: a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
         (status = 413, description = "More than 50000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A rule of workflows or tasks was broken (the message names it); nothing was inserted", body = ApiError),
-        (status = 429, description = "`quota_exceeded`: the owner's task rows per minute (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was written", body = ApiError,
-         headers(("Retry-After" = u64, description = "Whole seconds until the owner's quota covers the request"))),
+        (status = 429, response = QuotaExceeded),
     ),
     security(("bearer" = [])),
 )]

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use sked::client::{Client, ScheduleQuery};
-use sked_types::{CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask, TaskKind};
+use sked_types::{
+    CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask, SubmitWorkflow, TaskKind,
+};
 use uuid::Uuid;
 
 use super::args::{ApiArgs, one_of, parse_env, parse_json, parse_secs, print_answer, read_text};
@@ -350,7 +352,7 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
     })
 }
 
-fn read_workflow(path: &Path) -> anyhow::Result<serde_json::Value> {
+fn read_workflow(path: &Path) -> anyhow::Result<SubmitWorkflow> {
     let text = read_text(path, "--workflow")?;
     let spec: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("--workflow {} is not valid JSON", path.display()))?;
@@ -360,7 +362,12 @@ fn read_workflow(path: &Path) -> anyhow::Result<serde_json::Value> {
             path.display()
         );
     }
-    Ok(spec)
+    sked_types::strict::from_value(spec).with_context(|| {
+        format!(
+            "--workflow {} is not a workflow spec as POST /api/v1/workflows takes it",
+            path.display()
+        )
+    })
 }
 
 async fn list(args: ListArgs) -> anyhow::Result<()> {

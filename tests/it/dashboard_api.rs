@@ -809,9 +809,14 @@ async fn resubmit_refuses_workflow_tasks_and_shards_and_resubmits_sharded_tasks_
             json!({}),
         )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_error(&body, "rejected");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_error(&body, "conflict");
     assert!(body["message"].as_str().unwrap().contains("workflow"));
+    assert_eq!(
+        api_task_count(pool).await,
+        before,
+        "a refusal inserts nothing"
+    );
 
     let (status, submitted) = api
         .post(
@@ -836,7 +841,8 @@ async fn resubmit_refuses_workflow_tasks_and_shards_and_resubmits_sharded_tasks_
             json!({}),
         )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_error(&body, "conflict");
     assert!(
         body["message"]
             .as_str()

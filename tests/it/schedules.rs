@@ -311,6 +311,31 @@ async fn next_fire_times_follow_the_expression_and_the_zone() {
     }
 }
 
+/// The REST API takes the time zones of `sked_types::time_zones` and no other; each must be one
+/// PostgreSQL knows, or a schedule the document allows would be refused.
+#[tokio::test]
+async fn every_time_zone_the_api_takes_is_one_postgres_knows() {
+    let db = TestDb::new().await;
+    let names: Vec<&str> = sked_types::time_zones::TIME_ZONES.to_vec();
+    let unknown: Vec<String> = sqlx::query_scalar(
+        "select tz from unnest($1::text[]) tz
+          where not exists (select 1 from pg_timezone_names n where n.name = tz)",
+    )
+    .bind(&names)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(unknown.is_empty(), "PostgreSQL does not know {unknown:?}");
+    // And the schema's own check takes each (it refuses some names PostgreSQL reads).
+    let checked: i64 =
+        sqlx::query_scalar("select count(*) from unnest($1::text[]) tz, lateral sked.tz_check(tz)")
+            .bind(&names)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(checked as usize, names.len());
+}
+
 #[tokio::test]
 async fn invalid_expressions_zones_and_templates_are_rejected_at_insert() {
     let db = TestDb::new().await;

@@ -474,8 +474,8 @@ async fn invalid_schedules_are_rejected_with_the_rule_and_insert_nothing() {
         ),
         (
             json!({"name": "a", "cron": "* * * * *", "time_zone": "Mars/Olympus", "task": task}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "rejected",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
             &["time zone 'Mars/Olympus' is not known"],
         ),
         (
@@ -633,8 +633,8 @@ async fn an_invalid_change_is_rejected_and_changes_nothing() {
         ),
         (
             json!({"time_zone": "Nowhere/Land"}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "rejected",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
             "time zone",
         ),
         (
@@ -738,6 +738,15 @@ async fn cron_preview_lists_fire_times_or_the_parsers_message() {
         "03:30",
         "09:00 in Kolkata is 03:30 UTC"
     );
+    // Its older name, a link of the time zone database, is the same zone.
+    let (status, json) = api
+        .get(
+            "/api/v1/cron/preview?cron=0%200%209%20*%20*%20*&time_zone=Asia/Calcutta&n=1",
+            &api.alice,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert_eq!(time_of(&json["next_fire_times"][0]), t);
 
     let bad: &[(&str, &str)] = &[
         ("cron=bogus", "cron expression 'bogus': expected 5 fields"),
@@ -748,6 +757,16 @@ async fn cron_preview_lists_fire_times_or_the_parsers_message() {
         (
             "cron=*%20*%20*%20*%20*&time_zone=Mars/Olympus",
             "time zone 'Mars/Olympus' is not known",
+        ),
+        // PostgreSQL reads an abbreviation as a fixed offset, without daylight saving time:
+        // not a time zone the document lists.
+        (
+            "cron=*%20*%20*%20*%20*&time_zone=PST",
+            "time zone 'PST' is not known",
+        ),
+        (
+            "cron=*%20*%20*%20*%20*&time_zone=",
+            "time zone '' is not known",
         ),
         ("cron=*%20*%20*%20*%20*&n=0", "n must be between 1 and 100"),
         (
@@ -1181,7 +1200,7 @@ async fn a_workflow_template_runs_as_a_workflow() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{ran}");
-    assert!(ran["task_id"].is_null(), "{ran}");
+    assert!(ran.get("task_id").is_none(), "no task: left out: {ran}");
     let workflow: Uuid = ran["workflow_id"].as_str().unwrap().parse().unwrap();
     let tasks: i64 = sqlx::query_scalar(
         "select count(*) from sked.tasks where workflow_id = $1 and owner = 'alice'",
@@ -1223,4 +1242,99 @@ async fn a_workflow_template_runs_as_a_workflow() {
     assert_eq!(status, StatusCode::OK, "{changed}");
     assert!(changed["workflow"].is_null(), "{changed}");
     assert_eq!(changed["task"], json!({"kind": "noop"}));
+}
+
+#[tokio::test]
+async fn a_workflow_template_is_a_workflow_as_post_workflows_takes_it() {
+    let api = Api::new().await;
+    // Durations in seconds and whole numbers written with a fraction of zero, as
+    // `POST /api/v1/workflows` takes them; a grace too small for an interval is none.
+    let created = create(
+        &api,
+        &api.alice,
+        json!({"name": "etl", "cron": "@yearly", "misfire_grace_secs": 2.225073858507203e-309,
+               "workflow": {"tasks": [
+                   {"name": "collect", "kind": "noop", "timeout_secs": 5, "max_attempts": 2.0},
+                   {"name": "export", "kind": "noop", "depends_on": ["collect"],
+                    "backoff_base_secs": 0.25}]}}),
+    )
+    .await;
+    assert_eq!(created["misfire_grace_secs"], 0.0, "{created}");
+    let id = id_of(&created);
+    let (status, ran) = api
+        .post(
+            &format!("/api/v1/schedules/{id}/run"),
+            &api.alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{ran}");
+    let workflow: Uuid = ran["workflow_id"].as_str().unwrap().parse().unwrap();
+    let tasks: Vec<(String, Option<f64>, i32, f64)> = sqlx::query_as(
+        "select name, extract(epoch from timeout)::float8, max_attempts,
+                extract(epoch from backoff_base)::float8
+           from sked.tasks where workflow_id = $1 order by name",
+    )
+    .bind(workflow)
+    .fetch_all(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tasks,
+        vec![
+            ("collect".to_owned(), Some(5.0), 2, 1.0),
+            ("export".to_owned(), None, 3, 0.25),
+        ],
+        "each tick submits the workflow as POST /api/v1/workflows would"
+    );
+
+    // The schedule's owner owns each occurrence: the template names none.
+    let before = count(&api, "sked.schedules").await;
+    let (status, json) = api
+        .post(
+            "/api/v1/schedules",
+            &api.alice,
+            json!({"name": "other", "cron": "@yearly",
+                   "workflow": {"owner": "bob", "tasks": [{"name": "a", "kind": "noop"}]}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_error(&json, "invalid_request");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("workflow.owner"),
+        "{json}"
+    );
+    assert_eq!(
+        count(&api, "sked.schedules").await,
+        before,
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn a_broadcast_template_with_no_live_worker_is_a_conflict() {
+    let api = Api::new().await;
+    let (status, json) = api
+        .post(
+            "/api/v1/schedules",
+            &api.alice,
+            json!({"name": "everywhere", "cron": "@yearly",
+                   "task": {"kind": "noop", "broadcast": true}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{json}");
+    assert_error(&json, "conflict");
+    assert_eq!(
+        json["message"],
+        "schedule 'everywhere': the task template is not valid: broadcast: no live worker \
+         serves queue 'default'"
+    );
+    assert_eq!(
+        count(&api, "sked.schedules").await,
+        0,
+        "nothing was created"
+    );
 }

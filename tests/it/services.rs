@@ -787,10 +787,22 @@ async fn bad_service_input_is_refused_with_readable_messages_and_writes_nothing(
             StatusCode::BAD_REQUEST,
             "env A_TOKEN: the value holds the mask",
         ),
+        // What the service keeps decides whether these leave it something to run, so they
+        // are conflicts with its definition, not bad requests.
         (
             json!({"command": null}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "command (or artifact_url) is required",
+            StatusCode::CONFLICT,
+            "this change leaves the service with neither a command nor an artifact_url",
+        ),
+        (
+            json!({"artifact_url": "file:///srv/app", "artifact_sha256": "0".repeat(64)}),
+            StatusCode::CONFLICT,
+            "this change leaves the service with both a command and an artifact_url",
+        ),
+        (
+            json!({"artifact_url": "file:///srv/app", "command": null}),
+            StatusCode::CONFLICT,
+            "this change leaves the service's artifact_url without an artifact_sha256",
         ),
     ];
     for (body, status, message) in &patches {
@@ -807,6 +819,9 @@ async fn bad_service_input_is_refused_with_readable_messages_and_writes_nothing(
             json["message"].as_str().unwrap().starts_with(message),
             "{body}: {json}"
         );
+        if got == StatusCode::CONFLICT {
+            assert_eq!(json["code"], "conflict", "{body}: {json}");
+        }
     }
     let after: Vec<(String, Option<i32>, Option<i32>)> =
         sqlx::query_as("select state, generation, replicas from sked.tasks order by id")
@@ -814,6 +829,17 @@ async fn bad_service_input_is_refused_with_readable_messages_and_writes_nothing(
             .await
             .unwrap();
     assert_eq!(before, after, "refused changes change nothing");
+    // A whole number written with a fraction of zero is an integer, as the document reads it.
+    let (status, json) = api
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/services/{service}"),
+            &api.alice,
+            Some(json!({"replicas": 3.0})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert_eq!(json["replicas"], 3, "{json}");
     let (status, _) = api
         .call(
             Method::PATCH,

@@ -396,7 +396,8 @@ async fn bad_shard_counts_are_rejected_and_insert_nothing() {
     );
     assert_eq!(count(&db.pool, "sked.task_edges").await, 0);
 
-    // The REST API answers 422 naming the rule; the CLI refuses before any request.
+    // The REST API answers 422 naming the rule (409 for a broadcast: the live workers, not
+    // the request, decide); the CLI refuses before any request.
     let api = crate::api::Api::new().await;
     for body in [
         json!({"command": ["true"], "shards": 0}),
@@ -414,7 +415,8 @@ async fn bad_shard_counts_are_rejected_and_insert_nothing() {
             json!({"command": ["true"], "broadcast": true}),
         )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{json}");
+    assert_eq!(status, StatusCode::CONFLICT, "{json}");
+    crate::api::assert_error(&json, "conflict");
     assert!(
         json["message"].as_str().unwrap().contains("live worker"),
         "{json}"

@@ -523,6 +523,18 @@ async fn the_openapi_document_lists_the_quota_refusals() {
         .raw(Method::GET, "/api/v1/openapi.json", None, None)
         .await;
     assert_eq!(status, StatusCode::OK);
+    // Declared once, and referred to by every operation that creates task rows.
+    let quota = &doc["components"]["responses"]["QuotaExceeded"];
+    assert!(
+        quota["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("--max-rows-per-owner-per-minute")),
+        "the 429 names the flag: {quota}"
+    );
+    assert!(
+        quota["headers"]["Retry-After"].is_object(),
+        "the 429 has Retry-After: {quota}"
+    );
     for (path, method) in [
         ("/api/v1/tasks", "post"),
         ("/api/v1/tasks/batch", "post"),
@@ -536,15 +548,9 @@ async fn the_openapi_document_lists_the_quota_refusals() {
             responses["413"].is_object(),
             "{method} {path} lists 413: {responses}"
         );
-        assert!(
-            responses["429"]["description"]
-                .as_str()
-                .is_some_and(|d| d.contains("--max-rows-per-owner-per-minute")),
-            "{method} {path} lists 429 naming the flag: {responses}"
-        );
-        assert!(
-            responses["429"]["headers"]["Retry-After"].is_object(),
-            "{method} {path}'s 429 has Retry-After: {responses}"
+        assert_eq!(
+            responses["429"]["$ref"], "#/components/responses/QuotaExceeded",
+            "{method} {path} lists 429: {responses}"
         );
     }
 }

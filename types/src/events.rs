@@ -76,6 +76,9 @@ pub struct TaskSummary {
     pub exit_code: Option<i32>,
     pub worker_id: Option<Uuid>,
     pub cancel_requested: bool,
+    /// Left out when the task belongs to no workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub workflow_id: Option<Uuid>,
     pub name: Option<String>,
     pub shard_of: Option<Uuid>,

@@ -19,6 +19,7 @@ pub mod secrets;
 pub mod service;
 pub mod shell;
 pub mod strict;
+pub mod time_zones;
 pub mod units;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 #[cfg(feature = "openapi")]
@@ -241,8 +242,9 @@ pub struct Task {
     pub stdout_tail: Option<String>,
     pub stderr_tail: Option<String>,
     pub output_sha256: Option<String>,
-    /// The workflow the task belongs to, if any.
-    #[serde(default)]
+    /// The workflow the task belongs to; left out when it belongs to none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub workflow_id: Option<Uuid>,
     /// The task's name in its workflow.
     #[serde(default)]

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::SubmitTask;
+use crate::{SubmitTask, SubmitWorkflow};
 
 /// A cron schedule as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,7 +56,13 @@ pub struct ScheduleRun {
     pub fire_at: DateTime<Utc>,
     /// `fired`, `queued`, `skipped`, `missed` or `manual`.
     pub outcome: String,
+    /// The task the tick submitted; left out when it submitted none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub task_id: Option<Uuid>,
+    /// The workflow the tick submitted; left out when it submitted none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub workflow_id: Option<Uuid>,
     /// Ticks this row stands for beyond its own (missed ticks).
     pub missed_ticks: i32,
@@ -88,9 +94,10 @@ pub struct CreateSchedule {
     /// What each tick submits (`run_at`, `delay_secs` and `owner` are set by the schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<SubmitTask>,
-    /// Or a workflow spec, as `POST /api/v1/workflows` takes it.
+    /// Or a workflow spec, as `POST /api/v1/workflows` takes it (without `owner`: the
+    /// schedule's owner owns each occurrence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<serde_json::Value>,
+    pub workflow: Option<SubmitWorkflow>,
     /// `skip`, `run_once` (default) or `catch_up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
@@ -159,7 +166,7 @@ pub struct UpdateSchedule {
     pub task: Option<SubmitTask>,
     /// A new workflow template; replaces a task template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<serde_json::Value>,
+    pub workflow: Option<SubmitWorkflow>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
     pub misfire_policy: Option<String>,
@@ -185,7 +192,13 @@ pub struct UpdateSchedule {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunNow {
     pub schedule_id: Uuid,
+    /// The task submitted, when the template is a task (left out otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub task_id: Option<Uuid>,
+    /// The workflow submitted, when the template is a workflow (left out otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub workflow_id: Option<Uuid>,
 }
 

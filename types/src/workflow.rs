@@ -90,6 +90,7 @@ pub struct SubmitWorkflow {
     pub tasks: Vec<WorkflowTask>,
     /// Admins may submit on behalf of another owner; every task belongs to the workflow's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub owner: Option<String>,
 }
 
