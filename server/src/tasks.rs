@@ -82,7 +82,7 @@ pub async fn submit(
         (status = 201, description = "Every task was created", body = Submitted),
         (status = 403, description = "A user token named another owner", body = ApiError),
         (status = 409, description = "`conflict`: an unfinished task of the owner holds an idempotency key, or a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
-        (status = 413, description = "More than 10000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
+        (status = 413, description = "A body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected a task; nothing was inserted", body = ApiError),
         (status = 429, response = QuotaExceeded),
     ),
@@ -94,7 +94,7 @@ pub async fn submit_batch(
     Json(batch): Json<SubmitBatch>,
 ) -> Result<(StatusCode, axum::Json<Submitted>)> {
     if batch.tasks.len() > MAX_BATCH {
-        return Err(Error::TooLarge(format!(
+        return Err(Error::InvalidRequest(format!(
             "a batch holds at most {MAX_BATCH} tasks, this one has {}",
             batch.tasks.len()
         )));

@@ -660,10 +660,10 @@ async fn batch_is_all_or_nothing() {
         .await;
     assert_eq!(
         status,
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "a batch has a size limit"
+        StatusCode::BAD_REQUEST,
+        "a batch has a size limit, which its schema declares (maxItems)"
     );
-    assert_error(&json, "too_large");
+    assert_error(&json, "invalid_request");
     assert_eq!(
         api.task_count().await,
         3,
