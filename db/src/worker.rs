@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sked_types::{TaskKind, TaskState, Worker};
+use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
 use sqlx::{FromRow, PgPool, Row};
 use std::time::Duration;
@@ -205,14 +206,47 @@ pub async fn claim_within(
     .await?;
     let mut at = None;
     let mut tasks = Vec::with_capacity(rows.len());
+    let mut unreadable = Vec::new();
     for row in &rows {
         at = Some(row.try_get("claimed_at")?);
         if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
-            tasks.push(Claimed::from_row(row)?);
+            match read_claimed(row)? {
+                Ok(task) => tasks.push(task),
+                Err(failed) => unreadable.push(failed),
+            }
         }
     }
+    fail_unreadable(pool, &unreadable).await?;
     let at = at.ok_or(sqlx::Error::RowNotFound)?;
     Ok(Claim { at, tasks })
+}
+
+/// A claimed row as the worker runs it, or, when a column of it cannot be read (a JSON value
+/// this program cannot hold, in a row older than the rule that refuses them), the failure of
+/// its attempt: one row that cannot be read fails its own task, never the claim that took it
+/// with others.
+fn read_claimed(row: &PgRow) -> sqlx::Result<std::result::Result<Claimed, Finished>> {
+    Ok(match Claimed::from_row(row) {
+        Ok(task) => Ok(task),
+        Err(e) => Err(Finished::unreadable(
+            row.try_get("id")?,
+            row.try_get("attempt")?,
+            &e,
+        )),
+    })
+}
+
+/// Writes the failures of claimed rows that could not be read (see [`read_claimed`]).
+async fn fail_unreadable(pool: &PgPool, failed: &[Finished]) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    for f in failed {
+        tracing::warn!(task = %f.id, attempt = f.attempt, error = f.error.as_deref().unwrap_or(""),
+            "a claimed task's row cannot be read: its attempt fails");
+    }
+    finish(pool, failed).await?;
+    Ok(())
 }
 
 /// Claims the copy of a service that has waited longest for room, when it fits `reclaimable`:
@@ -241,7 +275,14 @@ pub async fn claim_copy_preempting(
     .bind(reclaimable.memory_mb)
     .fetch_optional(pool)
     .await?;
-    Ok(row.as_ref().map(Claimed::from_row).transpose()?)
+    match row.as_ref().map(read_claimed).transpose()? {
+        Some(Ok(copy)) => Ok(Some(copy)),
+        Some(Err(failed)) => {
+            fail_unreadable(pool, &[failed]).await?;
+            Ok(None)
+        }
+        None => Ok(None),
+    }
 }
 
 /// Seconds from now (the database's) until the earliest claimable task of these queues due at
@@ -300,6 +341,21 @@ pub struct Finished {
 }
 
 impl Finished {
+    /// A claimed attempt whose row the worker could not read, failed without running.
+    pub fn unreadable(id: Uuid, attempt: i32, why: &dyn std::fmt::Display) -> Finished {
+        Finished {
+            id,
+            attempt,
+            outcome: Outcome::Failed,
+            exit_code: None,
+            error: Some(format!("the worker could not read the task: {why}")),
+            stdout_tail: None,
+            stderr_tail: None,
+            output_sha256: None,
+            output: None,
+        }
+    }
+
     /// An attempt the worker hands back without having run it: `interrupted`, so the task
     /// waits again uncharged, with `why` as its error.
     pub fn handed_back(id: Uuid, attempt: i32, why: String) -> Finished {

@@ -1338,3 +1338,23 @@ async fn a_broadcast_template_with_no_live_worker_is_a_conflict() {
         "nothing was created"
     );
 }
+
+#[tokio::test]
+async fn a_template_holding_the_largest_double_reads_back_in_every_answer() {
+    // jsonb writes 1.7976931348623157e308 out as 309 digits; they read back as the same double.
+    let api = Api::new().await;
+    let mut body = yearly("huge");
+    body["task"]["input"] = json!({"n": f64::MAX, "m": [f64::MIN]});
+    let created = create(&api, &api.alice, body).await;
+    let want = json!({"n": f64::MAX, "m": [f64::MIN]});
+    assert_eq!(created["task"]["input"], want, "the answer to the create");
+    let id = id_of(&created);
+    let (status, list) = api.get("/api/v1/schedules", &api.alice).await;
+    assert_eq!(status, StatusCode::OK, "the list reads: {list}");
+    assert_eq!(list["schedules"][0]["task"]["input"], want, "the list");
+    let (status, one) = api
+        .get(&format!("/api/v1/schedules/{id}"), &api.alice)
+        .await;
+    assert_eq!(status, StatusCode::OK, "the schedule reads: {one}");
+    assert_eq!(one["task"]["input"], want, "the schedule");
+}

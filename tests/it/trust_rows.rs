@@ -1,6 +1,7 @@
 //! Rows an operator or a race can leave behind: a task requeued with no attempt left never
 //! stops a queue, a cron tick fires at most once whatever re-arms its schedule, and a re-run
-//! beside a parent's finish never leaves a child blocked. Time is an input where the SQL
+//! beside a parent's finish never leaves a child blocked, and a row that holds a JSON number
+//! no double holds fails alone. Time is an input where the SQL
 //! takes one; the race runs on two real connections.
 
 use std::time::Duration;
@@ -504,4 +505,105 @@ async fn a_rerun_beside_a_parents_finish_never_leaves_a_child_blocked() {
              parents have all succeeded is released, never left blocked"
         );
     }
+}
+
+/// The rule that keeps a task's input readable: every JSON number fits a double.
+const INPUT_NUMBERS: &str = "tasks_input_numbers_must_fit_a_double";
+
+#[tokio::test]
+async fn a_json_number_no_double_holds_is_refused_where_a_task_or_schedule_keeps_json() {
+    let db = TestDb::new().await;
+    for (what, sql, rule) in [
+        (
+            "a task's input",
+            "insert into sked.tasks (command, input) values (array['cat'], '{\"n\": [1, 1e400]}')",
+            INPUT_NUMBERS,
+        ),
+        (
+            "a task's input, negative",
+            "insert into sked.tasks (command, input) values (array['cat'], '-1e309')",
+            INPUT_NUMBERS,
+        ),
+        (
+            "a schedule's task template",
+            "insert into sked.schedules (name, cron, task)
+             values ('s', '* * * * *', '{\"command\": [\"cat\"], \"input\": 2e308}')",
+            // Held to the rules of a task by submitting it once.
+            "schedules_task_template_must_be_valid",
+        ),
+    ] {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&db.pool)
+            .await
+            .expect_err(what);
+        assert_eq!(
+            err.as_database_error().and_then(|e| e.constraint()),
+            Some(rule),
+            "{what}: the refusal names the rule: {err}"
+        );
+        assert!(
+            err.to_string().contains(INPUT_NUMBERS),
+            "{what}: the message names the rule of numbers: {err}"
+        );
+    }
+    // The largest double is a number like any other, and reads back as itself.
+    let id = insert(
+        &db.pool,
+        "(command, input) values (array['cat'], '[1.7976931348623157e308, -1.7976931348623157e308, 1e-400]')",
+    )
+    .await;
+    let input: serde_json::Value = sqlx::query_scalar("select input from sked.tasks where id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .expect("reading the input back");
+    assert_eq!(
+        input,
+        serde_json::json!([f64::MAX, f64::MIN, 0.0]),
+        "the largest doubles read back exactly; a number too small for a double is 0"
+    );
+}
+
+#[tokio::test]
+async fn a_claimed_row_the_worker_cannot_read_fails_alone_and_the_queue_goes_on() {
+    let db = TestDb::new().await;
+    // A row from before the rule: its input holds a number no double holds.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter table sked.tasks drop constraint {INPUT_NUMBERS}"
+    )))
+    .execute(&db.pool)
+    .await
+    .expect("dropping the rule");
+    let bad = insert(
+        &db.pool,
+        "(command, input, max_attempts, priority) values (array['cat'], '{\"n\": 1e400}', 1, 10)",
+    )
+    .await;
+    let mut good = Vec::new();
+    for _ in 0..3 {
+        good.push(insert(&db.pool, "(command) values (array['true'])").await);
+    }
+    let worker = start_worker(&db, config(&["default"]));
+    assert_eq!(
+        wait_for(&db.pool, bad, &["failed"], Duration::from_secs(30)).await,
+        "failed"
+    );
+    for id in &good {
+        wait_for(&db.pool, *id, &["succeeded"], Duration::from_secs(30)).await;
+    }
+    let (error, attempts): (Option<String>, i64) = sqlx::query_as(
+        "select t.error, (select count(*) from sked.task_attempts a where a.task_id = t.id)
+           from sked.tasks t where t.id = $1",
+    )
+    .bind(bad)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("could not read the task") && error.contains("input"),
+        "the task's error says the worker could not read it, and what: {error}"
+    );
+    assert_eq!(attempts, 1, "its one attempt is charged once");
+    worker.shutdown().await;
 }
