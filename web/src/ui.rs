@@ -69,6 +69,19 @@ pub fn Time(at: DateTime<Utc>) -> impl IntoView {
     view! { <time datetime=at.to_rfc3339() title=at.to_rfc3339()>{local_time(at)}</time> }
 }
 
+/// A relative time (`12 s ago`, `in 3 min 5 s`) that follows `tick`, with the local time as
+/// its title.
+pub fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
+    view! {
+        <time datetime=at.to_rfc3339() title=local_time(at)>
+            {move || {
+                tick.track();
+                relative(at)
+            }}
+        </time>
+    }
+}
+
 /// A task state as a coloured badge; `data-state` holds the state's name.
 #[component]
 pub fn StateBadge(#[prop(into)] state: Signal<TaskState>) -> impl IntoView {

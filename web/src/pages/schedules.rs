@@ -21,18 +21,6 @@ use crate::{api, live, ui};
 /// sends an event every second).
 const REFETCH_GAP_MS: f64 = 300.0;
 
-/// A relative time that follows the ticker, with the local time as its title.
-fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
-    view! {
-        <time datetime=at.to_rfc3339() title=ui::local_time(at)>
-            {move || {
-                tick.track();
-                ui::relative(at)
-            }}
-        </time>
-    }
-}
-
 /// `active` or `paused` as a badge.
 fn status_badge(paused: bool) -> impl IntoView {
     let (class, text) = if paused {
@@ -215,12 +203,12 @@ fn ScheduleRow(schedule: Schedule, tick: ReadSignal<u64>, admin: Signal<bool>) -
     let s = schedule;
     let id = s.id;
     let paused = s.paused_at.is_some();
-    let next = (!paused).then(|| age(s.next_run_at, tick));
+    let next = (!paused).then(|| ui::age(s.next_run_at, tick));
     let last = s.last_tick.clone().map(|r| {
         view! {
             {outcome_badge(&r.outcome)}
             " "
-            {age(r.fire_at, tick)}
+            {ui::age(r.fire_at, tick)}
             " "
             {occurrence(r.task_id, r.workflow_id)}
         }
@@ -438,7 +426,7 @@ fn Detail(
     );
     let last_fired = s.last_fire_at.map(|at| {
         view! {
-            <ui::Time at=at/> " (" {age(at, tick)} ") "
+            <ui::Time at=at/> " (" {ui::age(at, tick)} ") "
             {occurrence(s.last_task_id, s.last_workflow_id)}
         }
     });
@@ -451,7 +439,7 @@ fn Detail(
                 <li>
                     {in_zone.unwrap_or_else(|| ui::local_time(at))}
                     {show_local.then(|| view! { <span class="hint">" · local " {ui::local_time(at)}</span> })}
-                    <span class="hint">" · " {age(at, tick)}</span>
+                    <span class="hint">" · " {ui::age(at, tick)}</span>
                 </li>
             }
         })
@@ -482,7 +470,7 @@ fn Detail(
                 <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
                 {s.paused_at.map(|at| view! {
                     <dt>"Paused"</dt>
-                    <dd><ui::Time at=at/> " (" {age(at, tick)} ")"</dd>
+                    <dd><ui::Time at=at/> " (" {ui::age(at, tick)} ")"</dd>
                 })}
                 {s.queued_fire_at.map(|at| view! {
                     <dt>"Queued tick"</dt>
@@ -545,7 +533,7 @@ fn Detail(
                                         <tr data-outcome=r.outcome.clone()>
                                             <td>
                                                 <ui::Time at=r.fire_at/>
-                                                <span class="hint">" · " {age(r.fire_at, tick)}</span>
+                                                <span class="hint">" · " {ui::age(r.fire_at, tick)}</span>
                                             </td>
                                             <td>{outcome_badge(&r.outcome)}</td>
                                             <td>{occurrence(r.task_id, r.workflow_id)}</td>

@@ -310,14 +310,7 @@ fn service_row(s: Service, admin: bool, tick: ReadSignal<u64>) -> impl IntoView 
             <td class="hide-narrow">{s.restart_policy.clone()}</td>
             <td class="hide-narrow"><div class="cmd" title=command.clone()>{command.clone()}</div></td>
             {admin.then(|| view! { <td class="hide-narrow">{s.owner.clone()}</td> })}
-            <td>
-                <time datetime=created.to_rfc3339() title=ui::local_time(created)>
-                    {move || {
-                        tick.track();
-                        ui::relative(created)
-                    }}
-                </time>
-            </td>
+            <td>{ui::age(created, tick)}</td>
         </tr>
     }
 }

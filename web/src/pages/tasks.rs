@@ -681,14 +681,7 @@ fn TaskRow(
             <Show when=move || admin.get()>
                 <td class="hide-narrow">{owner.clone()}</td>
             </Show>
-            <td>
-                <time datetime=created.to_rfc3339() title=ui::local_time(created)>
-                    {move || {
-                        tick.track();
-                        ui::relative(created)
-                    }}
-                </time>
-            </td>
+            <td>{ui::age(created, tick)}</td>
             <td class="num hide-narrow">{duration}</td>
             <td class="num hide-narrow">{exit}</td>
         </tr>

@@ -64,18 +64,6 @@ fn display_name(name: &str) -> String {
     }
 }
 
-/// A relative time that follows the clock, with the local time as its title.
-fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
-    view! {
-        <time datetime=at.to_rfc3339() title=ui::local_time(at)>
-            {move || {
-                tick.track();
-                ui::relative(at)
-            }}
-        </time>
-    }
-}
-
 #[component]
 pub fn WorkflowList() -> impl IntoView {
     let session = api::session();
@@ -241,7 +229,7 @@ fn WorkflowRow(workflow: Workflow, tick: ReadSignal<u64>, admin: Signal<bool>) -
             <td>
                 <WorkflowBadge state=w.state/>
             </td>
-            <td>{age(created, tick)}</td>
+            <td>{ui::age(created, tick)}</td>
             <td class="hide-narrow">{finished.map(|at| view! { <ui::Time at=at/> })}</td>
             <td class="num">{duration}</td>
             <Show when=move || admin.get()>
@@ -590,7 +578,7 @@ fn Header(workflow: Workflow, nodes: RwSignal<Nodes>, tick: ReadSignal<u64>) -> 
                 <dt>"Owner"</dt>
                 <dd>{w.owner.clone()}</dd>
                 <dt>"Created"</dt>
-                <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
+                <dd><ui::Time at=w.created_at/> " (" {ui::age(w.created_at, tick)} ")"</dd>
                 <dt>"Finished"</dt>
                 <dd>
                     {match w.finished_at {
