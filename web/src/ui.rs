@@ -322,6 +322,32 @@ impl<T: Send + Sync + 'static> Fetched<T> {
             }
         });
     }
+
+    /// Calls `refetch` once the answer shown is `max_age_ms(answer)` milliseconds old (never
+    /// while that is `None`), looking at every tick of `tick`: for data that changes without
+    /// a live event. Once per answer: after a failed refetch, not again until another answer.
+    pub fn refetch_when_older(
+        self,
+        tick: ReadSignal<u64>,
+        max_age_ms: impl Fn(&T) -> Option<f64> + 'static,
+        refetch: impl Fn() + 'static,
+    ) {
+        let asked_at = StoredValue::new(0.0f64);
+        Effect::new(move |_| {
+            tick.track();
+            let Some(max_age_ms) = self
+                .data
+                .with_untracked(|d| d.as_ref().and_then(&max_age_ms))
+            else {
+                return;
+            };
+            let received = self.received_ms.get_untracked();
+            if js_sys::Date::now() - received >= max_age_ms && asked_at.get_value() != received {
+                asked_at.set_value(received);
+                refetch();
+            }
+        });
+    }
 }
 
 /// A count with thousands separators: `12,345`.

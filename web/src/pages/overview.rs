@@ -25,17 +25,13 @@ pub(crate) fn live_overview() -> (Fetched<OverviewData>, ReadSignal<u64>) {
     let load = move || fetched.load(api::get::<OverviewData>("/overview"));
     load();
     let refetch = ui::throttled(1000.0, load);
-    Effect::watch(
-        move || {
-            live.tasks.track();
-            live.workers.track();
-            live.resync.track();
+    live.on_change(
+        |l| {
+            l.tasks.track();
+            l.workers.track();
+            l.resync.track();
         },
-        {
-            let refetch = refetch.clone();
-            move |_, _, _| refetch()
-        },
-        false,
+        refetch.clone(),
     );
 
     // The last hour ends with the database clock's minute, and delayed tasks become due with

@@ -142,12 +142,8 @@ pub fn ScheduleList() -> impl IntoView {
     let fetch_soon = ui::throttled(REFETCH_GAP_MS, fetch);
 
     fetch();
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.schedules.get(),
-        move |_, _, _| fetch_soon(),
-        false,
-    );
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_change(|l| l.schedules.track(), fetch_soon);
 
     let is_admin = move || {
         session
@@ -266,15 +262,14 @@ pub fn SchedulePage() -> impl IntoView {
         action_error.set(None);
         fetch();
     });
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.schedules.get(),
-        move |ids, _, _| {
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_ids(
+        |l| l.schedules,
+        move |ids| {
             if id.get_untracked().is_some_and(|sid| ids.contains(&sid)) {
                 fetch_soon();
             }
         },
-        false,
     );
 
     // Runs an action, shows its error if any, and refetches.

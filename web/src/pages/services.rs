@@ -9,8 +9,6 @@
 //! Task events about a service or its copies (a copy claimed or ended, a service stopped) and
 //! `resync` fetch it at once, at most once a second.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 use sked_types::TaskKind;
 use sked_types::events::TaskSummary;
@@ -143,40 +141,18 @@ pub fn Services() -> impl IntoView {
     let load = move || fetched.load(api::get::<ServiceList>("/services"));
     load();
     let refetch = ui::throttled(1000.0, load);
-    Effect::watch(
-        move || live.resync.track(),
-        {
-            let refetch = refetch.clone();
-            move |_, _, _| refetch()
-        },
-        false,
-    );
-    Effect::watch(
-        move || live.tasks.get(),
-        {
-            let refetch = refetch.clone();
-            move |changed: &Arc<Vec<TaskSummary>>, _, _| {
-                if about_services(changed) {
-                    refetch();
-                }
+    live.on_change(|l| l.resync.track(), refetch.clone());
+    live.on_tasks({
+        let refetch = refetch.clone();
+        move |changed| {
+            if about_services(changed) {
+                refetch();
             }
-        },
-        false,
-    );
-    // Copies coming up and going down send no event: fetch again once the answer is old.
-    let tick = ui::ticker(1000);
-    let asked_at = StoredValue::new(0.0f64);
-    Effect::new(move |_| {
-        tick.track();
-        let received = fetched.received_ms.get_untracked();
-        if fetched.data.with_untracked(Option::is_some)
-            && js_sys::Date::now() - received >= REFRESH_MS
-            && asked_at.get_value() != received
-        {
-            asked_at.set_value(received);
-            refetch();
         }
     });
+    // Copies coming up and going down send no event: fetch again once the answer is old.
+    let tick = ui::ticker(1000);
+    fetched.refetch_when_older(tick, |_| Some(REFRESH_MS), refetch);
 
     let is_admin = move || {
         session

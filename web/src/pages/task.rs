@@ -230,31 +230,30 @@ pub fn TaskPage() -> impl IntoView {
             load();
         }
     });
-    Effect::new(move |previous: Option<()>| {
-        live.resync.track();
-        if previous.is_some() {
+    live.on_change(
+        |l| l.resync.track(),
+        move || {
             load();
             log.pull();
-        }
-    });
-    Effect::new(move |previous: Option<()>| {
-        let batch = live.tasks.get();
-        if previous.is_some()
-            && let Some(task) = id.get_untracked()
+        },
+    );
+    live.on_tasks(move |batch| {
+        if let Some(task) = id.get_untracked()
             && batch.iter().any(|t| t.id == task)
         {
             load();
         }
     });
-    Effect::new(move |previous: Option<()>| {
-        let batch = live.logs.get();
-        if previous.is_some()
-            && let Some(task) = id.get_untracked()
-            && batch.contains(&task)
-        {
-            log.pull();
-        }
-    });
+    live.on_ids(
+        |l| l.logs,
+        move |ids| {
+            if let Some(task) = id.get_untracked()
+                && ids.contains(&task)
+            {
+                log.pull();
+            }
+        },
+    );
 
     let title = move || match id.get() {
         Some(task) => format!("Task {}", ui::short_id(&task)),

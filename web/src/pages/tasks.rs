@@ -316,18 +316,8 @@ impl Listing {
             self.filters.track();
             self.fetch();
         });
-        Effect::new(move |previous: Option<()>| {
-            live.resync.track();
-            if previous.is_some() {
-                self.fetch();
-            }
-        });
-        Effect::new(move |previous: Option<()>| {
-            let batch = live.tasks.get();
-            if previous.is_some() {
-                self.apply(&batch);
-            }
-        });
+        live.on_change(|l| l.resync.track(), move || self.fetch());
+        live.on_tasks(move |batch| self.apply(batch));
     }
 
     /// Why the page shows no task.

@@ -108,10 +108,10 @@ pub fn WorkflowList() -> impl IntoView {
         cursors.track();
         fetch();
     });
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.workflows.get(),
-        move |ids, _, _| {
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_ids(
+        |l| l.workflows,
+        move |ids| {
             // A workflow shown changed, or one may have been created (first page only).
             let shown = page.with_untracked(|p| {
                 p.as_ref()
@@ -121,7 +121,6 @@ pub fn WorkflowList() -> impl IntoView {
                 fetch_soon();
             }
         },
-        false,
     );
 
     let is_admin = move || {
@@ -429,48 +428,36 @@ impl Shown {
     /// live task events (fetching again when one is new or failed).
     fn follow(self, live: live::Live) {
         let fetch_soon = ui::throttled(REFETCH_GAP_MS, move || self.fetch());
-        Effect::watch(
-            move || live.resync.get(),
-            move |_, _, _| self.fetch(),
-            false,
-        );
-        Effect::watch(
-            move || live.workflows.get(),
-            {
-                let fetch_soon = fetch_soon.clone();
-                move |ids: &Arc<Vec<Uuid>>, _, _| {
-                    if self
-                        .id
-                        .get_untracked()
-                        .is_some_and(|wid| ids.contains(&wid))
-                    {
-                        fetch_soon();
-                    }
-                }
-            },
-            false,
-        );
-        Effect::watch(
-            move || live.tasks.get(),
-            move |batch, _, _| {
-                let Some(wid) = self.id.get_untracked() else {
-                    return;
-                };
-                if !batch.iter().any(|t| t.workflow_id == Some(wid)) {
-                    return;
-                }
-                let mut refetch = false;
-                self.nodes.update(|ns| {
-                    for t in batch.iter().filter(|t| t.workflow_id == Some(wid)) {
-                        refetch |= ns.apply(t);
-                    }
-                });
-                if refetch {
+        live.on_change(|l| l.resync.track(), move || self.fetch());
+        live.on_ids(|l| l.workflows, {
+            let fetch_soon = fetch_soon.clone();
+            move |ids| {
+                if self
+                    .id
+                    .get_untracked()
+                    .is_some_and(|wid| ids.contains(&wid))
+                {
                     fetch_soon();
                 }
-            },
-            false,
-        );
+            }
+        });
+        live.on_tasks(move |batch| {
+            let Some(wid) = self.id.get_untracked() else {
+                return;
+            };
+            if !batch.iter().any(|t| t.workflow_id == Some(wid)) {
+                return;
+            }
+            let mut refetch = false;
+            self.nodes.update(|ns| {
+                for t in batch.iter().filter(|t| t.workflow_id == Some(wid)) {
+                    refetch |= ns.apply(t);
+                }
+            });
+            if refetch {
+                fetch_soon();
+            }
+        });
     }
 }
 
