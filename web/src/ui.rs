@@ -92,6 +92,31 @@ pub fn StateBadge(#[prop(into)] state: Signal<TaskState>) -> impl IntoView {
     }
 }
 
+/// A button of a page's actions, named by `data-action`, disabled while `disabled` holds (an
+/// action runs, or this one does not apply); `danger` marks one that destroys or stops.
+#[component]
+pub fn ActionButton(
+    action: &'static str,
+    #[prop(into)] disabled: Signal<bool>,
+    #[prop(optional)] danger: bool,
+    #[prop(optional)] title: Option<&'static str>,
+    on_click: impl FnMut(leptos::ev::MouseEvent) + 'static,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <button
+            type="button"
+            class=danger.then_some("danger")
+            data-action=action
+            disabled=disabled
+            title=title
+            on:click=on_click
+        >
+            {children()}
+        </button>
+    }
+}
+
 /// An error box with the message of the API, or of a form's own check, while there is one;
 /// nothing while `message` is `None`.
 #[component]

@@ -357,27 +357,16 @@ pub fn SchedulePage() -> impl IntoView {
                 <Show
                     when=paused
                     fallback=move || view! {
-                        <button type="button" data-action="pause" disabled=move || busy.get() on:click=move |_| act("pause")>
-                            "Pause"
-                        </button>
+                        <ui::ActionButton action="pause" disabled=busy on_click=move |_| act("pause")>"Pause"</ui::ActionButton>
                     }
                 >
-                    <button type="button" data-action="resume" disabled=move || busy.get() on:click=move |_| act("resume")>
-                        "Resume"
-                    </button>
+                    <ui::ActionButton action="resume" disabled=busy on_click=move |_| act("resume")>"Resume"</ui::ActionButton>
                 </Show>
-                <button
-                    type="button"
-                    data-action="run-now"
-                    disabled=move || busy.get()
-                    title="Submit one occurrence now, outside the schedule"
-                    on:click=move |_| act("run")
-                >
+                <ui::ActionButton action="run-now" disabled=busy on_click=move |_| act("run")
+                    title="Submit one occurrence now, outside the schedule">
                     "Run now"
-                </button>
-                <button type="button" class="danger" data-action="delete" disabled=move || busy.get() on:click=delete.clone()>
-                    "Delete"
-                </button>
+                </ui::ActionButton>
+                <ui::ActionButton action="delete" danger=true disabled=busy on_click=delete.clone()>"Delete"</ui::ActionButton>
             </div>
             <ui::ErrorBox message=action_error/>
             {move || ran.get().map(|r| view! {

@@ -543,35 +543,23 @@ fn Actions(
     view! {
         <div class="actions">
             {can_cancel.then(|| view! {
-                <button
-                    class="danger"
-                    data-action="cancel"
-                    disabled=move || busy.get() || cancel_pending
+                <ui::ActionButton action="cancel" danger=true disabled=move || busy.get() || cancel_pending
                     title=if cancel_pending { "Cancel requested: the worker is stopping the process" } else { "Cancel this task" }
-                    on:click=move |_| change("cancel")
-                >
+                    on_click=move |_| change("cancel")>
                     {if cancel_pending { "Cancelling…" } else { "Cancel" }}
-                </button>
+                </ui::ActionButton>
             })}
             {can_retry.then(|| view! {
-                <button
-                    data-action="retry"
-                    disabled=move || busy.get()
-                    title="Run this task again, as a further attempt"
-                    on:click=move |_| change("retry")
-                >
+                <ui::ActionButton action="retry" disabled=busy on_click=move |_| change("retry")
+                    title="Run this task again, as a further attempt">
                     "Retry"
-                </button>
+                </ui::ActionButton>
             })}
             {can_rerun.then(|| view! {
-                <button
-                    data-action="rerun"
-                    disabled=move || busy.get()
-                    title="Submit a new task with this task's definition"
-                    on:click=rerun
-                >
+                <ui::ActionButton action="rerun" disabled=busy on_click=rerun
+                    title="Submit a new task with this task's definition">
                     "Run again"
-                </button>
+                </ui::ActionButton>
             })}
         </div>
         <ui::ErrorBox message=error/>

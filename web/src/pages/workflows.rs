@@ -609,24 +609,13 @@ fn ActionBar(shown: Shown, outcome: Outcome) -> impl IntoView {
     let busy = outcome.busy;
     view! {
         <div class="actions">
-            <button
-                type="button"
-                class="danger"
-                data-action="cancel"
-                disabled=move || busy.get() || !running()
-                on:click=on(cancel_workflow)
-            >
+            <ui::ActionButton action="cancel" danger=true disabled=move || busy.get() || !running() on_click=on(cancel_workflow)>
                 "Cancel workflow"
-            </button>
-            <button
-                type="button"
-                data-action="rerun"
-                disabled=move || busy.get() || !rerunnable()
-                title="Run the failed and cancelled tasks again; the tasks after them wait for them"
-                on:click=on(rerun_workflow)
-            >
+            </ui::ActionButton>
+            <ui::ActionButton action="rerun" disabled=move || busy.get() || !rerunnable() on_click=on(rerun_workflow)
+                title="Run the failed and cancelled tasks again; the tasks after them wait for them">
                 "Re-run from failed"
-            </button>
+            </ui::ActionButton>
         </div>
         <ui::ErrorBox message=outcome.error/>
         <Show when=move || outcome.notice.with(Option::is_some)>
@@ -828,17 +817,12 @@ fn TaskRow(
             <td class="wrap hide-narrow error-text">{error}</td>
             <td>
                 <Show when=retryable>
-                    <button
-                        type="button"
-                        data-action="retry"
-                        disabled=move || busy.get()
-                        on:click={
-                            let name = name.clone();
-                            move |_| retry(id, name.clone())
-                        }
-                    >
+                    <ui::ActionButton action="retry" disabled=busy on_click={
+                        let name = name.clone();
+                        move |_| retry(id, name.clone())
+                    }>
                         "Retry"
-                    </button>
+                    </ui::ActionButton>
                 </Show>
             </td>
         </tr>
