@@ -1,5 +1,5 @@
-//! Small views shared by the pages: times, badges, and the loading, empty and error views
-//! every page shows around its data ([`Loaded`]).
+//! Small views shared by the pages: times, badges, action buttons, tables, and the loading,
+//! empty and error views every page shows around its data ([`Loaded`]).
 
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -185,6 +185,26 @@ pub fn Loaded(
             }
             Phase::Ready => untrack(|| children()).into_any(),
         }}
+    }
+}
+
+/// A table in its scrolling wrapper: `heads` (its `<th>` cells) in its head row, the
+/// `children` (its rows) in its body.
+#[component]
+pub fn Table(
+    class: &'static str,
+    heads: impl IntoView + 'static,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <div class="table-wrap">
+            <table class=class>
+                <thead>
+                    <tr>{heads}</tr>
+                </thead>
+                <tbody>{children()}</tbody>
+            </table>
+        </div>
     }
 }
 

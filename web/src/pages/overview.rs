@@ -251,21 +251,16 @@ fn QueueTable(queues: Memo<Vec<QueueOverview>>, aged: Signal<f64>) -> impl IntoV
                 <ui::Empty>"No queue has unfinished tasks or tasks finished in the last hour."</ui::Empty>
             }
         >
-            <div class="table-wrap">
-                <table class="queues">
-                    <thead>
-                        <tr>
-                            <QueueCountHeads due="Due"/>
-                            <th class="num" title="succeeded in the last hour">"Succeeded 1 h"</th>
-                            <th class="num" title="failed in the last hour">"Failed 1 h"</th>
-                            <th class="num hide-narrow" title="cancelled in the last hour">"Cancelled 1 h"</th>
-                            <th class="num hide-narrow" title="ended in the last hour because a parent failed">"Upstream failed 1 h"</th>
-                            <th class="num hide-narrow" title="skipped in the last hour">"Skipped 1 h"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="queues" heads=view! {
+                <QueueCountHeads due="Due"/>
+                <th class="num" title="succeeded in the last hour">"Succeeded 1 h"</th>
+                <th class="num" title="failed in the last hour">"Failed 1 h"</th>
+                <th class="num hide-narrow" title="cancelled in the last hour">"Cancelled 1 h"</th>
+                <th class="num hide-narrow" title="ended in the last hour because a parent failed">"Upstream failed 1 h"</th>
+                <th class="num hide-narrow" title="skipped in the last hour">"Skipped 1 h"</th>
+            }>
+                {rows}
+            </ui::Table>
         </Show>
     }
 }

@@ -139,24 +139,17 @@ pub fn Queues() -> impl IntoView {
                     format!("Queues with unfinished tasks or tasks finished in the last hour; {whose}.")
                 }))}
             </p>
-            <div class="table-wrap">
-                <table class="queues">
-                    <thead>
-                        <tr>
-                            <QueueCountHeads due="Depth (due)"/>
-                            <th title="paused, and limits over all workers">"Controls"</th>
-                            <th class="hide-narrow"></th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For
-                            each=names
-                            key=|name| name.clone()
-                            children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
-                        />
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="queues" heads=view! {
+                <QueueCountHeads due="Depth (due)"/>
+                <th title="paused, and limits over all workers">"Controls"</th>
+                <th class="hide-narrow"></th>
+            }>
+                <For
+                    each=names
+                    key=|name| name.clone()
+                    children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
+                />
+            </ui::Table>
         </ui::Loaded>
     }
 }

@@ -167,29 +167,16 @@ pub fn ScheduleList() -> impl IntoView {
                 " or " <code>"POST /api/v1/schedules"</code> "."
             }
         >
-            <div class="table-wrap">
-                <table class="schedule-list">
-                    <thead>
-                        <tr>
-                            <th>"Schedule"</th>
-                            <th class="hide-narrow">"Expression"</th>
-                            <th class="hide-narrow">"Time zone"</th>
-                            <th>"Next tick"</th>
-                            <th>"Status"</th>
-                            <th>"Last tick"</th>
-                            <th class="hide-narrow">"Runs"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For each=rows key=|s| (s.id, s.updated_at, s.last_tick.as_ref().map(|t| t.recorded_at)) let:s>
-                            <ScheduleRow schedule=s tick=tick admin=Signal::derive(is_admin)/>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="schedule-list" heads=view! {
+                <th>"Schedule"</th> <th class="hide-narrow">"Expression"</th>
+                <th class="hide-narrow">"Time zone"</th> <th>"Next tick"</th> <th>"Status"</th>
+                <th>"Last tick"</th> <th class="hide-narrow">"Runs"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show>
+            }>
+                <For each=rows key=|s| (s.id, s.updated_at, s.last_tick.as_ref().map(|t| t.recorded_at)) let:s>
+                    <ScheduleRow schedule=s tick=tick admin=Signal::derive(is_admin)/>
+                </For>
+            </ui::Table>
         </ui::Loaded>
     }
 }
@@ -497,39 +484,29 @@ fn Detail(
             view! { <ui::Empty>"No runs yet."</ui::Empty> }.into_any()
         } else {
             view! {
-                <div class="table-wrap">
-                    <table class="schedule-runs">
-                        <thead>
-                            <tr>
-                                <th>"Tick"</th>
-                                <th>"Outcome"</th>
-                                <th>"Occurrence"</th>
-                                <th>"Detail"</th>
-                                <th class="hide-narrow">"Recorded"</th>
-                            </tr>
-                        </thead>
-                        <tbody>
-                            {runs
-                                .into_iter()
-                                .map(|r| {
-                                    let detail = run_detail(&r);
-                                    view! {
-                                        <tr data-outcome=r.outcome.clone()>
-                                            <td>
-                                                <ui::Time at=r.fire_at/>
-                                                <span class="hint">" · " {ui::age(r.fire_at, tick)}</span>
-                                            </td>
-                                            <td>{outcome_badge(&r.outcome)}</td>
-                                            <td>{occurrence(r.task_id, r.workflow_id)}</td>
-                                            <td class="wrap">{detail}</td>
-                                            <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
-                                        </tr>
-                                    }
-                                })
-                                .collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                <ui::Table class="schedule-runs" heads=view! {
+                    <th>"Tick"</th> <th>"Outcome"</th> <th>"Occurrence"</th> <th>"Detail"</th>
+                    <th class="hide-narrow">"Recorded"</th>
+                }>
+                    {runs
+                        .into_iter()
+                        .map(|r| {
+                            let detail = run_detail(&r);
+                            view! {
+                                <tr data-outcome=r.outcome.clone()>
+                                    <td>
+                                        <ui::Time at=r.fire_at/>
+                                        <span class="hint">" · " {ui::age(r.fire_at, tick)}</span>
+                                    </td>
+                                    <td>{outcome_badge(&r.outcome)}</td>
+                                    <td>{occurrence(r.task_id, r.workflow_id)}</td>
+                                    <td class="wrap">{detail}</td>
+                                    <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </ui::Table>
             }
             .into_any()
         }}

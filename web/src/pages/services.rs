@@ -185,26 +185,14 @@ pub fn Services() -> impl IntoView {
                     l.as_ref().map(|l| summary_line(&tally(&l.services))).unwrap_or_default()
                 })}
             </p>
-            <div class="table-wrap">
-                <table class="service-list">
-                    <thead>
-                        <tr>
-                            <th>"Service"</th>
-                            <th>"State"</th>
-                            <th>"Copies"</th>
-                            <th>"Queue"</th>
-                            <th class="num hide-narrow">"Gen"</th>
-                            <th class="hide-narrow">"Restart"</th>
-                            <th class="hide-narrow">"Command"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                            <th>"Created"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="service-list" heads=view! {
+                <th>"Service"</th> <th>"State"</th> <th>"Copies"</th> <th>"Queue"</th>
+                <th class="num hide-narrow">"Gen"</th> <th class="hide-narrow">"Restart"</th>
+                <th class="hide-narrow">"Command"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show> <th>"Created"</th>
+            }>
+                {rows}
+            </ui::Table>
         </ui::Loaded>
     }
 }

@@ -614,23 +614,13 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
     view! {
         <section class="panel">
             <h2>"Attempts"</h2>
-            <div class="table-wrap">
-                <table class="attempts">
-                    <thead>
-                        <tr>
-                            <th class="num">"#"</th>
-                            <th>"Outcome"</th>
-                            <th class="hide-narrow">"Worker"</th>
-                            <th>"Started"</th>
-                            <th class="hide-narrow">"Finished"</th>
-                            <th class="num">"Duration"</th>
-                            <th class="num">"Exit"</th>
-                            <th>"Error"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="attempts" heads=view! {
+                <th class="num">"#"</th> <th>"Outcome"</th> <th class="hide-narrow">"Worker"</th>
+                <th>"Started"</th> <th class="hide-narrow">"Finished"</th>
+                <th class="num">"Duration"</th> <th class="num">"Exit"</th> <th>"Error"</th>
+            }>
+                {rows}
+            </ui::Table>
         </section>
     }
     .into_any()

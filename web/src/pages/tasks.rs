@@ -531,30 +531,17 @@ fn TaskTable(rows: RwSignal<Vec<Row>>, admin: Signal<bool>) -> impl IntoView {
     // Re-renders ages and running durations every second.
     let tick = ui::ticker(1000);
     view! {
-        <div class="table-wrap">
-            <table class="task-list">
-                <thead>
-                    <tr>
-                        <th>"Task"</th>
-                        <th>"State"</th>
-                        <th class="hide-narrow">"Queue"</th>
-                        <th>"Command"</th>
-                        <th class="num hide-narrow">"Attempt"</th>
-                        <Show when=move || admin.get()>
-                            <th class="hide-narrow">"Owner"</th>
-                        </Show>
-                        <th>"Created"</th>
-                        <th class="num hide-narrow">"Duration"</th>
-                        <th class="num hide-narrow">"Exit"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    <For each=move || rows.get() key=|row| row.id let:row>
-                        <TaskRow task=row.task tick=tick admin=admin/>
-                    </For>
-                </tbody>
-            </table>
-        </div>
+        <ui::Table class="task-list" heads=view! {
+            <th>"Task"</th> <th>"State"</th> <th class="hide-narrow">"Queue"</th> <th>"Command"</th>
+            <th class="num hide-narrow">"Attempt"</th>
+            <Show when=move || admin.get()><th class="hide-narrow">"Owner"</th></Show>
+            <th>"Created"</th> <th class="num hide-narrow">"Duration"</th>
+            <th class="num hide-narrow">"Exit"</th>
+        }>
+            <For each=move || rows.get() key=|row| row.id let:row>
+                <TaskRow task=row.task tick=tick admin=admin/>
+            </For>
+        </ui::Table>
     }
 }
 

@@ -142,25 +142,14 @@ pub fn Workers() -> impl IntoView {
             when_empty=|| view! { "No worker is registered. Start one with " <code>"sked-worker"</code> "." }
         >
             <p class="hint">{move || summary_line(fetched)}</p>
-            <div class="table-wrap">
-                <table class="workers">
-                    <thead>
-                        <tr>
-                            <th>"Worker"</th>
-                            <th>"State"</th>
-                            <th>"Slots"</th>
-                            <th>"Heartbeat"</th>
-                            <th>"Queues"</th>
-                            <th>"Host"</th>
-                            <th class="num hide-narrow">"PID"</th>
-                            <th class="hide-narrow">"Version"</th>
-                            <th class="hide-narrow">"Labels"</th>
-                            <th class="hide-narrow">"Started"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="workers" heads=view! {
+                <th>"Worker"</th> <th>"State"</th> <th>"Slots"</th> <th>"Heartbeat"</th>
+                <th>"Queues"</th> <th>"Host"</th> <th class="num hide-narrow">"PID"</th>
+                <th class="hide-narrow">"Version"</th> <th class="hide-narrow">"Labels"</th>
+                <th class="hide-narrow">"Started"</th>
+            }>
+                {rows}
+            </ui::Table>
         </ui::Loaded>
     }
 }

@@ -172,28 +172,16 @@ pub fn WorkflowList() -> impl IntoView {
                 }
             }
         >
-            <div class="table-wrap">
-                <table class="workflow-list">
-                    <thead>
-                        <tr>
-                            <th>"Workflow"</th>
-                            <th>"State"</th>
-                            <th>"Created"</th>
-                            <th class="hide-narrow">"Finished"</th>
-                            <th class="num">"Duration"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                            <th class="hide-narrow">"Id"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For each=rows key=|w| (w.id, w.state, w.finished_at) let:w>
-                            <WorkflowRow workflow=w tick=tick admin=Signal::derive(is_admin)/>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="workflow-list" heads=view! {
+                <th>"Workflow"</th> <th>"State"</th> <th>"Created"</th>
+                <th class="hide-narrow">"Finished"</th> <th class="num">"Duration"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show>
+                <th class="hide-narrow">"Id"</th>
+            }>
+                <For each=rows key=|w| (w.id, w.state, w.finished_at) let:w>
+                    <WorkflowRow workflow=w tick=tick admin=Signal::derive(is_admin)/>
+                </For>
+            </ui::Table>
         </ui::Loaded>
         <nav class="pager">
             <Show when=move || !cursors.with(Vec::is_empty)>
@@ -714,27 +702,15 @@ fn TaskTable(
                 {options}
             </select>
         </form>
-        <div class="table-wrap">
-            <table class="workflow-tasks">
-                <thead>
-                    <tr>
-                        <th>"Task"</th>
-                        <th>"State"</th>
-                        <th class="num hide-narrow">"Attempt"</th>
-                        <th class="hide-narrow">"After"</th>
-                        <th class="hide-narrow">"Started"</th>
-                        <th class="num">"Duration"</th>
-                        <th class="hide-narrow">"Error"</th>
-                        <th></th>
-                    </tr>
-                </thead>
-                <tbody>
-                    <For each=shown key=|row| *row let:row>
-                        <TaskRow index=row.0 nodes=nodes tick=tick busy=busy retry=retry/>
-                    </For>
-                </tbody>
-            </table>
-        </div>
+        <ui::Table class="workflow-tasks" heads=view! {
+            <th>"Task"</th> <th>"State"</th> <th class="num hide-narrow">"Attempt"</th>
+            <th class="hide-narrow">"After"</th> <th class="hide-narrow">"Started"</th>
+            <th class="num">"Duration"</th> <th class="hide-narrow">"Error"</th> <th></th>
+        }>
+            <For each=shown key=|row| *row let:row>
+                <TaskRow index=row.0 nodes=nodes tick=tick busy=busy retry=retry/>
+            </For>
+        </ui::Table>
         <Show when=move || { total() > limit.get() }>
             <p class="pager">
                 <button type="button" on:click=move |_| limit.update(|l| *l += TABLE_ROWS)>
