@@ -37,6 +37,16 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
+/// How long from `start` to `end`, or to now while there is no end (following `tick`):
+/// `3 min 5 s`.
+pub fn elapsed(start: DateTime<Utc>, end: Option<DateTime<Utc>>, tick: ReadSignal<u64>) -> String {
+    let end = end.unwrap_or_else(|| {
+        tick.track();
+        now()
+    });
+    duration((end - start).num_milliseconds().max(0) as f64 / 1000.0)
+}
+
 /// `12 s ago` / `in 3 min 5 s`.
 pub fn relative(at: DateTime<Utc>) -> String {
     let secs = (now() - at).num_milliseconds() as f64 / 1000.0;

@@ -321,15 +321,7 @@ fn Detail(
     };
     let running_for = {
         let (start, end) = (task.started_at, task.finished_at);
-        move || {
-            start.map(|s| {
-                let end = end.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
-            })
-        }
+        move || start.map(|s| ui::elapsed(s, end, tick))
     };
     let output = task.output.as_ref().map(pretty);
     // The command line above says it all unless the arguments were given apart.
@@ -582,15 +574,7 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
         .into_iter()
         .map(|a| {
             let (start, end) = (a.started_at, a.finished_at);
-            let duration = move || {
-                start.map(|s| {
-                    let end = end.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                    ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
-                })
-            };
+            let duration = move || start.map(|s| ui::elapsed(s, end, tick));
             view! {
                 <tr data-attempt=a.attempt>
                     <td class="num">{a.attempt}</td>

@@ -617,13 +617,8 @@ fn TaskRow(
         let t = t.clone();
         move || {
             t.with(|t| {
-                t.started_at.map(|start| {
-                    let end = t.finished_at.unwrap_or_else(|| {
-                        tick.track();
-                        ui::now()
-                    });
-                    ui::duration((end - start).num_milliseconds().max(0) as f64 / 1000.0)
-                })
+                t.started_at
+                    .map(|start| ui::elapsed(start, t.finished_at, tick))
             })
         }
     };

@@ -52,10 +52,6 @@ fn WorkflowBadge(#[prop(into)] state: Signal<WorkflowState>) -> impl IntoView {
     }
 }
 
-fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    (to - from).num_milliseconds().max(0) as f64 / 1000.0
-}
-
 fn display_name(name: &str) -> String {
     if name.is_empty() {
         "(unnamed)".to_owned()
@@ -200,13 +196,7 @@ fn WorkflowRow(workflow: Workflow, tick: ReadSignal<u64>, admin: Signal<bool>) -
     let id = w.id;
     let created = w.created_at;
     let finished = w.finished_at;
-    let duration = move || {
-        let end = finished.unwrap_or_else(|| {
-            tick.track();
-            ui::now()
-        });
-        ui::duration(seconds_between(created, end))
-    };
+    let duration = move || ui::elapsed(created, finished, tick);
     let owner = w.owner.clone();
     view! {
         <tr data-workflow-id=id.to_string() data-state=w.state.as_str()>
@@ -559,7 +549,7 @@ fn Header(workflow: Workflow, nodes: RwSignal<Nodes>, tick: ReadSignal<u64>) -> 
                     {match w.finished_at {
                         Some(at) => view! {
                             <ui::Time at=at/>
-                            " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
+                            " (after " {ui::elapsed(w.created_at, Some(at), tick)} ")"
                         }.into_any(),
                         None => view! { "not yet" }.into_any(),
                     }}
@@ -752,13 +742,8 @@ fn TaskRow(
     };
     let duration = move || {
         node().and_then(|n| {
-            n.started_at.map(|start| {
-                let end = n.finished_at.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                ui::duration(seconds_between(start, end))
-            })
+            n.started_at
+                .map(|start| ui::elapsed(start, n.finished_at, tick))
         })
     };
     let error = move || {
