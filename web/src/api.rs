@@ -139,15 +139,20 @@ fn with_auth(
     }
 }
 
+/// A request to `/api/v1{path}` with the signed-in token; `method` is `Request::get`,
+/// `Request::post`…
+fn request(
+    method: fn(&str) -> gloo_net::http::RequestBuilder,
+    path: &str,
+) -> gloo_net::http::RequestBuilder {
+    with_auth(method(&format!("/api/v1{path}")), token().as_deref())
+}
+
 /// `GET /api/v1{path}` (path includes any query string).
 pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
-    let token = token();
-    let request = with_auth(
-        gloo_net::http::Request::get(&format!("/api/v1{path}")),
-        token.as_deref(),
-    )
-    .build()
-    .map_err(ApiError::network)?;
+    let request = request(gloo_net::http::Request::get, path)
+        .build()
+        .map_err(ApiError::network)?;
     send(request).await
 }
 
@@ -161,25 +166,17 @@ pub async fn me_with(token: &str) -> ApiResult<sked_types::Me> {
 
 /// `POST /api/v1{path}` with a JSON body.
 pub async fn post<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> ApiResult<T> {
-    let token = token();
-    let request = with_auth(
-        gloo_net::http::Request::post(&format!("/api/v1{path}")),
-        token.as_deref(),
-    )
-    .json(body)
-    .map_err(ApiError::network)?;
+    let request = request(gloo_net::http::Request::post, path)
+        .json(body)
+        .map_err(ApiError::network)?;
     send(request).await
 }
 
 /// `PATCH /api/v1{path}` with a JSON body.
 pub async fn patch<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> ApiResult<T> {
-    let token = token();
-    let request = with_auth(
-        gloo_net::http::Request::patch(&format!("/api/v1{path}")),
-        token.as_deref(),
-    )
-    .json(body)
-    .map_err(ApiError::network)?;
+    let request = request(gloo_net::http::Request::patch, path)
+        .json(body)
+        .map_err(ApiError::network)?;
     send(request).await
 }
 
@@ -190,13 +187,9 @@ pub async fn post_empty<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
 
 /// `DELETE /api/v1{path}`.
 pub async fn delete<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
-    let token = token();
-    let request = with_auth(
-        gloo_net::http::Request::delete(&format!("/api/v1{path}")),
-        token.as_deref(),
-    )
-    .build()
-    .map_err(ApiError::network)?;
+    let request = request(gloo_net::http::Request::delete, path)
+        .build()
+        .map_err(ApiError::network)?;
     send(request).await
 }
 

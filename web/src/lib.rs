@@ -2,7 +2,8 @@
 //!
 //! - [`api`] — REST calls with the signed-in token, and the [`api::Session`].
 //! - [`live`] — the websocket of live events, with reconnection and a polling fallback.
-//! - [`ui`] — small shared views: state badges, times, and the loading, empty and error views.
+//! - [`ui`] — small shared views: state badges, times, action buttons, tables, and the loading,
+//!   empty and error views.
 //! - [`pages`] — one module per page.
 //!
 //! Sign-in: paste an API token (`sked token create`), or open a link whose fragment carries

@@ -4,7 +4,8 @@
 //! lines, changed workflows and schedules, worker changes, and `resync`, which asks every
 //! page to refetch what it shows. `resync` is bumped when the server says events were lost,
 //! after every reconnection (events may have been missed while away), and, while the
-//! websocket cannot be used, every [`POLL_SECS`] seconds: polling is the fallback.
+//! websocket cannot be used, every [`POLL_SECS`] seconds: polling is the fallback. Pages
+//! follow them with [`Live::on_change`], [`Live::on_tasks`] and [`Live::on_ids`].
 
 use std::sync::Arc;
 
@@ -56,6 +57,35 @@ impl Live {
             workers: RwSignal::new(0),
             resync: RwSignal::new(0),
         }
+    }
+
+    /// Calls `then` after every change of the signals `read` reads (not when they are first
+    /// read): `live.on_change(|l| l.resync.track(), refetch)`.
+    pub fn on_change(self, read: impl Fn(Live) + 'static, then: impl Fn() + 'static) {
+        Effect::watch(move || read(self), move |_, _, _| then(), false);
+    }
+
+    /// Calls `then` with every batch of changed tasks.
+    pub fn on_tasks(self, then: impl Fn(&[TaskSummary]) + 'static) {
+        Effect::watch(
+            move || self.tasks.get(),
+            move |batch, _, _| then(batch),
+            false,
+        );
+    }
+
+    /// Calls `then` with every list of ids that `ids` names: the changed workflows or
+    /// schedules, or the tasks with new log lines.
+    pub fn on_ids(
+        self,
+        ids: fn(Live) -> RwSignal<Arc<Vec<Uuid>>>,
+        then: impl Fn(&[Uuid]) + 'static,
+    ) {
+        Effect::watch(
+            move || ids(self).get(),
+            move |changed, _, _| then(changed),
+            false,
+        );
     }
 
     fn bump_resync(&self) {

@@ -1,5 +1,5 @@
-//! Small views shared by the pages: times, badges, and the loading, empty and error views
-//! every page shows around its data ([`Loaded`]).
+//! Small views shared by the pages: times, badges, action buttons, tables, and the loading,
+//! empty and error views every page shows around its data ([`Loaded`]).
 
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -37,6 +37,16 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
+/// How long from `start` to `end`, or to now while there is no end (following `tick`):
+/// `3 min 5 s`.
+pub fn elapsed(start: DateTime<Utc>, end: Option<DateTime<Utc>>, tick: ReadSignal<u64>) -> String {
+    let end = end.unwrap_or_else(|| {
+        tick.track();
+        now()
+    });
+    duration((end - start).num_milliseconds().max(0) as f64 / 1000.0)
+}
+
 /// `12 s ago` / `in 3 min 5 s`.
 pub fn relative(at: DateTime<Utc>) -> String {
     let secs = (now() - at).num_milliseconds() as f64 / 1000.0;
@@ -69,6 +79,19 @@ pub fn Time(at: DateTime<Utc>) -> impl IntoView {
     view! { <time datetime=at.to_rfc3339() title=at.to_rfc3339()>{local_time(at)}</time> }
 }
 
+/// A relative time (`12 s ago`, `in 3 min 5 s`) that follows `tick`, with the local time as
+/// its title.
+pub fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
+    view! {
+        <time datetime=at.to_rfc3339() title=local_time(at)>
+            {move || {
+                tick.track();
+                relative(at)
+            }}
+        </time>
+    }
+}
+
 /// A task state as a coloured badge; `data-state` holds the state's name.
 #[component]
 pub fn StateBadge(#[prop(into)] state: Signal<TaskState>) -> impl IntoView {
@@ -76,6 +99,31 @@ pub fn StateBadge(#[prop(into)] state: Signal<TaskState>) -> impl IntoView {
         <span class=move || format!("badge state-{}", state.get().as_str()) data-state=move || state.get().as_str()>
             {move || state.get().as_str().replace('_', " ")}
         </span>
+    }
+}
+
+/// A button of a page's actions, named by `data-action`, disabled while `disabled` holds (an
+/// action runs, or this one does not apply); `danger` marks one that destroys or stops.
+#[component]
+pub fn ActionButton(
+    action: &'static str,
+    #[prop(into)] disabled: Signal<bool>,
+    #[prop(optional)] danger: bool,
+    #[prop(optional)] title: Option<&'static str>,
+    on_click: impl FnMut(leptos::ev::MouseEvent) + 'static,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <button
+            type="button"
+            class=danger.then_some("danger")
+            data-action=action
+            disabled=disabled
+            title=title
+            on:click=on_click
+        >
+            {children()}
+        </button>
     }
 }
 
@@ -147,6 +195,26 @@ pub fn Loaded(
             }
             Phase::Ready => untrack(|| children()).into_any(),
         }}
+    }
+}
+
+/// A table in its scrolling wrapper: `heads` (its `<th>` cells) in its head row, the
+/// `children` (its rows) in its body.
+#[component]
+pub fn Table(
+    class: &'static str,
+    heads: impl IntoView + 'static,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <div class="table-wrap">
+            <table class=class>
+                <thead>
+                    <tr>{heads}</tr>
+                </thead>
+                <tbody>{children()}</tbody>
+            </table>
+        </div>
     }
 }
 
@@ -306,6 +374,32 @@ impl<T: Send + Sync + 'static> Fetched<T> {
                 Err(e) => {
                     self.error.try_set(Some(e));
                 }
+            }
+        });
+    }
+
+    /// Calls `refetch` once the answer shown is `max_age_ms(answer)` milliseconds old (never
+    /// while that is `None`), looking at every tick of `tick`: for data that changes without
+    /// a live event. Once per answer: after a failed refetch, not again until another answer.
+    pub fn refetch_when_older(
+        self,
+        tick: ReadSignal<u64>,
+        max_age_ms: impl Fn(&T) -> Option<f64> + 'static,
+        refetch: impl Fn() + 'static,
+    ) {
+        let asked_at = StoredValue::new(0.0f64);
+        Effect::new(move |_| {
+            tick.track();
+            let Some(max_age_ms) = self
+                .data
+                .with_untracked(|d| d.as_ref().and_then(&max_age_ms))
+            else {
+                return;
+            };
+            let received = self.received_ms.get_untracked();
+            if js_sys::Date::now() - received >= max_age_ms && asked_at.get_value() != received {
+                asked_at.set_value(received);
+                refetch();
             }
         });
     }

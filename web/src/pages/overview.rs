@@ -25,17 +25,13 @@ pub(crate) fn live_overview() -> (Fetched<OverviewData>, ReadSignal<u64>) {
     let load = move || fetched.load(api::get::<OverviewData>("/overview"));
     load();
     let refetch = ui::throttled(1000.0, load);
-    Effect::watch(
-        move || {
-            live.tasks.track();
-            live.workers.track();
-            live.resync.track();
+    live.on_change(
+        |l| {
+            l.tasks.track();
+            l.workers.track();
+            l.resync.track();
         },
-        {
-            let refetch = refetch.clone();
-            move |_, _, _| refetch()
-        },
-        false,
+        refetch.clone(),
     );
 
     // The last hour ends with the database clock's minute, and delayed tasks become due with
@@ -173,43 +169,76 @@ fn Card(
     }
 }
 
+/// A count's cell, which follows `n`; a zero is muted. `narrow`: hidden on narrow screens.
+#[component]
+fn CountCell(#[prop(into)] n: Signal<i64>, #[prop(optional)] narrow: bool) -> impl IntoView {
+    let class = move || match (n.get() == 0, narrow) {
+        (false, false) => "num",
+        (true, false) => "num zero",
+        (false, true) => "num hide-narrow",
+        (true, true) => "num zero hide-narrow",
+    };
+    view! { <td class=class>{move || ui::count(n.get())}</td> }
+}
+
+/// The heads of the columns that both queue tables (this page's and the queues page's) start
+/// with: the queue, then its unfinished tasks; `due` names the column of the tasks due now.
+#[component]
+pub(crate) fn QueueCountHeads(due: &'static str) -> impl IntoView {
+    view! {
+        <th>"Queue"</th>
+        <th class="num" title="waiting and due: claimable now">{due}</th>
+        <th class="num" title="how long the oldest due task has waited">"Oldest due"</th>
+        <th class="num" title="waiting for their start time">"Delayed"</th>
+        <th class="num">"Running"</th>
+        <th class="num" title="failed attempts waiting for their backoff">"Retry"</th>
+        <th class="num hide-narrow" title="waiting for workflow parents or shards">"Blocked"</th>
+    }
+}
+
+/// The cells under [`QueueCountHeads`] of the queue `q`, which they follow: its name (a link
+/// to its tasks) and its unfinished tasks, the oldest due one's wait grown by `aged`.
+#[component]
+pub(crate) fn QueueCountCells(
+    #[prop(into)] q: Signal<QueueOverview>,
+    aged: Signal<f64>,
+) -> impl IntoView {
+    let name = q.with_untracked(|q| q.queue.clone());
+    let href = format!("/tasks?queue={}", api::enc(&name));
+    let n = move |count: fn(&QueueOverview) -> i64| Signal::derive(move || q.with(count));
+    let oldest = move || {
+        q.with(|q| q.oldest_due_secs)
+            .map(|s| ui::duration(s + aged.get()))
+            .unwrap_or_else(|| "—".to_owned())
+    };
+    view! {
+        <td><a href=href>{name}</a></td>
+        <CountCell n=n(|q| q.waiting_due)/>
+        <td class="num">{oldest}</td>
+        <CountCell n=n(|q| q.waiting_delayed)/>
+        <CountCell n=n(|q| q.running)/>
+        <CountCell n=n(|q| q.retry)/>
+        <CountCell n=n(|q| q.blocked) narrow=true/>
+    }
+}
+
 /// Counts of each queue: unfinished tasks now, and tasks finished in the last hour.
 #[component]
 fn QueueTable(queues: Memo<Vec<QueueOverview>>, aged: Signal<f64>) -> impl IntoView {
-    let cell = |n: i64| {
-        view! { <td class=if n == 0 { "num zero" } else { "num" }>{ui::count(n)}</td> }
-    };
-    let minor = |n: i64| {
-        view! {
-            <td class=if n == 0 { "num zero hide-narrow" } else { "num hide-narrow" }>
-                {ui::count(n)}
-            </td>
-        }
-    };
     let rows = move || {
         queues
             .get()
             .into_iter()
             .map(|q| {
-                let href = format!("/tasks?queue={}", api::enc(&q.queue));
-                let oldest = q.oldest_due_secs;
-                let f = q.finished;
+                let (name, f) = (q.queue.clone(), q.finished);
                 view! {
-                    <tr data-queue=q.queue.clone()>
-                        <td><a href=href>{q.queue.clone()}</a></td>
-                        {cell(q.waiting_due)}
-                        <td class="num">
-                            {move || oldest.map(|s| ui::duration(s + aged.get())).unwrap_or_else(|| "—".to_owned())}
-                        </td>
-                        {cell(q.waiting_delayed)}
-                        {cell(q.running)}
-                        {cell(q.retry)}
-                        {minor(q.blocked)}
-                        {cell(f.succeeded)}
-                        {cell(f.failed)}
-                        {minor(f.cancelled)}
-                        {minor(f.upstream_failed)}
-                        {minor(f.skipped)}
+                    <tr data-queue=name>
+                        <QueueCountCells q=q aged=aged/>
+                        <CountCell n=f.succeeded/>
+                        <CountCell n=f.failed/>
+                        <CountCell n=f.cancelled narrow=true/>
+                        <CountCell n=f.upstream_failed narrow=true/>
+                        <CountCell n=f.skipped narrow=true/>
                     </tr>
                 }
             })
@@ -222,27 +251,16 @@ fn QueueTable(queues: Memo<Vec<QueueOverview>>, aged: Signal<f64>) -> impl IntoV
                 <ui::Empty>"No queue has unfinished tasks or tasks finished in the last hour."</ui::Empty>
             }
         >
-            <div class="table-wrap">
-                <table class="queues">
-                    <thead>
-                        <tr>
-                            <th>"Queue"</th>
-                            <th class="num" title="waiting and due: claimable now">"Due"</th>
-                            <th class="num" title="how long the oldest due task has waited">"Oldest due"</th>
-                            <th class="num" title="waiting for their start time">"Delayed"</th>
-                            <th class="num">"Running"</th>
-                            <th class="num" title="failed attempts waiting for their backoff">"Retry"</th>
-                            <th class="num hide-narrow" title="waiting for workflow parents or shards">"Blocked"</th>
-                            <th class="num" title="succeeded in the last hour">"Succeeded 1 h"</th>
-                            <th class="num" title="failed in the last hour">"Failed 1 h"</th>
-                            <th class="num hide-narrow" title="cancelled in the last hour">"Cancelled 1 h"</th>
-                            <th class="num hide-narrow" title="ended in the last hour because a parent failed">"Upstream failed 1 h"</th>
-                            <th class="num hide-narrow" title="skipped in the last hour">"Skipped 1 h"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="queues" heads=view! {
+                <QueueCountHeads due="Due"/>
+                <th class="num" title="succeeded in the last hour">"Succeeded 1 h"</th>
+                <th class="num" title="failed in the last hour">"Failed 1 h"</th>
+                <th class="num hide-narrow" title="cancelled in the last hour">"Cancelled 1 h"</th>
+                <th class="num hide-narrow" title="ended in the last hour because a parent failed">"Upstream failed 1 h"</th>
+                <th class="num hide-narrow" title="skipped in the last hour">"Skipped 1 h"</th>
+            }>
+                {rows}
+            </ui::Table>
         </Show>
     }
 }

@@ -18,7 +18,7 @@ use leptos::task::spawn_local;
 use sked_types::{QueueControls, QueueCounts, QueueLimits, QueueOverview};
 
 use crate::api;
-use crate::pages::overview::{aged_secs, live_overview};
+use crate::pages::overview::{QueueCountCells, QueueCountHeads, aged_secs, live_overview};
 use crate::ui::{self, ErrorBox};
 
 /// Fewest milliseconds between two reads of the controls while the overview changes.
@@ -139,30 +139,17 @@ pub fn Queues() -> impl IntoView {
                     format!("Queues with unfinished tasks or tasks finished in the last hour; {whose}.")
                 }))}
             </p>
-            <div class="table-wrap">
-                <table class="queues">
-                    <thead>
-                        <tr>
-                            <th>"Queue"</th>
-                            <th class="num" title="waiting and due: claimable now">"Depth (due)"</th>
-                            <th class="num" title="how long the oldest due task has waited">"Oldest due"</th>
-                            <th class="num" title="waiting for their start time">"Delayed"</th>
-                            <th class="num">"Running"</th>
-                            <th class="num" title="failed attempts waiting for their backoff">"Retry"</th>
-                            <th class="num hide-narrow" title="waiting for workflow parents or shards">"Blocked"</th>
-                            <th title="paused, and limits over all workers">"Controls"</th>
-                            <th class="hide-narrow"></th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For
-                            each=names
-                            key=|name| name.clone()
-                            children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
-                        />
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="queues" heads=view! {
+                <QueueCountHeads due="Depth (due)"/>
+                <th title="paused, and limits over all workers">"Controls"</th>
+                <th class="hide-narrow"></th>
+            }>
+                <For
+                    each=names
+                    key=|name| name.clone()
+                    children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
+                />
+            </ui::Table>
         </ui::Loaded>
     }
 }
@@ -269,21 +256,6 @@ fn parse_rate(text: &str) -> Result<Option<f64>, String> {
     }
 }
 
-/// A count cell that follows `n`; zero is muted.
-fn count_cell(
-    n: impl Fn() -> i64 + Copy + Send + Sync + 'static,
-    class: &'static str,
-) -> impl IntoView {
-    let class = move || {
-        if n() == 0 {
-            format!("num zero {class}")
-        } else {
-            format!("num {class}")
-        }
-    };
-    view! { <td class=class>{move || ui::count(n())}</td> }
-}
-
 /// A queue's row, which follows the queue in `queues`, and for admins its limits form in a
 /// row under it. The form is the row's own state: it stays open, with what is typed, while
 /// the numbers change, and closes when saved or cancelled.
@@ -300,9 +272,8 @@ fn queue_row(
         let name = name.clone();
         move |_| queues.with(|qs| qs.iter().find(|(q, _)| q.queue == name).cloned())
     });
-    let count = move |f: fn(&QueueOverview) -> i64| {
-        move || row.with(|r| r.as_ref().map_or(0, |(q, _)| f(q)))
-    };
+    let counts =
+        Memo::new(move |_| row.with(|r| r.as_ref().map(|(q, _)| q.clone()).unwrap_or_default()));
     let paused =
         Memo::new(move |_| row.with(|r| r.as_ref().is_some_and(|(_, c)| c.paused_at.is_some())));
     let limits = move || {
@@ -311,11 +282,6 @@ fn queue_row(
                 .map(|(_, c)| controls_text(c).join(" · "))
                 .unwrap_or_default()
         })
-    };
-    let oldest = move || {
-        row.with(|r| r.as_ref().and_then(|(q, _)| q.oldest_due_secs))
-            .map(|s| ui::duration(s + aged.get()))
-            .unwrap_or_else(|| "—".to_owned())
     };
 
     let editing = RwSignal::new(false);
@@ -419,7 +385,6 @@ fn queue_row(
             </label>
         }
     };
-    let href = format!("/tasks?queue={}", api::enc(&name));
     let form_of = name.clone();
     let form_row = move || {
         (admin.get() && editing.get()).then(|| {
@@ -460,13 +425,7 @@ fn queue_row(
 
     view! {
         <tr data-queue=name.clone() data-paused=move || paused.get().to_string()>
-            <td><a href=href.clone()>{name.clone()}</a></td>
-            {count_cell(count(|q| q.waiting_due), "")}
-            <td class="num">{oldest}</td>
-            {count_cell(count(|q| q.waiting_delayed), "")}
-            {count_cell(count(|q| q.running), "")}
-            {count_cell(count(|q| q.retry), "")}
-            {count_cell(count(|q| q.blocked), "hide-narrow")}
+            <QueueCountCells q=counts aged=aged/>
             <td class="controls">
                 {move || if paused.get() {
                     view! { <span class="badge schedule-paused">"paused"</span> }
@@ -478,7 +437,7 @@ fn queue_row(
                 " "
                 {buttons}
             </td>
-            <td class="hide-narrow"><a href=href>"tasks →"</a></td>
+            <td class="hide-narrow"><a href=format!("/tasks?queue={}", api::enc(&name))>"tasks →"</a></td>
         </tr>
         {form_row}
     }

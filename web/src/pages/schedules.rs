@@ -21,18 +21,6 @@ use crate::{api, live, ui};
 /// sends an event every second).
 const REFETCH_GAP_MS: f64 = 300.0;
 
-/// A relative time that follows the ticker, with the local time as its title.
-fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
-    view! {
-        <time datetime=at.to_rfc3339() title=ui::local_time(at)>
-            {move || {
-                tick.track();
-                ui::relative(at)
-            }}
-        </time>
-    }
-}
-
 /// `active` or `paused` as a badge.
 fn status_badge(paused: bool) -> impl IntoView {
     let (class, text) = if paused {
@@ -154,12 +142,8 @@ pub fn ScheduleList() -> impl IntoView {
     let fetch_soon = ui::throttled(REFETCH_GAP_MS, fetch);
 
     fetch();
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.schedules.get(),
-        move |_, _, _| fetch_soon(),
-        false,
-    );
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_change(|l| l.schedules.track(), fetch_soon);
 
     let is_admin = move || {
         session
@@ -183,29 +167,16 @@ pub fn ScheduleList() -> impl IntoView {
                 " or " <code>"POST /api/v1/schedules"</code> "."
             }
         >
-            <div class="table-wrap">
-                <table class="schedule-list">
-                    <thead>
-                        <tr>
-                            <th>"Schedule"</th>
-                            <th class="hide-narrow">"Expression"</th>
-                            <th class="hide-narrow">"Time zone"</th>
-                            <th>"Next tick"</th>
-                            <th>"Status"</th>
-                            <th>"Last tick"</th>
-                            <th class="hide-narrow">"Runs"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For each=rows key=|s| (s.id, s.updated_at, s.last_tick.as_ref().map(|t| t.recorded_at)) let:s>
-                            <ScheduleRow schedule=s tick=tick admin=Signal::derive(is_admin)/>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="schedule-list" heads=view! {
+                <th>"Schedule"</th> <th class="hide-narrow">"Expression"</th>
+                <th class="hide-narrow">"Time zone"</th> <th>"Next tick"</th> <th>"Status"</th>
+                <th>"Last tick"</th> <th class="hide-narrow">"Runs"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show>
+            }>
+                <For each=rows key=|s| (s.id, s.updated_at, s.last_tick.as_ref().map(|t| t.recorded_at)) let:s>
+                    <ScheduleRow schedule=s tick=tick admin=Signal::derive(is_admin)/>
+                </For>
+            </ui::Table>
         </ui::Loaded>
     }
 }
@@ -215,12 +186,12 @@ fn ScheduleRow(schedule: Schedule, tick: ReadSignal<u64>, admin: Signal<bool>) -
     let s = schedule;
     let id = s.id;
     let paused = s.paused_at.is_some();
-    let next = (!paused).then(|| age(s.next_run_at, tick));
+    let next = (!paused).then(|| ui::age(s.next_run_at, tick));
     let last = s.last_tick.clone().map(|r| {
         view! {
             {outcome_badge(&r.outcome)}
             " "
-            {age(r.fire_at, tick)}
+            {ui::age(r.fire_at, tick)}
             " "
             {occurrence(r.task_id, r.workflow_id)}
         }
@@ -278,15 +249,14 @@ pub fn SchedulePage() -> impl IntoView {
         action_error.set(None);
         fetch();
     });
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.schedules.get(),
-        move |ids, _, _| {
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_ids(
+        |l| l.schedules,
+        move |ids| {
             if id.get_untracked().is_some_and(|sid| ids.contains(&sid)) {
                 fetch_soon();
             }
         },
-        false,
     );
 
     // Runs an action, shows its error if any, and refetches.
@@ -374,27 +344,16 @@ pub fn SchedulePage() -> impl IntoView {
                 <Show
                     when=paused
                     fallback=move || view! {
-                        <button type="button" data-action="pause" disabled=move || busy.get() on:click=move |_| act("pause")>
-                            "Pause"
-                        </button>
+                        <ui::ActionButton action="pause" disabled=busy on_click=move |_| act("pause")>"Pause"</ui::ActionButton>
                     }
                 >
-                    <button type="button" data-action="resume" disabled=move || busy.get() on:click=move |_| act("resume")>
-                        "Resume"
-                    </button>
+                    <ui::ActionButton action="resume" disabled=busy on_click=move |_| act("resume")>"Resume"</ui::ActionButton>
                 </Show>
-                <button
-                    type="button"
-                    data-action="run-now"
-                    disabled=move || busy.get()
-                    title="Submit one occurrence now, outside the schedule"
-                    on:click=move |_| act("run")
-                >
+                <ui::ActionButton action="run-now" disabled=busy on_click=move |_| act("run")
+                    title="Submit one occurrence now, outside the schedule">
                     "Run now"
-                </button>
-                <button type="button" class="danger" data-action="delete" disabled=move || busy.get() on:click=delete.clone()>
-                    "Delete"
-                </button>
+                </ui::ActionButton>
+                <ui::ActionButton action="delete" danger=true disabled=busy on_click=delete.clone()>"Delete"</ui::ActionButton>
             </div>
             <ui::ErrorBox message=action_error/>
             {move || ran.get().map(|r| view! {
@@ -438,7 +397,7 @@ fn Detail(
     );
     let last_fired = s.last_fire_at.map(|at| {
         view! {
-            <ui::Time at=at/> " (" {age(at, tick)} ") "
+            <ui::Time at=at/> " (" {ui::age(at, tick)} ") "
             {occurrence(s.last_task_id, s.last_workflow_id)}
         }
     });
@@ -451,7 +410,7 @@ fn Detail(
                 <li>
                     {in_zone.unwrap_or_else(|| ui::local_time(at))}
                     {show_local.then(|| view! { <span class="hint">" · local " {ui::local_time(at)}</span> })}
-                    <span class="hint">" · " {age(at, tick)}</span>
+                    <span class="hint">" · " {ui::age(at, tick)}</span>
                 </li>
             }
         })
@@ -482,7 +441,7 @@ fn Detail(
                 <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
                 {s.paused_at.map(|at| view! {
                     <dt>"Paused"</dt>
-                    <dd><ui::Time at=at/> " (" {age(at, tick)} ")"</dd>
+                    <dd><ui::Time at=at/> " (" {ui::age(at, tick)} ")"</dd>
                 })}
                 {s.queued_fire_at.map(|at| view! {
                     <dt>"Queued tick"</dt>
@@ -525,39 +484,29 @@ fn Detail(
             view! { <ui::Empty>"No runs yet."</ui::Empty> }.into_any()
         } else {
             view! {
-                <div class="table-wrap">
-                    <table class="schedule-runs">
-                        <thead>
-                            <tr>
-                                <th>"Tick"</th>
-                                <th>"Outcome"</th>
-                                <th>"Occurrence"</th>
-                                <th>"Detail"</th>
-                                <th class="hide-narrow">"Recorded"</th>
-                            </tr>
-                        </thead>
-                        <tbody>
-                            {runs
-                                .into_iter()
-                                .map(|r| {
-                                    let detail = run_detail(&r);
-                                    view! {
-                                        <tr data-outcome=r.outcome.clone()>
-                                            <td>
-                                                <ui::Time at=r.fire_at/>
-                                                <span class="hint">" · " {age(r.fire_at, tick)}</span>
-                                            </td>
-                                            <td>{outcome_badge(&r.outcome)}</td>
-                                            <td>{occurrence(r.task_id, r.workflow_id)}</td>
-                                            <td class="wrap">{detail}</td>
-                                            <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
-                                        </tr>
-                                    }
-                                })
-                                .collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                <ui::Table class="schedule-runs" heads=view! {
+                    <th>"Tick"</th> <th>"Outcome"</th> <th>"Occurrence"</th> <th>"Detail"</th>
+                    <th class="hide-narrow">"Recorded"</th>
+                }>
+                    {runs
+                        .into_iter()
+                        .map(|r| {
+                            let detail = run_detail(&r);
+                            view! {
+                                <tr data-outcome=r.outcome.clone()>
+                                    <td>
+                                        <ui::Time at=r.fire_at/>
+                                        <span class="hint">" · " {ui::age(r.fire_at, tick)}</span>
+                                    </td>
+                                    <td>{outcome_badge(&r.outcome)}</td>
+                                    <td>{occurrence(r.task_id, r.workflow_id)}</td>
+                                    <td class="wrap">{detail}</td>
+                                    <td class="hide-narrow"><ui::Time at=r.recorded_at/></td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </ui::Table>
             }
             .into_any()
         }}

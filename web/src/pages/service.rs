@@ -49,25 +49,13 @@ pub fn ServiceCopies(id: Uuid, running: bool, tick: ReadSignal<u64>) -> impl Int
                     )}
                     {s.health_check.as_ref().map(|h| format!(" · health check {h}"))}
                 </p>
-                <div class="table-wrap">
-                    <table class="copies">
-                        <thead>
-                            <tr>
-                                <th class="num">"#"</th>
-                                <th>"Copy"</th>
-                                <th class="num">"Gen"</th>
-                                <th>"State"</th>
-                                <th>"Worker"</th>
-                                <th>"Up"</th>
-                                <th class="num">"Restarts"</th>
-                                <th class="hide-narrow">"Last exit"</th>
-                            </tr>
-                        </thead>
-                        <tbody>
-                            {s.copies.into_iter().map(|c| view! { <CopyRow copy=c/> }).collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                <ui::Table class="copies" heads=view! {
+                    <th class="num">"#"</th> <th>"Copy"</th> <th class="num">"Gen"</th>
+                    <th>"State"</th> <th>"Worker"</th> <th>"Up"</th> <th class="num">"Restarts"</th>
+                    <th class="hide-narrow">"Last exit"</th>
+                }>
+                    {s.copies.into_iter().map(|c| view! { <CopyRow copy=c/> }).collect_view()}
+                </ui::Table>
             })}
         </section>
     }

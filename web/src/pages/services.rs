@@ -9,8 +9,6 @@
 //! Task events about a service or its copies (a copy claimed or ended, a service stopped) and
 //! `resync` fetch it at once, at most once a second.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 use sked_types::TaskKind;
 use sked_types::events::TaskSummary;
@@ -143,40 +141,18 @@ pub fn Services() -> impl IntoView {
     let load = move || fetched.load(api::get::<ServiceList>("/services"));
     load();
     let refetch = ui::throttled(1000.0, load);
-    Effect::watch(
-        move || live.resync.track(),
-        {
-            let refetch = refetch.clone();
-            move |_, _, _| refetch()
-        },
-        false,
-    );
-    Effect::watch(
-        move || live.tasks.get(),
-        {
-            let refetch = refetch.clone();
-            move |changed: &Arc<Vec<TaskSummary>>, _, _| {
-                if about_services(changed) {
-                    refetch();
-                }
+    live.on_change(|l| l.resync.track(), refetch.clone());
+    live.on_tasks({
+        let refetch = refetch.clone();
+        move |changed| {
+            if about_services(changed) {
+                refetch();
             }
-        },
-        false,
-    );
-    // Copies coming up and going down send no event: fetch again once the answer is old.
-    let tick = ui::ticker(1000);
-    let asked_at = StoredValue::new(0.0f64);
-    Effect::new(move |_| {
-        tick.track();
-        let received = fetched.received_ms.get_untracked();
-        if fetched.data.with_untracked(Option::is_some)
-            && js_sys::Date::now() - received >= REFRESH_MS
-            && asked_at.get_value() != received
-        {
-            asked_at.set_value(received);
-            refetch();
         }
     });
+    // Copies coming up and going down send no event: fetch again once the answer is old.
+    let tick = ui::ticker(1000);
+    fetched.refetch_when_older(tick, |_| Some(REFRESH_MS), refetch);
 
     let is_admin = move || {
         session
@@ -209,26 +185,14 @@ pub fn Services() -> impl IntoView {
                     l.as_ref().map(|l| summary_line(&tally(&l.services))).unwrap_or_default()
                 })}
             </p>
-            <div class="table-wrap">
-                <table class="service-list">
-                    <thead>
-                        <tr>
-                            <th>"Service"</th>
-                            <th>"State"</th>
-                            <th>"Copies"</th>
-                            <th>"Queue"</th>
-                            <th class="num hide-narrow">"Gen"</th>
-                            <th class="hide-narrow">"Restart"</th>
-                            <th class="hide-narrow">"Command"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                            <th>"Created"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="service-list" heads=view! {
+                <th>"Service"</th> <th>"State"</th> <th>"Copies"</th> <th>"Queue"</th>
+                <th class="num hide-narrow">"Gen"</th> <th class="hide-narrow">"Restart"</th>
+                <th class="hide-narrow">"Command"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show> <th>"Created"</th>
+            }>
+                {rows}
+            </ui::Table>
         </ui::Loaded>
     }
 }
@@ -310,14 +274,7 @@ fn service_row(s: Service, admin: bool, tick: ReadSignal<u64>) -> impl IntoView 
             <td class="hide-narrow">{s.restart_policy.clone()}</td>
             <td class="hide-narrow"><div class="cmd" title=command.clone()>{command.clone()}</div></td>
             {admin.then(|| view! { <td class="hide-narrow">{s.owner.clone()}</td> })}
-            <td>
-                <time datetime=created.to_rfc3339() title=ui::local_time(created)>
-                    {move || {
-                        tick.track();
-                        ui::relative(created)
-                    }}
-                </time>
-            </td>
+            <td>{ui::age(created, tick)}</td>
         </tr>
     }
 }

@@ -418,17 +418,8 @@ pub fn Submit() -> impl IntoView {
 fn CommandField(form: Form) -> impl IntoView {
     let argv = Memo::new(move |_| form.command.with(|c| split_command(c)));
     view! {
-        <label for="submit-command">"Command"</label>
-        <div>
-            <input
-                id="submit-command"
-                name="command"
-                class="mono wide"
-                placeholder="e.g. python3 -c 'print(42)'"
-                autocomplete="off"
-                spellcheck="false"
-                bind:value=form.command
-            />
+        <Field id="submit-command" label="Command" name="command" value=form.command class="mono wide"
+            placeholder="e.g. python3 -c 'print(42)'" no_autocomplete=true no_spellcheck=true>
             <p class="hint">
                 "One line, split into arguments like a shell does: spaces separate them, '…' and \"…\" quote, \\ escapes. "
                 "Nothing is expanded ($VAR, *, |, > are plain text): for a shell, run sh -c '…'."
@@ -442,48 +433,21 @@ fn CommandField(form: Form) -> impl IntoView {
                 Ok(_) => None,
                 Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
             }}
-        </div>
+        </Field>
     }
 }
 
 /// The environment lines and the input JSON, each with what is wrong with it as it is typed.
 #[component]
 fn EnvAndInputFields(form: Form) -> impl IntoView {
-    let env_problem = Memo::new(move |_| form.env.with(|e| parse_env(e).err()));
-    let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err()));
+    let env_problem = Memo::new(move |_| form.env.with(|e| parse_env(e).err().map(Err)));
+    let input_problem = Memo::new(move |_| form.input.with(|i| parse_input(i).err().map(Err)));
     view! {
-        <label for="submit-env">"Environment"</label>
-        <div>
-            <textarea
-                id="submit-env"
-                name="env"
-                rows="3"
-                spellcheck="false"
-                placeholder="KEY=VALUE, one per line"
-                bind:value=form.env
-            ></textarea>
-            <Problem of=env_problem/>
-        </div>
-
-        <label for="submit-input">"Input (JSON)"</label>
-        <div>
-            <textarea
-                id="submit-input"
-                name="input"
-                rows="4"
-                spellcheck="false"
-                placeholder="{\"any\": \"JSON\"} — given to the process on stdin"
-                bind:value=form.input
-            ></textarea>
-            <Problem of=input_problem/>
-        </div>
+        <Field id="submit-env" label="Environment" name="env" value=form.env rows="3" no_spellcheck=true
+            placeholder="KEY=VALUE, one per line" reading=env_problem/>
+        <Field id="submit-input" label="Input (JSON)" name="input" value=form.input rows="4" no_spellcheck=true
+            placeholder="{\"any\": \"JSON\"} — given to the process on stdin" reading=input_problem/>
     }
-}
-
-/// Why a field's text is refused, under the field; nothing while it is good.
-#[component]
-fn Problem(of: Memo<Option<String>>) -> impl IntoView {
-    move || of.get().map(|e| view! { <p class="hint bad">{e}</p> })
 }
 
 /// Where and how the task runs: queue (with the known queues as suggestions), priority,
@@ -498,52 +462,19 @@ fn PlacementFields(form: Form) -> impl IntoView {
         }
     });
     view! {
-        <label for="submit-queue">"Queue"</label>
-        <div>
-            <input id="submit-queue" name="queue" placeholder="default" list="submit-queues" bind:value=form.queue/>
+        <Field id="submit-queue" label="Queue" name="queue" value=form.queue placeholder="default" list="submit-queues">
             <datalist id="submit-queues">
                 {move || queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()}
             </datalist>
-        </div>
-
-        <label for="submit-priority">"Priority"</label>
-        <div>
-            <input id="submit-priority" name="priority" type="number" step="1" placeholder="0" bind:value=form.priority/>
-            <span class="hint">" Higher runs first."</span>
-        </div>
-
-        <label for="submit-max-attempts">"Max attempts"</label>
-        <div>
-            <input
-                id="submit-max-attempts"
-                name="max_attempts"
-                type="number"
-                min="1"
-                step="1"
-                placeholder="3"
-                bind:value=form.max_attempts
-            />
-        </div>
-
-        <label for="submit-timeout">"Timeout"</label>
-        <div>
-            <input
-                id="submit-timeout"
-                name="timeout_secs"
-                type="number"
-                min="0"
-                step="any"
-                placeholder="none"
-                bind:value=form.timeout_secs
-            />
-            <span class="hint">" seconds per attempt"</span>
-        </div>
-
-        <label for="submit-labels">"Labels"</label>
-        <div>
-            <input id="submit-labels" name="labels" placeholder="gpu, linux" bind:value=form.labels/>
-            <span class="hint">" comma-separated; only workers with all of them run it"</span>
-        </div>
+        </Field>
+        <Field id="submit-priority" label="Priority" name="priority" value=form.priority kind="number" step="1" placeholder="0"
+            hint="Higher runs first."/>
+        <Field id="submit-max-attempts" label="Max attempts" name="max_attempts" value=form.max_attempts kind="number"
+            min="1" step="1" placeholder="3"/>
+        <Field id="submit-timeout" label="Timeout" name="timeout_secs" value=form.timeout_secs kind="number"
+            min="0" step="any" placeholder="none" hint="seconds per attempt"/>
+        <Field id="submit-labels" label="Labels" name="labels" value=form.labels placeholder="gpu, linux"
+            hint="comma-separated; only workers with all of them run it"/>
     }
 }
 
@@ -588,9 +519,7 @@ fn WhenFields(form: Form) -> impl IntoView {
 #[component]
 fn DelayFields(form: Form) -> impl IntoView {
     view! {
-        <label for="submit-delay">"Delay"</label>
-        <div>
-            <input id="submit-delay" name="delay_secs" type="number" min="0" step="any" bind:value=form.delay/>
+        <Field id="submit-delay" label="Delay" name="delay_secs" value=form.delay kind="number" min="0" step="any">
             " "
             <select
                 name="delay_unit"
@@ -600,7 +529,7 @@ fn DelayFields(form: Form) -> impl IntoView {
                 <option value="seconds" selected=move || form.delay_unit.get() == "seconds">"seconds"</option>
                 <option value="minutes" selected=move || form.delay_unit.get() == "minutes">"minutes"</option>
             </select>
-        </div>
+        </Field>
     }
 }
 
@@ -622,11 +551,9 @@ fn RunAtField(form: Form) -> impl IntoView {
         }
     };
     view! {
-        <label for="submit-run-at">"Start at"</label>
-        <div>
-            <input id="submit-run-at" name="run_at" type="datetime-local" bind:value=form.run_at/>
+        <Field id="submit-run-at" label="Start at" name="run_at" value=form.run_at kind="datetime-local">
             <p class="hint">"Your local time. " {feedback}</p>
-        </div>
+        </Field>
     }
 }
 
@@ -634,29 +561,14 @@ fn RunAtField(form: Form) -> impl IntoView {
 #[component]
 fn CronFields(form: Form) -> impl IntoView {
     view! {
-        <label for="submit-name">"Schedule name"</label>
-        <div>
-            <input id="submit-name" name="name" placeholder="nightly-report" bind:value=form.name/>
-        </div>
-        <label for="submit-cron">"Cron"</label>
-        <div>
-            <input
-                id="submit-cron"
-                name="cron"
-                class="mono"
-                placeholder="*/5 * * * *"
-                autocomplete="off"
-                spellcheck="false"
-                bind:value=form.cron
-            />
+        <Field id="submit-name" label="Schedule name" name="name" value=form.name placeholder="nightly-report"/>
+        <Field id="submit-cron" label="Cron" name="cron" value=form.cron class="mono" placeholder="*/5 * * * *"
+            no_autocomplete=true no_spellcheck=true>
             <p class="hint">
                 "5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, @daily…"
             </p>
-        </div>
-        <label for="submit-time-zone">"Time zone"</label>
-        <div>
-            <input id="submit-time-zone" name="time_zone" placeholder="UTC" bind:value=form.time_zone/>
-        </div>
+        </Field>
+        <Field id="submit-time-zone" label="Time zone" name="time_zone" value=form.time_zone placeholder="UTC"/>
         <span class="label">"Next fire times"</span>
         <CronPreviewView form=form/>
     }
@@ -739,65 +651,110 @@ fn ResourceFields(form: Form) -> impl IntoView {
         <details class="full resources" data-resources="">
             <summary>"Resources and limits"</summary>
             <div class="form submit">
-                <label for="submit-cpu">"CPU"</label>
-                <div>
-                    <input id="submit-cpu" name="cpu_millis" placeholder="e.g. 0.5 or 500m" autocomplete="off" bind:value=form.cpu/>
-                    <span class="hint">" cores or millicores; only a worker with that much free runs it"</span>
-                    <Reading of=cpu_reading/>
-                </div>
-
-                <label for="submit-memory">"Memory"</label>
-                <div>
-                    <input id="submit-memory" name="memory_mb" placeholder="e.g. 512M or 2G" autocomplete="off" bind:value=form.memory/>
-                    <span class="hint">" reserved, and its limit; a plain number is MB"</span>
-                    <Reading of=memory_reading/>
-                </div>
-
-                <label for="submit-max-output">"Max output"</label>
-                <div>
-                    <input
-                        id="submit-max-output"
-                        name="max_output_bytes"
-                        placeholder="worker's default"
-                        autocomplete="off"
-                        bind:value=form.max_output
-                    />
-                    <span class="hint">" stdout and stderr together, e.g. 10M; a plain number is bytes"</span>
-                    <Reading of=max_output_reading/>
-                </div>
-
-                <label for="submit-run-as">"Run as"</label>
-                <div>
-                    <input
-                        id="submit-run-as"
-                        name="run_as"
-                        placeholder="worker's default"
-                        autocomplete="off"
-                        spellcheck="false"
-                        bind:value=form.run_as
-                    />
-                    <span class="hint">" a user name or uid"</span>
-                </div>
-
-                <label for="submit-preemptible">"Preemptible"</label>
-                <div>
-                    <input id="submit-preemptible" type="checkbox" name="preemptible" bind:checked=form.preemptible/>
-                    <span class="hint">" may be stopped to make room for a service's copy; it then waits again, not charged"</span>
-                </div>
+                <Field id="submit-cpu" label="CPU" name="cpu_millis" value=form.cpu placeholder="e.g. 0.5 or 500m"
+                    no_autocomplete=true hint="cores or millicores; only a worker with that much free runs it" reading=cpu_reading/>
+                <Field id="submit-memory" label="Memory" name="memory_mb" value=form.memory placeholder="e.g. 512M or 2G"
+                    no_autocomplete=true hint="reserved, and its limit; a plain number is MB" reading=memory_reading/>
+                <Field id="submit-max-output" label="Max output" name="max_output_bytes" value=form.max_output
+                    placeholder="worker's default" no_autocomplete=true
+                    hint="stdout and stderr together, e.g. 10M; a plain number is bytes" reading=max_output_reading/>
+                <Field id="submit-run-as" label="Run as" name="run_as" value=form.run_as placeholder="worker's default"
+                    no_autocomplete=true no_spellcheck=true hint="a user name or uid"/>
+                <Field id="submit-preemptible" label="Preemptible" name="preemptible" value=form.preemptible
+                    hint="may be stopped to make room for a service's copy; it then waits again, not charged"/>
             </div>
         </details>
     }
 }
 
-/// What a resource field is read as, or why it cannot be, under the field.
+/// What a field edits: its text, or a checkbox's tick.
+#[derive(Clone, Copy)]
+enum Value {
+    Text(RwSignal<String>),
+    Ticked(RwSignal<bool>),
+}
+
+impl From<RwSignal<String>> for Value {
+    fn from(text: RwSignal<String>) -> Self {
+        Value::Text(text)
+    }
+}
+
+impl From<RwSignal<bool>> for Value {
+    fn from(ticked: RwSignal<bool>) -> Self {
+        Value::Ticked(ticked)
+    }
+}
+
+/// One field of the form: its label, its control, a `hint` after the control, under it what
+/// the text is read as (`Ok`) or why it is refused (`Err`) while `reading` holds one, then any
+/// `children` (a longer hint, suggestions, a unit).
+///
+/// The control edits `value`: text in an `<input>` of type `kind` (a `<textarea>` when `rows`
+/// is given), or the tick of a checkbox. `id` (which the label names), `name`, `placeholder`,
+/// `class`, `min`, `step` and `list` (the id of a `<datalist>` of suggestions) are its
+/// attributes; `no_autocomplete` and `no_spellcheck` turn off the browser's suggestions of
+/// earlier entries and its spell checking.
 #[component]
-fn Reading(
-    of: impl Fn() -> Option<Result<String, String>> + Send + Sync + 'static,
+fn Field(
+    id: &'static str,
+    label: &'static str,
+    name: &'static str,
+    #[prop(into)] value: Value,
+    #[prop(optional)] kind: Option<&'static str>,
+    #[prop(optional)] rows: Option<&'static str>,
+    #[prop(optional)] placeholder: Option<&'static str>,
+    #[prop(optional)] class: Option<&'static str>,
+    #[prop(optional)] min: Option<&'static str>,
+    #[prop(optional)] step: Option<&'static str>,
+    #[prop(optional)] list: Option<&'static str>,
+    #[prop(optional)] no_autocomplete: bool,
+    #[prop(optional)] no_spellcheck: bool,
+    #[prop(optional)] hint: Option<&'static str>,
+    #[prop(optional, into)] reading: Option<Signal<Option<Result<String, String>>>>,
+    #[prop(optional)] children: Option<Children>,
 ) -> impl IntoView {
-    move || match of() {
-        None => None,
-        Some(Ok(text)) => Some(view! { <p class="hint" data-reading="">{text}</p> }.into_any()),
-        Some(Err(e)) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
+    let autocomplete = no_autocomplete.then_some("off");
+    let spellcheck = no_spellcheck.then_some("false");
+    let control = match (value, rows) {
+        (Value::Ticked(ticked), _) => {
+            view! { <input id=id type="checkbox" name=name bind:checked=ticked/> }.into_any()
+        }
+        (Value::Text(text), Some(rows)) => view! {
+            <textarea id=id name=name rows=rows spellcheck=spellcheck placeholder=placeholder bind:value=text></textarea>
+        }
+        .into_any(),
+        (Value::Text(text), None) => view! {
+            <input
+                id=id
+                name=name
+                type=kind
+                min=min
+                step=step
+                class=class
+                placeholder=placeholder
+                list=list
+                autocomplete=autocomplete
+                spellcheck=spellcheck
+                bind:value=text
+            />
+        }
+        .into_any(),
+    };
+    let reading = move || {
+        reading.and_then(|r| r.get()).map(|r| match r {
+            Ok(text) => view! { <p class="hint" data-reading="">{text}</p> }.into_any(),
+            Err(e) => view! { <p class="hint bad">{e}</p> }.into_any(),
+        })
+    };
+    view! {
+        <label for=id>{label}</label>
+        <div>
+            {control}
+            {hint.map(|h| view! { <span class="hint">{format!(" {h}")}</span> })}
+            {reading}
+            {children.map(|c| c())}
+        </div>
     }
 }
 

@@ -230,31 +230,30 @@ pub fn TaskPage() -> impl IntoView {
             load();
         }
     });
-    Effect::new(move |previous: Option<()>| {
-        live.resync.track();
-        if previous.is_some() {
+    live.on_change(
+        |l| l.resync.track(),
+        move || {
             load();
             log.pull();
-        }
-    });
-    Effect::new(move |previous: Option<()>| {
-        let batch = live.tasks.get();
-        if previous.is_some()
-            && let Some(task) = id.get_untracked()
+        },
+    );
+    live.on_tasks(move |batch| {
+        if let Some(task) = id.get_untracked()
             && batch.iter().any(|t| t.id == task)
         {
             load();
         }
     });
-    Effect::new(move |previous: Option<()>| {
-        let batch = live.logs.get();
-        if previous.is_some()
-            && let Some(task) = id.get_untracked()
-            && batch.contains(&task)
-        {
-            log.pull();
-        }
-    });
+    live.on_ids(
+        |l| l.logs,
+        move |ids| {
+            if let Some(task) = id.get_untracked()
+                && ids.contains(&task)
+            {
+                log.pull();
+            }
+        },
+    );
 
     let title = move || match id.get() {
         Some(task) => format!("Task {}", ui::short_id(&task)),
@@ -322,15 +321,7 @@ fn Detail(
     };
     let running_for = {
         let (start, end) = (task.started_at, task.finished_at);
-        move || {
-            start.map(|s| {
-                let end = end.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
-            })
-        }
+        move || start.map(|s| ui::elapsed(s, end, tick))
     };
     let output = task.output.as_ref().map(pretty);
     // The command line above says it all unless the arguments were given apart.
@@ -544,35 +535,23 @@ fn Actions(
     view! {
         <div class="actions">
             {can_cancel.then(|| view! {
-                <button
-                    class="danger"
-                    data-action="cancel"
-                    disabled=move || busy.get() || cancel_pending
+                <ui::ActionButton action="cancel" danger=true disabled=move || busy.get() || cancel_pending
                     title=if cancel_pending { "Cancel requested: the worker is stopping the process" } else { "Cancel this task" }
-                    on:click=move |_| change("cancel")
-                >
+                    on_click=move |_| change("cancel")>
                     {if cancel_pending { "Cancelling…" } else { "Cancel" }}
-                </button>
+                </ui::ActionButton>
             })}
             {can_retry.then(|| view! {
-                <button
-                    data-action="retry"
-                    disabled=move || busy.get()
-                    title="Run this task again, as a further attempt"
-                    on:click=move |_| change("retry")
-                >
+                <ui::ActionButton action="retry" disabled=busy on_click=move |_| change("retry")
+                    title="Run this task again, as a further attempt">
                     "Retry"
-                </button>
+                </ui::ActionButton>
             })}
             {can_rerun.then(|| view! {
-                <button
-                    data-action="rerun"
-                    disabled=move || busy.get()
-                    title="Submit a new task with this task's definition"
-                    on:click=rerun
-                >
+                <ui::ActionButton action="rerun" disabled=busy on_click=rerun
+                    title="Submit a new task with this task's definition">
                     "Run again"
-                </button>
+                </ui::ActionButton>
             })}
         </div>
         <ui::ErrorBox message=error/>
@@ -595,15 +574,7 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
         .into_iter()
         .map(|a| {
             let (start, end) = (a.started_at, a.finished_at);
-            let duration = move || {
-                start.map(|s| {
-                    let end = end.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                    ui::duration((end - s).num_milliseconds().max(0) as f64 / 1000.0)
-                })
-            };
+            let duration = move || start.map(|s| ui::elapsed(s, end, tick));
             view! {
                 <tr data-attempt=a.attempt>
                     <td class="num">{a.attempt}</td>
@@ -627,23 +598,13 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
     view! {
         <section class="panel">
             <h2>"Attempts"</h2>
-            <div class="table-wrap">
-                <table class="attempts">
-                    <thead>
-                        <tr>
-                            <th class="num">"#"</th>
-                            <th>"Outcome"</th>
-                            <th class="hide-narrow">"Worker"</th>
-                            <th>"Started"</th>
-                            <th class="hide-narrow">"Finished"</th>
-                            <th class="num">"Duration"</th>
-                            <th class="num">"Exit"</th>
-                            <th>"Error"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="attempts" heads=view! {
+                <th class="num">"#"</th> <th>"Outcome"</th> <th class="hide-narrow">"Worker"</th>
+                <th>"Started"</th> <th class="hide-narrow">"Finished"</th>
+                <th class="num">"Duration"</th> <th class="num">"Exit"</th> <th>"Error"</th>
+            }>
+                {rows}
+            </ui::Table>
         </section>
     }
     .into_any()

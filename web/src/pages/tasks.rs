@@ -316,18 +316,8 @@ impl Listing {
             self.filters.track();
             self.fetch();
         });
-        Effect::new(move |previous: Option<()>| {
-            live.resync.track();
-            if previous.is_some() {
-                self.fetch();
-            }
-        });
-        Effect::new(move |previous: Option<()>| {
-            let batch = live.tasks.get();
-            if previous.is_some() {
-                self.apply(&batch);
-            }
-        });
+        live.on_change(|l| l.resync.track(), move || self.fetch());
+        live.on_tasks(move |batch| self.apply(batch));
     }
 
     /// Why the page shows no task.
@@ -541,30 +531,17 @@ fn TaskTable(rows: RwSignal<Vec<Row>>, admin: Signal<bool>) -> impl IntoView {
     // Re-renders ages and running durations every second.
     let tick = ui::ticker(1000);
     view! {
-        <div class="table-wrap">
-            <table class="task-list">
-                <thead>
-                    <tr>
-                        <th>"Task"</th>
-                        <th>"State"</th>
-                        <th class="hide-narrow">"Queue"</th>
-                        <th>"Command"</th>
-                        <th class="num hide-narrow">"Attempt"</th>
-                        <Show when=move || admin.get()>
-                            <th class="hide-narrow">"Owner"</th>
-                        </Show>
-                        <th>"Created"</th>
-                        <th class="num hide-narrow">"Duration"</th>
-                        <th class="num hide-narrow">"Exit"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    <For each=move || rows.get() key=|row| row.id let:row>
-                        <TaskRow task=row.task tick=tick admin=admin/>
-                    </For>
-                </tbody>
-            </table>
-        </div>
+        <ui::Table class="task-list" heads=view! {
+            <th>"Task"</th> <th>"State"</th> <th class="hide-narrow">"Queue"</th> <th>"Command"</th>
+            <th class="num hide-narrow">"Attempt"</th>
+            <Show when=move || admin.get()><th class="hide-narrow">"Owner"</th></Show>
+            <th>"Created"</th> <th class="num hide-narrow">"Duration"</th>
+            <th class="num hide-narrow">"Exit"</th>
+        }>
+            <For each=move || rows.get() key=|row| row.id let:row>
+                <TaskRow task=row.task tick=tick admin=admin/>
+            </For>
+        </ui::Table>
     }
 }
 
@@ -640,13 +617,8 @@ fn TaskRow(
         let t = t.clone();
         move || {
             t.with(|t| {
-                t.started_at.map(|start| {
-                    let end = t.finished_at.unwrap_or_else(|| {
-                        tick.track();
-                        ui::now()
-                    });
-                    ui::duration((end - start).num_milliseconds().max(0) as f64 / 1000.0)
-                })
+                t.started_at
+                    .map(|start| ui::elapsed(start, t.finished_at, tick))
             })
         }
     };
@@ -681,14 +653,7 @@ fn TaskRow(
             <Show when=move || admin.get()>
                 <td class="hide-narrow">{owner.clone()}</td>
             </Show>
-            <td>
-                <time datetime=created.to_rfc3339() title=ui::local_time(created)>
-                    {move || {
-                        tick.track();
-                        ui::relative(created)
-                    }}
-                </time>
-            </td>
+            <td>{ui::age(created, tick)}</td>
             <td class="num hide-narrow">{duration}</td>
             <td class="num hide-narrow">{exit}</td>
         </tr>

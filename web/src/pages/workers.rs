@@ -8,7 +8,6 @@
 //! true; ages grow every second in between.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use leptos::prelude::*;
 use sked_types::events::TaskSummary;
@@ -81,6 +80,17 @@ fn patch(registry: &mut Registry, changed: &[TaskSummary]) -> bool {
     any
 }
 
+/// How often the quickest alive worker beats (a third of its lease), in milliseconds, kept
+/// between a second and a minute; `None` when no worker is alive.
+fn heartbeat_period_ms(r: &Registry) -> Option<f64> {
+    r.workers
+        .iter()
+        .filter(|w| w.alive)
+        .map(|w| w.lease_secs * 1000.0 / 3.0)
+        .reduce(f64::min)
+        .map(|period| period.clamp(1000.0, 60_000.0))
+}
+
 #[component]
 pub fn Workers() -> impl IntoView {
     let live = live::live();
@@ -88,56 +98,26 @@ pub fn Workers() -> impl IntoView {
     let load = move || fetched.load(load_registry());
     load();
     let refetch = ui::throttled(1000.0, load);
-    Effect::watch(
-        move || {
-            live.workers.track();
-            live.resync.track();
+    live.on_change(
+        |l| {
+            l.workers.track();
+            l.resync.track();
         },
-        {
-            let refetch = refetch.clone();
-            move |_, _, _| refetch()
-        },
-        false,
+        refetch.clone(),
     );
-    Effect::watch(
-        move || live.tasks.get(),
-        {
-            let refetch = refetch.clone();
-            move |changed: &Arc<Vec<TaskSummary>>, _, _| {
-                fetched
-                    .data
-                    .maybe_update(|r| r.as_mut().is_some_and(|r| patch(r, changed.as_slice())));
-                refetch();
-            }
-        },
-        false,
-    );
-
-    // Heartbeats send no event: fetch again once per heartbeat period of the quickest worker.
-    let tick = ui::ticker(1000);
-    let asked_at = StoredValue::new(0.0f64);
-    Effect::new(move |_| {
-        tick.track();
-        let period_ms = fetched.data.with_untracked(|r| {
-            r.as_ref().and_then(|r| {
-                r.workers
-                    .iter()
-                    .filter(|w| w.alive)
-                    .map(|w| w.lease_secs * 1000.0 / 3.0)
-                    .reduce(f64::min)
-            })
-        });
-        let Some(period_ms) = period_ms else {
-            return;
-        };
-        let received = fetched.received_ms.get_untracked();
-        if js_sys::Date::now() - received >= period_ms.clamp(1000.0, 60_000.0)
-            && asked_at.get_value() != received
-        {
-            asked_at.set_value(received);
+    live.on_tasks({
+        let refetch = refetch.clone();
+        move |changed| {
+            fetched
+                .data
+                .maybe_update(|r| r.as_mut().is_some_and(|r| patch(r, changed)));
             refetch();
         }
     });
+
+    // Heartbeats send no event: fetch again once per heartbeat period of the quickest worker.
+    let tick = ui::ticker(1000);
+    fetched.refetch_when_older(tick, heartbeat_period_ms, refetch);
 
     let rows = move || {
         fetched.data.with(|r| {
@@ -162,25 +142,14 @@ pub fn Workers() -> impl IntoView {
             when_empty=|| view! { "No worker is registered. Start one with " <code>"sked-worker"</code> "." }
         >
             <p class="hint">{move || summary_line(fetched)}</p>
-            <div class="table-wrap">
-                <table class="workers">
-                    <thead>
-                        <tr>
-                            <th>"Worker"</th>
-                            <th>"State"</th>
-                            <th>"Slots"</th>
-                            <th>"Heartbeat"</th>
-                            <th>"Queues"</th>
-                            <th>"Host"</th>
-                            <th class="num hide-narrow">"PID"</th>
-                            <th class="hide-narrow">"Version"</th>
-                            <th class="hide-narrow">"Labels"</th>
-                            <th class="hide-narrow">"Started"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <ui::Table class="workers" heads=view! {
+                <th>"Worker"</th> <th>"State"</th> <th>"Slots"</th> <th>"Heartbeat"</th>
+                <th>"Queues"</th> <th>"Host"</th> <th class="num hide-narrow">"PID"</th>
+                <th class="hide-narrow">"Version"</th> <th class="hide-narrow">"Labels"</th>
+                <th class="hide-narrow">"Started"</th>
+            }>
+                {rows}
+            </ui::Table>
         </ui::Loaded>
     }
 }

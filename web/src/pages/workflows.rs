@@ -52,27 +52,11 @@ fn WorkflowBadge(#[prop(into)] state: Signal<WorkflowState>) -> impl IntoView {
     }
 }
 
-fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    (to - from).num_milliseconds().max(0) as f64 / 1000.0
-}
-
 fn display_name(name: &str) -> String {
     if name.is_empty() {
         "(unnamed)".to_owned()
     } else {
         name.to_owned()
-    }
-}
-
-/// A relative time that follows the clock, with the local time as its title.
-fn age(at: DateTime<Utc>, tick: ReadSignal<u64>) -> impl IntoView {
-    view! {
-        <time datetime=at.to_rfc3339() title=ui::local_time(at)>
-            {move || {
-                tick.track();
-                ui::relative(at)
-            }}
-        </time>
     }
 }
 
@@ -120,10 +104,10 @@ pub fn WorkflowList() -> impl IntoView {
         cursors.track();
         fetch();
     });
-    Effect::watch(move || live.resync.get(), move |_, _, _| fetch(), false);
-    Effect::watch(
-        move || live.workflows.get(),
-        move |ids, _, _| {
+    live.on_change(|l| l.resync.track(), fetch);
+    live.on_ids(
+        |l| l.workflows,
+        move |ids| {
             // A workflow shown changed, or one may have been created (first page only).
             let shown = page.with_untracked(|p| {
                 p.as_ref()
@@ -133,7 +117,6 @@ pub fn WorkflowList() -> impl IntoView {
                 fetch_soon();
             }
         },
-        false,
     );
 
     let is_admin = move || {
@@ -185,28 +168,16 @@ pub fn WorkflowList() -> impl IntoView {
                 }
             }
         >
-            <div class="table-wrap">
-                <table class="workflow-list">
-                    <thead>
-                        <tr>
-                            <th>"Workflow"</th>
-                            <th>"State"</th>
-                            <th>"Created"</th>
-                            <th class="hide-narrow">"Finished"</th>
-                            <th class="num">"Duration"</th>
-                            <Show when=is_admin>
-                                <th class="hide-narrow">"Owner"</th>
-                            </Show>
-                            <th class="hide-narrow">"Id"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For each=rows key=|w| (w.id, w.state, w.finished_at) let:w>
-                            <WorkflowRow workflow=w tick=tick admin=Signal::derive(is_admin)/>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
+            <ui::Table class="workflow-list" heads=view! {
+                <th>"Workflow"</th> <th>"State"</th> <th>"Created"</th>
+                <th class="hide-narrow">"Finished"</th> <th class="num">"Duration"</th>
+                <Show when=is_admin><th class="hide-narrow">"Owner"</th></Show>
+                <th class="hide-narrow">"Id"</th>
+            }>
+                <For each=rows key=|w| (w.id, w.state, w.finished_at) let:w>
+                    <WorkflowRow workflow=w tick=tick admin=Signal::derive(is_admin)/>
+                </For>
+            </ui::Table>
         </ui::Loaded>
         <nav class="pager">
             <Show when=move || !cursors.with(Vec::is_empty)>
@@ -225,13 +196,7 @@ fn WorkflowRow(workflow: Workflow, tick: ReadSignal<u64>, admin: Signal<bool>) -
     let id = w.id;
     let created = w.created_at;
     let finished = w.finished_at;
-    let duration = move || {
-        let end = finished.unwrap_or_else(|| {
-            tick.track();
-            ui::now()
-        });
-        ui::duration(seconds_between(created, end))
-    };
+    let duration = move || ui::elapsed(created, finished, tick);
     let owner = w.owner.clone();
     view! {
         <tr data-workflow-id=id.to_string() data-state=w.state.as_str()>
@@ -241,7 +206,7 @@ fn WorkflowRow(workflow: Workflow, tick: ReadSignal<u64>, admin: Signal<bool>) -
             <td>
                 <WorkflowBadge state=w.state/>
             </td>
-            <td>{age(created, tick)}</td>
+            <td>{ui::age(created, tick)}</td>
             <td class="hide-narrow">{finished.map(|at| view! { <ui::Time at=at/> })}</td>
             <td class="num">{duration}</td>
             <Show when=move || admin.get()>
@@ -441,48 +406,36 @@ impl Shown {
     /// live task events (fetching again when one is new or failed).
     fn follow(self, live: live::Live) {
         let fetch_soon = ui::throttled(REFETCH_GAP_MS, move || self.fetch());
-        Effect::watch(
-            move || live.resync.get(),
-            move |_, _, _| self.fetch(),
-            false,
-        );
-        Effect::watch(
-            move || live.workflows.get(),
-            {
-                let fetch_soon = fetch_soon.clone();
-                move |ids: &Arc<Vec<Uuid>>, _, _| {
-                    if self
-                        .id
-                        .get_untracked()
-                        .is_some_and(|wid| ids.contains(&wid))
-                    {
-                        fetch_soon();
-                    }
-                }
-            },
-            false,
-        );
-        Effect::watch(
-            move || live.tasks.get(),
-            move |batch, _, _| {
-                let Some(wid) = self.id.get_untracked() else {
-                    return;
-                };
-                if !batch.iter().any(|t| t.workflow_id == Some(wid)) {
-                    return;
-                }
-                let mut refetch = false;
-                self.nodes.update(|ns| {
-                    for t in batch.iter().filter(|t| t.workflow_id == Some(wid)) {
-                        refetch |= ns.apply(t);
-                    }
-                });
-                if refetch {
+        live.on_change(|l| l.resync.track(), move || self.fetch());
+        live.on_ids(|l| l.workflows, {
+            let fetch_soon = fetch_soon.clone();
+            move |ids| {
+                if self
+                    .id
+                    .get_untracked()
+                    .is_some_and(|wid| ids.contains(&wid))
+                {
                     fetch_soon();
                 }
-            },
-            false,
-        );
+            }
+        });
+        live.on_tasks(move |batch| {
+            let Some(wid) = self.id.get_untracked() else {
+                return;
+            };
+            if !batch.iter().any(|t| t.workflow_id == Some(wid)) {
+                return;
+            }
+            let mut refetch = false;
+            self.nodes.update(|ns| {
+                for t in batch.iter().filter(|t| t.workflow_id == Some(wid)) {
+                    refetch |= ns.apply(t);
+                }
+            });
+            if refetch {
+                fetch_soon();
+            }
+        });
     }
 }
 
@@ -590,13 +543,13 @@ fn Header(workflow: Workflow, nodes: RwSignal<Nodes>, tick: ReadSignal<u64>) -> 
                 <dt>"Owner"</dt>
                 <dd>{w.owner.clone()}</dd>
                 <dt>"Created"</dt>
-                <dd><ui::Time at=w.created_at/> " (" {age(w.created_at, tick)} ")"</dd>
+                <dd><ui::Time at=w.created_at/> " (" {ui::age(w.created_at, tick)} ")"</dd>
                 <dt>"Finished"</dt>
                 <dd>
                     {match w.finished_at {
                         Some(at) => view! {
                             <ui::Time at=at/>
-                            " (after " {ui::duration(seconds_between(w.created_at, at))} ")"
+                            " (after " {ui::elapsed(w.created_at, Some(at), tick)} ")"
                         }.into_any(),
                         None => view! { "not yet" }.into_any(),
                     }}
@@ -634,24 +587,13 @@ fn ActionBar(shown: Shown, outcome: Outcome) -> impl IntoView {
     let busy = outcome.busy;
     view! {
         <div class="actions">
-            <button
-                type="button"
-                class="danger"
-                data-action="cancel"
-                disabled=move || busy.get() || !running()
-                on:click=on(cancel_workflow)
-            >
+            <ui::ActionButton action="cancel" danger=true disabled=move || busy.get() || !running() on_click=on(cancel_workflow)>
                 "Cancel workflow"
-            </button>
-            <button
-                type="button"
-                data-action="rerun"
-                disabled=move || busy.get() || !rerunnable()
-                title="Run the failed and cancelled tasks again; the tasks after them wait for them"
-                on:click=on(rerun_workflow)
-            >
+            </ui::ActionButton>
+            <ui::ActionButton action="rerun" disabled=move || busy.get() || !rerunnable() on_click=on(rerun_workflow)
+                title="Run the failed and cancelled tasks again; the tasks after them wait for them">
                 "Re-run from failed"
-            </button>
+            </ui::ActionButton>
         </div>
         <ui::ErrorBox message=outcome.error/>
         <Show when=move || outcome.notice.with(Option::is_some)>
@@ -750,27 +692,15 @@ fn TaskTable(
                 {options}
             </select>
         </form>
-        <div class="table-wrap">
-            <table class="workflow-tasks">
-                <thead>
-                    <tr>
-                        <th>"Task"</th>
-                        <th>"State"</th>
-                        <th class="num hide-narrow">"Attempt"</th>
-                        <th class="hide-narrow">"After"</th>
-                        <th class="hide-narrow">"Started"</th>
-                        <th class="num">"Duration"</th>
-                        <th class="hide-narrow">"Error"</th>
-                        <th></th>
-                    </tr>
-                </thead>
-                <tbody>
-                    <For each=shown key=|row| *row let:row>
-                        <TaskRow index=row.0 nodes=nodes tick=tick busy=busy retry=retry/>
-                    </For>
-                </tbody>
-            </table>
-        </div>
+        <ui::Table class="workflow-tasks" heads=view! {
+            <th>"Task"</th> <th>"State"</th> <th class="num hide-narrow">"Attempt"</th>
+            <th class="hide-narrow">"After"</th> <th class="hide-narrow">"Started"</th>
+            <th class="num">"Duration"</th> <th class="hide-narrow">"Error"</th> <th></th>
+        }>
+            <For each=shown key=|row| *row let:row>
+                <TaskRow index=row.0 nodes=nodes tick=tick busy=busy retry=retry/>
+            </For>
+        </ui::Table>
         <Show when=move || { total() > limit.get() }>
             <p class="pager">
                 <button type="button" on:click=move |_| limit.update(|l| *l += TABLE_ROWS)>
@@ -812,13 +742,8 @@ fn TaskRow(
     };
     let duration = move || {
         node().and_then(|n| {
-            n.started_at.map(|start| {
-                let end = n.finished_at.unwrap_or_else(|| {
-                    tick.track();
-                    ui::now()
-                });
-                ui::duration(seconds_between(start, end))
-            })
+            n.started_at
+                .map(|start| ui::elapsed(start, n.finished_at, tick))
         })
     };
     let error = move || {
@@ -853,17 +778,12 @@ fn TaskRow(
             <td class="wrap hide-narrow error-text">{error}</td>
             <td>
                 <Show when=retryable>
-                    <button
-                        type="button"
-                        data-action="retry"
-                        disabled=move || busy.get()
-                        on:click={
-                            let name = name.clone();
-                            move |_| retry(id, name.clone())
-                        }
-                    >
+                    <ui::ActionButton action="retry" disabled=busy on_click={
+                        let name = name.clone();
+                        move |_| retry(id, name.clone())
+                    }>
                         "Retry"
-                    </button>
+                    </ui::ActionButton>
                 </Show>
             </td>
         </tr>

@@ -231,26 +231,13 @@ impl Graph {
                 break;
             }
             let from_left = sweep % 2 == 0;
-            let layers: Vec<usize> = if from_left {
-                (1..self.rows.len()).collect()
-            } else {
-                (0..self.rows.len().saturating_sub(1)).rev().collect()
-            };
-            for l in layers {
+            for l in self.sweep(from_left) {
                 let keys: Vec<(usize, f64)> = self.rows[l]
                     .iter()
                     .map(|&item| {
-                        let near = if from_left {
-                            &self.up[item]
-                        } else {
-                            &self.down[item]
-                        };
-                        let key = if near.is_empty() {
-                            self.pos[item] as f64
-                        } else {
-                            near.iter().map(|&v| self.pos[v] as f64).sum::<f64>()
-                                / near.len() as f64
-                        };
+                        let key = self
+                            .neighbours_mean(item, from_left, |v| self.pos[v] as f64)
+                            .unwrap_or(self.pos[item] as f64);
                         (item, key)
                     })
                     .collect();
@@ -271,6 +258,32 @@ impl Graph {
         self.rows = best;
         self.renumber();
         best_crossings
+    }
+
+    /// The layers a sweep visits, each after the layer it is placed against: left to right
+    /// from the second, or right to left from the one before the last.
+    fn sweep(&self, from_left: bool) -> Vec<usize> {
+        if from_left {
+            (1..self.rows.len()).collect()
+        } else {
+            (0..self.rows.len().saturating_sub(1)).rev().collect()
+        }
+    }
+
+    /// The mean of `value` over an item's neighbours in the layer a sweep comes from (those
+    /// before it when going right, after it when going left); `None` when it has none there.
+    fn neighbours_mean(
+        &self,
+        item: usize,
+        from_left: bool,
+        value: impl Fn(usize) -> f64,
+    ) -> Option<f64> {
+        let near = if from_left {
+            &self.up[item]
+        } else {
+            &self.down[item]
+        };
+        (!near.is_empty()).then(|| near.iter().map(|&v| value(v)).sum::<f64>() / near.len() as f64)
     }
 
     /// Edge crossings between all pairs of adjacent layers.
@@ -319,26 +332,13 @@ impl Graph {
         }
         for pass in 0..3 {
             let from_left = pass % 2 == 0;
-            let layers: Vec<usize> = if from_left {
-                (1..self.rows.len()).collect()
-            } else {
-                (0..self.rows.len().saturating_sub(1)).rev().collect()
-            };
-            for l in layers {
+            for l in self.sweep(from_left) {
                 let row = self.rows[l].clone();
                 let wanted: Vec<f64> = row
                     .iter()
                     .map(|&item| {
-                        let near = if from_left {
-                            &self.up[item]
-                        } else {
-                            &self.down[item]
-                        };
-                        if near.is_empty() {
-                            self.y[item]
-                        } else {
-                            near.iter().map(|&v| self.y[v]).sum::<f64>() / near.len() as f64
-                        }
+                        self.neighbours_mean(item, from_left, |v| self.y[v])
+                            .unwrap_or(self.y[item])
                     })
                     .collect();
                 let k = row.len();
