@@ -241,10 +241,9 @@ fn task_rules(schemas: &mut serde_json::Value) {
     });
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
-        properties["input"] = json!({"oneOf": [
-            {"type": "null"},
-            {"$ref": "#/components/schemas/JsonValue"},
-        ]});
+        // Any JSON value, null (no input) included: not a `oneOf` with null, which null
+        // would match twice.
+        properties["input"] = json!({"$ref": "#/components/schemas/JsonValue"});
         properties["health_check"] = json!({"oneOf": [
             {"type": "null"},
             {"$ref": "#/components/schemas/HealthCheck"},

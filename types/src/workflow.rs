@@ -32,8 +32,9 @@ pub struct WorkflowTask {
     /// Unique within the workflow; children's outputs are keyed by it.
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub name: String,
-    /// Names of tasks of this workflow that must finish first.
+    /// Names of tasks of this workflow that must finish first (null: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(nullable = true))]
     pub depends_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_rule: Option<TriggerRule>,
