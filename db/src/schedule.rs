@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sked_types::{CreateSchedule, Schedule, ScheduleRun, UpdateSchedule};
+use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use crate::task::{interval_secs, seconds_text, submit_json};
@@ -162,17 +163,18 @@ async fn one_with_last_tick(pool: &PgPool, row: Option<ScheduleRow>) -> Result<O
     Ok(with_last_ticks(pool, schedules).await?.pop())
 }
 
-/// A run of `sked.schedule_runs` with its schedule's id.
-type TickRow = (
-    Uuid,
-    DateTime<Utc>,
-    String,
-    Option<Uuid>,
-    Option<Uuid>,
-    i32,
-    Option<String>,
-    DateTime<Utc>,
-);
+/// Reads a row of `sked.schedule_runs` by its columns' names.
+fn run_of(row: &PgRow) -> sqlx::Result<ScheduleRun> {
+    Ok(ScheduleRun {
+        fire_at: row.try_get("fire_at")?,
+        outcome: row.try_get("outcome")?,
+        task_id: row.try_get("task_id")?,
+        workflow_id: row.try_get("workflow_id")?,
+        missed_ticks: row.try_get("missed_ticks")?,
+        detail: row.try_get("detail")?,
+        recorded_at: row.try_get("recorded_at")?,
+    })
+}
 
 /// Fills in each schedule's `last_tick` with one query: per schedule, the newest run that is
 /// not `manual`, read backwards from the index `schedule_runs_tick` (which holds exactly
@@ -182,9 +184,8 @@ async fn with_last_ticks(pool: &PgPool, mut schedules: Vec<Schedule>) -> Result<
         return Ok(schedules);
     }
     let ids: Vec<Uuid> = schedules.iter().map(|s| s.id).collect();
-    let rows: Vec<TickRow> = sqlx::query_as(
-        "select s.id, r.fire_at, r.outcome, r.task_id, r.workflow_id, r.missed_ticks,
-                r.detail, r.recorded_at
+    let rows = sqlx::query(
+        "select r.*
            from unnest($1::uuid[]) as s(id)
           cross join lateral (
                 select * from sked.schedule_runs r
@@ -195,68 +196,27 @@ async fn with_last_ticks(pool: &PgPool, mut schedules: Vec<Schedule>) -> Result<
     .bind(&ids)
     .fetch_all(pool)
     .await?;
-    let mut last: std::collections::HashMap<Uuid, ScheduleRun> = rows
-        .into_iter()
-        .map(
-            |(id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at)| {
-                let run = ScheduleRun {
-                    fire_at,
-                    outcome,
-                    task_id,
-                    workflow_id,
-                    missed_ticks,
-                    detail,
-                    recorded_at,
-                };
-                (id, run)
-            },
-        )
-        .collect();
+    let mut last = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        last.insert(row.try_get::<Uuid, _>("schedule_id")?, run_of(row)?);
+    }
     for s in &mut schedules {
         s.last_tick = last.remove(&s.id);
     }
     Ok(schedules)
 }
 
-/// A row of `sked.schedule_runs` as [`runs`] selects it: fire_at, outcome, task_id,
-/// workflow_id, missed_ticks, detail, recorded_at.
-type RunRow = (
-    DateTime<Utc>,
-    String,
-    Option<Uuid>,
-    Option<Uuid>,
-    i32,
-    Option<String>,
-    DateTime<Utc>,
-);
-
 /// The latest runs of a schedule, newest first.
 pub async fn runs(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<ScheduleRun>> {
-    let rows: Vec<RunRow> = sqlx::query_as(
-        "select fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at
-           from sked.schedule_runs where schedule_id = $1
+    let rows = sqlx::query(
+        "select * from sked.schedule_runs where schedule_id = $1
           order by fire_at desc, id desc limit $2",
     )
     .bind(id)
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(fire_at, outcome, task_id, workflow_id, missed_ticks, detail, recorded_at)| {
-                ScheduleRun {
-                    fire_at,
-                    outcome,
-                    task_id,
-                    workflow_id,
-                    missed_ticks,
-                    detail,
-                    recorded_at,
-                }
-            },
-        )
-        .collect())
+    Ok(rows.iter().map(run_of).collect::<sqlx::Result<_>>()?)
 }
 
 /// The next `n` fire times of an expression in a time zone after now.
