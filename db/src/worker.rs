@@ -148,9 +148,11 @@ pub async fn claim(
     limit: i32,
     lease: Duration,
 ) -> Result<Vec<Claimed>> {
-    Ok(claim_timed(pool, worker, queues, labels, limit, lease)
-        .await?
-        .tasks)
+    Ok(
+        claim_within(pool, worker, queues, labels, limit, lease, Free::default())
+            .await?
+            .tasks,
+    )
 }
 
 /// What one claim took, and the database time it took it at (its `now`, also when it found
@@ -161,21 +163,10 @@ pub struct Claim {
     pub tasks: Vec<Claimed>,
 }
 
-/// [`claim`], also answering the claim's time. The claim runs once in a CTE; the outer join
-/// yields one row of nulls with the time when it took nothing.
-pub async fn claim_timed(
-    pool: &PgPool,
-    worker: Uuid,
-    queues: &[String],
-    labels: &[String],
-    limit: i32,
-    lease: Duration,
-) -> Result<Claim> {
-    claim_within(pool, worker, queues, labels, limit, lease, Free::default()).await
-}
-
-/// [`claim_timed`] of the tasks whose CPU and memory requests fit `free`, the capacity the
-/// worker's running attempts leave (see `docs/runtime.md`).
+/// Claims up to `limit` due tasks whose CPU and memory requests fit `free`, the capacity the
+/// worker's running attempts leave (see `docs/runtime.md`), also answering the claim's time.
+/// The claim runs once in a CTE; the outer join yields one row of nulls with the time when it
+/// took nothing.
 pub async fn claim_within(
     pool: &PgPool,
     worker: Uuid,

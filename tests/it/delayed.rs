@@ -184,13 +184,14 @@ async fn a_task_that_became_due_after_an_empty_claim_is_due_at_once_for_the_work
     // later, and only then does the worker ask when to claim next.
     let db = TestDb::new().await;
     let queues = vec!["default".to_owned()];
-    let claim = sked_db::worker::claim_timed(
+    let claim = sked_db::worker::claim_within(
         &db.pool,
         Uuid::new_v4(),
         &queues,
         &[],
         4,
         Duration::from_secs(30),
+        sked_db::worker::Free::default(),
     )
     .await
     .unwrap();
@@ -210,13 +211,14 @@ async fn a_task_that_became_due_after_an_empty_claim_is_due_at_once_for_the_work
     assert!(wait <= 0.0, "it is due already: wait {wait} s");
 
     // A claim that takes tasks answers the time they were started at.
-    let claim = sked_db::worker::claim_timed(
+    let claim = sked_db::worker::claim_within(
         &db.pool,
         Uuid::new_v4(),
         &queues,
         &[],
         4,
         Duration::from_secs(30),
+        sked_db::worker::Free::default(),
     )
     .await
     .unwrap();
