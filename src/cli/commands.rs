@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use sked::app::DatabaseArgs;
 use sked::client::ListQuery;
 use sked_db::token::Role;
-use sked_types::{SubmitTask, TaskKind, TaskState};
+use sked_types::{SubmitTask, Submitted, TaskKind, TaskState};
 use uuid::Uuid;
 
 use super::args::{ApiArgs, ShowArgs, one_of, parse_env, parse_json, print_answer, read_text};
@@ -347,10 +347,15 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     };
     args.resources.apply(&mut task);
     let submitted = args.api.client()?.submit(&task).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&submitted)?);
+    print_submitted(&submitted, args.json)
+}
+
+/// Prints the ids of the new tasks, one a line, or the whole answer as JSON with `--json`.
+fn print_submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(submitted)?);
     } else {
-        for id in submitted.ids {
+        for id in &submitted.ids {
             println!("{id}");
         }
     }
@@ -485,12 +490,5 @@ pub struct ResubmitArgs {
 
 pub async fn resubmit(args: ResubmitArgs) -> anyhow::Result<()> {
     let submitted = args.api.client()?.resubmit(args.id).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&submitted)?);
-    } else {
-        for id in submitted.ids {
-            println!("{id}");
-        }
-    }
-    Ok(())
+    print_submitted(&submitted, args.json)
 }
