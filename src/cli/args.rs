@@ -1,6 +1,7 @@
 //! What the subcommands share: where the API is and who calls it ([`ApiArgs`]), the
-//! arguments of every `show` ([`ShowArgs`]), reading a file argument, printing an answer, and
-//! the parsers of flags that several subcommands take.
+//! arguments of every `show` ([`ShowArgs`]) and of the listings by owner ([`OwnerListArgs`]),
+//! reading a file argument, printing an answer, and the parsers of flags that several
+//! subcommands take.
 
 use std::io::Read;
 use std::path::Path;
@@ -33,6 +34,20 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub api: ApiArgs,
     pub id: Uuid,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sked … list [--owner OWNER] [--json]`: the listings a user token sees its own owner's
+/// part of.
+#[derive(Debug, clap::Args)]
+pub struct OwnerListArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// List only this owner's (admin tokens; a user token lists its own).
+    #[arg(long)]
+    pub owner: Option<String>,
     /// Print the raw JSON answer.
     #[arg(long)]
     pub json: bool,

@@ -11,7 +11,9 @@ use sked_types::{
 };
 use uuid::Uuid;
 
-use super::args::{ApiArgs, one_of, parse_env, parse_json, parse_secs, print_answer, read_text};
+use super::args::{
+    ApiArgs, OwnerListArgs, one_of, parse_env, parse_json, parse_secs, print_answer, read_text,
+};
 use super::format::{quote, time, truncate};
 
 #[derive(Debug, clap::Subcommand)]
@@ -19,7 +21,7 @@ pub enum ScheduleCommand {
     /// Create a schedule: `sked schedule create NAME --cron EXPR [flags] -- COMMAND [ARGS...]`.
     Create(Box<CreateArgs>),
     /// List schedules by owner and name.
-    List(ListArgs),
+    List(OwnerListArgs),
     /// Show a schedule, its next fire times and its latest runs.
     Show(ShowArgs),
     /// Pause a schedule: no tick fires until it is resumed.
@@ -147,18 +149,6 @@ struct TaskFlags {
     /// it then waits again without losing an attempt (see docs/runtime.md).
     #[arg(long)]
     preemptible: bool,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    /// Only this owner's schedules (admin tokens; a user token lists its own).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -370,7 +360,7 @@ fn read_workflow(path: &Path) -> anyhow::Result<SubmitWorkflow> {
     })
 }
 
-async fn list(args: ListArgs) -> anyhow::Result<()> {
+async fn list(args: OwnerListArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     let query = ScheduleQuery {
         owner: args.owner,
