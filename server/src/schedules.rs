@@ -319,11 +319,7 @@ pub async fn pause(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
 ) -> Result<Shown<Schedule>> {
-    visible(&state, &principal, id).await?;
-    if !sked_db::schedule::pause(&state.pool, id).await? {
-        return Err(not_found());
-    }
-    current(&state, id).await
+    set_paused(&state, &principal, id, true).await
 }
 
 /// Resume a paused schedule at its next tick from now: ticks that passed while it was paused
@@ -342,15 +338,26 @@ pub async fn resume(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
 ) -> Result<Shown<Schedule>> {
-    visible(&state, &principal, id).await?;
-    if !sked_db::schedule::resume(&state.pool, id).await? {
-        return Err(not_found());
-    }
-    current(&state, id).await
+    set_paused(&state, &principal, id, false).await
 }
 
-/// The schedule as it is now, after a call that changed it.
-async fn current(state: &AppState, id: Uuid) -> Result<Shown<Schedule>> {
+/// Pauses (`paused`) or resumes the schedule `id` if the principal may see it, and answers
+/// the schedule as it is then.
+async fn set_paused(
+    state: &AppState,
+    principal: &Principal,
+    id: Uuid,
+    paused: bool,
+) -> Result<Shown<Schedule>> {
+    visible(state, principal, id).await?;
+    let found = if paused {
+        sked_db::schedule::pause(&state.pool, id).await?
+    } else {
+        sked_db::schedule::resume(&state.pool, id).await?
+    };
+    if !found {
+        return Err(not_found());
+    }
     let schedule = sked_db::schedule::get(&state.pool, id)
         .await?
         .ok_or_else(not_found)?;
