@@ -139,12 +139,16 @@ pub async fn list(
     }))
 }
 
+fn not_found() -> Error {
+    Error::NotFound("no such workflow".to_owned())
+}
+
 /// The workflow `id` if it exists and the principal may see it.
 async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<WorkflowRow> {
     sked_db::workflow::get(&state.pool, id)
         .await?
         .filter(|row| principal.may_access(&row.owner))
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))
+        .ok_or_else(not_found)
 }
 
 /// Read a workflow with its tasks (in submission order, with their states) and edges.
@@ -197,7 +201,7 @@ pub async fn cancel(
     }
     let after = sked_db::workflow::cancel(&state.pool, id)
         .await?
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+        .ok_or_else(not_found)?;
     Ok(axum::Json(WorkflowChange {
         id,
         state: after,
@@ -227,7 +231,7 @@ pub async fn retry(
     visible(&state, &principal, id).await?;
     let rerun = sked_db::workflow::retry(&state.pool, id)
         .await?
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+        .ok_or_else(not_found)?;
     if rerun == 0 {
         return Err(Error::Conflict(
             "no task of the workflow failed or was cancelled: nothing to re-run".to_owned(),
