@@ -30,6 +30,7 @@ use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchSchedule, OwnerForbidden, QuotaExceeded, ScheduleId};
 use crate::quotas::{rows_of_template, rows_of_workflow_template};
 use crate::shown::Shown;
+use crate::tasks::MAX_SECS;
 
 /// Fire times a schedule's detail shows.
 pub const DETAIL_FIRE_TIMES: i32 = 5;
@@ -38,8 +39,6 @@ pub const DETAIL_RUNS: i64 = 50;
 /// Fire times a preview shows when `n` is absent, and its upper bound.
 pub const DEFAULT_PREVIEW: i32 = 5;
 pub const MAX_PREVIEW: i32 = 100;
-/// The longest duration a schedule may give, in seconds (100 years).
-const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Create a schedule.
 ///

@@ -37,8 +37,8 @@ pub const MAX_PAGE: i64 = 500;
 /// Log chunks per request when `limit` is absent, and its upper bound.
 pub const DEFAULT_LOG_CHUNKS: i64 = 1_000;
 pub const MAX_LOG_CHUNKS: i64 = 10_000;
-/// The longest duration a submission may give, in seconds (100 years).
-const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+/// The longest duration a submission or a schedule may give, in seconds (100 years).
+pub(crate) const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Submit one task.
 ///
