@@ -3,8 +3,8 @@
 //! refuse U+0000, which PostgreSQL cannot store.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{Uri, header};
 use serde::de::DeserializeOwned;
 use sked_db::token::Principal;
 
@@ -69,47 +69,48 @@ where
     }
 }
 
-/// A query string; unparseable values are `invalid_request`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Query<T>(pub T);
+/// Declares an extractor of the request's parts that refuses U+0000 (`%00`) in its part of
+/// the URI, then reads that part as axum's extractor of the same name does, its rejections
+/// turned into API errors.
+macro_rules! nul_free_parts {
+    ($(#[$meta:meta])* $name:ident, $part:expr, $what:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $name<T>(pub T);
 
-impl<T, S> FromRequestParts<S> for Query<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = Error;
+        impl<T, S> FromRequestParts<S> for $name<T>
+        where
+            T: DeserializeOwned + Send,
+            S: Send + Sync,
+        {
+            type Rejection = Error;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        if parts.uri.query().is_some_and(|q| q.contains("%00")) {
-            return Err(nul_refused("query parameters"));
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+                let part: fn(&Uri) -> Option<&str> = $part;
+                if part(&parts.uri).is_some_and(|p| p.contains("%00")) {
+                    return Err(nul_refused($what));
+                }
+                let axum::extract::$name(value) =
+                    axum::extract::$name::<T>::from_request_parts(parts, state).await?;
+                Ok($name(value))
+            }
         }
-        let axum::extract::Query(value) =
-            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
-        Ok(Query(value))
-    }
+    };
 }
 
-/// Path parameters; a malformed id is `invalid_request`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Path<T>(pub T);
+nul_free_parts!(
+    /// A query string; unparseable values are `invalid_request`.
+    Query,
+    Uri::query,
+    "query parameters"
+);
 
-impl<T, S> FromRequestParts<S> for Path<T>
-where
-    T: DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = Error;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        if parts.uri.path().contains("%00") {
-            return Err(nul_refused("path segments"));
-        }
-        let axum::extract::Path(value) =
-            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
-        Ok(Path(value))
-    }
-}
+nul_free_parts!(
+    /// Path parameters; a malformed id is `invalid_request`.
+    Path,
+    |uri| Some(uri.path()),
+    "path segments"
+);
 
 /// PostgreSQL's text and jsonb cannot hold U+0000, so no request may: bodies, query strings
 /// and paths holding it are refused here, before any handler (the OpenAPI document says so

@@ -5,7 +5,11 @@
 //!
 //! The errors every operation of a kind can meet are written once, as components the
 //! operations refer to ([`CommonErrors`]): 401 for an operation that needs a token, 400 for
-//! one with parameters or a body (what the extractors refuse), 413 for one with a body.
+//! one with parameters or a body (what the extractors refuse), 413 for one with a body. The
+//! links from what creates a task, workflow or schedule to the operations on it follow from
+//! the paths ([`CREATES`]). What operations name alike in their `#[utoipa::path]` (the path
+//! parameter of one resource, error answers worded the same everywhere, the quota's 429) is
+//! declared once in `shared`.
 
 use std::sync::LazyLock;
 
@@ -14,16 +18,22 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{
-    ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder, schema,
-};
-use utoipa::{Modify, OpenApi, PartialSchema, ToResponse};
+use utoipa::openapi::{Ref, RefOr, schema};
+use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
 use sked_types::time_zones;
 
 use crate::{AppState, queues, schedules, services, system, tasks, workflows};
+
+mod shared;
+
+use shared::error_response;
+pub(crate) use shared::{
+    AdminOnly, NoSuchSchedule, NoSuchService, NoSuchTask, NoSuchWorkflow, OwnerForbidden,
+    QueueNamed, QueueRefusals, QuotaExceeded, ScheduleId, ServiceId, TaskId, WorkflowId,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -98,7 +108,7 @@ pub fn document() -> serde_json::Value {
     NoNulInStrings.modify(&mut doc);
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     let mut json = serde_json::to_value(doc).expect("the OpenAPI document serialises to JSON");
-    camel_case_links(&mut json);
+    created_links(&mut json);
     task_rules(&mut json["components"]["schemas"]);
     other_rules(&mut json);
     json
@@ -361,35 +371,33 @@ fn task_rules(schemas: &mut serde_json::Value) {
     schemas["WorkflowTask"] = workflow_task;
 }
 
-/// utoipa 5 writes the fields of a response's link in snake case (`operation_id`); OpenAPI
-/// names them in camel case (`operationId`), and tools ignore a link without one.
-fn camel_case_links(doc: &mut serde_json::Value) {
-    let responses = doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|paths| paths.values_mut())
-        .filter_map(|item| item.as_object_mut())
-        .flat_map(|item| item.values_mut())
-        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
-        .flat_map(|responses| responses.values_mut());
-    for response in responses {
-        let links = response
-            .get_mut("links")
-            .and_then(|l| l.as_object_mut())
+/// The operations that create one of what their path lists, and where their answer holds
+/// its id: their 201 links to every operation on `{path}/{id}`, so that what was created can
+/// be followed (Schemathesis reads, changes and deletes it).
+const CREATES: &[(&str, &str)] = &[
+    ("/api/v1/tasks", "$response.body#/ids/0"),
+    ("/api/v1/workflows", "$response.body#/id"),
+    ("/api/v1/schedules", "$response.body#/id"),
+];
+
+/// The links of [`CREATES`], each named by the operation it leads to.
+fn created_links(doc: &mut serde_json::Value) {
+    for (path, id) in CREATES {
+        let one = format!("{path}/{{id}}");
+        let links: serde_json::Map<String, serde_json::Value> = doc["paths"]
+            .as_object()
             .into_iter()
-            .flat_map(|links| links.values_mut())
-            .filter_map(|link| link.as_object_mut());
-        for link in links {
-            for (snake, camel) in [
-                ("operation_id", "operationId"),
-                ("operation_ref", "operationRef"),
-                ("request_body", "requestBody"),
-            ] {
-                if let Some(value) = link.remove(snake) {
-                    link.insert(camel.to_owned(), value);
-                }
-            }
-        }
+            .flatten()
+            .filter(|(other, _)| **other == one || other.starts_with(&format!("{one}/")))
+            .filter_map(|(_, item)| item.as_object())
+            .flat_map(|item| item.values())
+            .filter_map(|operation| operation["operationId"].as_str())
+            .map(|operation| {
+                let link = serde_json::json!({"operationId": operation, "parameters": {"id": id}});
+                (operation.to_owned(), link)
+            })
+            .collect();
+        doc["paths"][path]["post"]["responses"]["201"]["links"] = links.into();
     }
 }
 
@@ -487,52 +495,6 @@ impl Modify for CommonErrors {
             );
         }
     }
-}
-
-/// 429 `quota_exceeded`: the answer of an operation that creates task rows when its owner's
-/// quota per minute cannot cover them now (`quotas.rs`). Declared once, as a response
-/// component; each such operation names it: `(status = 429, response = QuotaExceeded)`.
-pub(crate) struct QuotaExceeded;
-
-impl<'r> ToResponse<'r> for QuotaExceeded {
-    fn response() -> (&'r str, RefOr<Response>) {
-        let mut response = error_response(
-            "429",
-            "`quota_exceeded`: the owner's task rows per minute \
-             (`--max-rows-per-owner-per-minute`) cannot cover the request now; nothing was \
-             written",
-        );
-        response.headers.insert(
-            "Retry-After".to_owned(),
-            HeaderBuilder::new()
-                .schema(<u64 as PartialSchema>::schema())
-                .description(Some(
-                    "Whole seconds until the owner's quota covers the request",
-                ))
-                .build(),
-        );
-        ("QuotaExceeded", RefOr::T(response))
-    }
-}
-
-/// A response whose body is an `ApiError`; a 401 also names the `Bearer` challenge.
-fn error_response(status: &str, description: &str) -> Response {
-    let mut response = ResponseBuilder::new().description(description).content(
-        "application/json",
-        ContentBuilder::new()
-            .schema(Some(Ref::from_schema_name("ApiError")))
-            .build(),
-    );
-    if status == "401" {
-        response = response.header(
-            "WWW-Authenticate",
-            HeaderBuilder::new()
-                .schema(schema::Object::with_type(schema::Type::String))
-                .description(Some("`Bearer`"))
-                .build(),
-        );
-    }
-    response.build()
 }
 
 /// PostgreSQL's text cannot hold U+0000, so no string the API takes may contain it (a request

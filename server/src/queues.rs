@@ -5,11 +5,12 @@
 
 use axum::extract::State;
 use sked_db::token::Principal;
-use sked_types::{ApiError, QueueControls, QueueLimits, QueueName};
+use sked_types::{ApiError, QueueControls, QueueLimits};
 
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path};
+use crate::openapi::{AdminOnly, QueueNamed, QueueRefusals};
 
 /// Refuses a user token: queue controls act on every owner's tasks.
 fn admin_only(principal: &Principal) -> Result<()> {
@@ -59,11 +60,10 @@ fn validate(limits: &QueueLimits) -> Result<()> {
 /// paused queue changes nothing (it keeps its `paused_at`).
 #[utoipa::path(
     post, path = "/api/v1/queues/{name}/pause", operation_id = "pause_queue", tag = "queues",
-    params(("name" = QueueName, Path, description = "Queue name")),
+    params(QueueNamed),
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 403, description = "Not an admin token", body = ApiError),
-        (status = 422, description = "Not a valid queue name", body = ApiError),
+        QueueRefusals,
     ),
     security(("bearer" = [])),
 )]
@@ -82,11 +82,10 @@ pub async fn pause(
 /// paused changes nothing.
 #[utoipa::path(
     post, path = "/api/v1/queues/{name}/resume", operation_id = "resume_queue", tag = "queues",
-    params(("name" = QueueName, Path, description = "Queue name")),
+    params(QueueNamed),
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 403, description = "Not an admin token", body = ApiError),
-        (status = 422, description = "Not a valid queue name", body = ApiError),
+        QueueRefusals,
     ),
     security(("bearer" = [])),
 )]
@@ -109,11 +108,11 @@ pub async fn resume(
 /// hold however many workers claim (`docs/runtime.md`). A bad value changes nothing.
 #[utoipa::path(
     patch, path = "/api/v1/queues/{name}", operation_id = "update_queue", tag = "queues",
-    params(("name" = QueueName, Path, description = "Queue name")),
+    params(QueueNamed),
     request_body = QueueLimits,
     responses(
         (status = 200, description = "The queue's controls after the call", body = QueueControls),
-        (status = 403, description = "Not an admin token", body = ApiError),
+        AdminOnly,
         (status = 422, description = "Not a valid queue name, or a burst without a rate", body = ApiError),
     ),
     security(("bearer" = [])),

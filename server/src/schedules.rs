@@ -27,9 +27,10 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
-use crate::openapi::QuotaExceeded;
+use crate::openapi::{NoSuchSchedule, OwnerForbidden, QuotaExceeded, ScheduleId};
 use crate::quotas::{rows_of_template, rows_of_workflow_template};
 use crate::shown::Shown;
+use crate::tasks::MAX_SECS;
 
 /// Fire times a schedule's detail shows.
 pub const DETAIL_FIRE_TIMES: i32 = 5;
@@ -38,8 +39,6 @@ pub const DETAIL_RUNS: i64 = 50;
 /// Fire times a preview shows when `n` is absent, and its upper bound.
 pub const DEFAULT_PREVIEW: i32 = 5;
 pub const MAX_PREVIEW: i32 = 100;
-/// The longest duration a schedule may give, in seconds (100 years).
-const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Create a schedule.
 ///
@@ -49,16 +48,8 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
     post, path = "/api/v1/schedules", operation_id = "create_schedule", tag = "schedules",
     request_body = CreateSchedule,
     responses(
-        (status = 201, description = "The schedule was created", body = Schedule,
-         links(
-             ("get_schedule" = (operation_id = "get_schedule", parameters(("id" = "$response.body#/id")))),
-             ("update_schedule" = (operation_id = "update_schedule", parameters(("id" = "$response.body#/id")))),
-             ("pause_schedule" = (operation_id = "pause_schedule", parameters(("id" = "$response.body#/id")))),
-             ("resume_schedule" = (operation_id = "resume_schedule", parameters(("id" = "$response.body#/id")))),
-             ("run_schedule" = (operation_id = "run_schedule", parameters(("id" = "$response.body#/id")))),
-             ("delete_schedule" = (operation_id = "delete_schedule", parameters(("id" = "$response.body#/id")))),
-         )),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        (status = 201, description = "The schedule was created", body = Schedule),
+        OwnerForbidden,
         (status = 409, description = "`conflict`: the owner already has a schedule of this name, or the template is a broadcast that no live worker serves", body = ApiError),
         (status = 422, description = "`rejected`: the expression or the template breaks a rule (the message names it); a template is held to the rules of a submission", body = ApiError),
     ),
@@ -191,7 +182,7 @@ fn check_time_zone(time_zone: &str) -> Result<()> {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListParams {
+pub struct ScheduleParams {
     /// Only schedules of this owner. A user token may name only its own owner.
     owner: Option<String>,
     /// Only the schedule(s) of this name (one per owner).
@@ -203,17 +194,17 @@ pub struct ListParams {
 /// A user token lists its owner's schedules; an admin token lists all, or one owner's.
 #[utoipa::path(
     get, path = "/api/v1/schedules", operation_id = "list_schedules", tag = "schedules",
-    params(ListParams),
+    params(ScheduleParams),
     responses(
         (status = 200, description = "The schedules", body = SchedulePage),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
     ),
     security(("bearer" = [])),
 )]
 pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
-    Query(params): Query<ListParams>,
+    Query(params): Query<ScheduleParams>,
 ) -> Result<Shown<SchedulePage>> {
     let owner = listing_owner(&principal, params.owner, "schedules")?;
     let name = params.name.filter(|n| !n.is_empty());
@@ -241,10 +232,10 @@ async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<Sc
 /// `manual`) and why.
 #[utoipa::path(
     get, path = "/api/v1/schedules/{id}", operation_id = "get_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule, its next fire times and its latest runs", body = ScheduleDetail),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
     ),
     security(("bearer" = [])),
 )]
@@ -274,11 +265,11 @@ pub async fn detail(
 /// the next occurrence on. The change is checked exactly like a new schedule.
 #[utoipa::path(
     patch, path = "/api/v1/schedules/{id}", operation_id = "update_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     request_body = UpdateSchedule,
     responses(
         (status = 200, description = "The schedule after the change", body = Schedule),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
         (status = 409, description = "`conflict`: the owner already has a schedule of the new name, or the new template is a broadcast that no live worker serves", body = ApiError),
         (status = 422, description = "`rejected`: the change breaks a rule (the message names it); a template is held to the rules of a submission", body = ApiError),
     ),
@@ -315,10 +306,10 @@ pub async fn update(
 /// nothing.
 #[utoipa::path(
     post, path = "/api/v1/schedules/{id}/pause", operation_id = "pause_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule after the call", body = Schedule),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
     ),
     security(("bearer" = [])),
 )]
@@ -327,21 +318,17 @@ pub async fn pause(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
 ) -> Result<Shown<Schedule>> {
-    visible(&state, &principal, id).await?;
-    if !sked_db::schedule::pause(&state.pool, id).await? {
-        return Err(not_found());
-    }
-    current(&state, id).await
+    set_paused(&state, &principal, id, true).await
 }
 
 /// Resume a paused schedule at its next tick from now: ticks that passed while it was paused
 /// do not fire and are not missed ticks. Resuming an active schedule changes nothing.
 #[utoipa::path(
     post, path = "/api/v1/schedules/{id}/resume", operation_id = "resume_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule after the call", body = Schedule),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
     ),
     security(("bearer" = [])),
 )]
@@ -350,15 +337,26 @@ pub async fn resume(
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
 ) -> Result<Shown<Schedule>> {
-    visible(&state, &principal, id).await?;
-    if !sked_db::schedule::resume(&state.pool, id).await? {
-        return Err(not_found());
-    }
-    current(&state, id).await
+    set_paused(&state, &principal, id, false).await
 }
 
-/// The schedule as it is now, after a call that changed it.
-async fn current(state: &AppState, id: Uuid) -> Result<Shown<Schedule>> {
+/// Pauses (`paused`) or resumes the schedule `id` if the principal may see it, and answers
+/// the schedule as it is then.
+async fn set_paused(
+    state: &AppState,
+    principal: &Principal,
+    id: Uuid,
+    paused: bool,
+) -> Result<Shown<Schedule>> {
+    visible(state, principal, id).await?;
+    let found = if paused {
+        sked_db::schedule::pause(&state.pool, id).await?
+    } else {
+        sked_db::schedule::resume(&state.pool, id).await?
+    };
+    if !found {
+        return Err(not_found());
+    }
     let schedule = sked_db::schedule::get(&state.pool, id)
         .await?
         .ok_or_else(not_found)?;
@@ -371,10 +369,10 @@ async fn current(state: &AppState, id: Uuid) -> Result<Shown<Schedule>> {
 /// paused, records it as a `manual` run, and answers its id.
 #[utoipa::path(
     post, path = "/api/v1/schedules/{id}/run", operation_id = "run_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     responses(
         (status = 201, description = "The occurrence was submitted: a task or a workflow", body = RunNow),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
         (status = 409, description = "`conflict`: an unfinished task of the owner holds the template's idempotency key, or the template is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the occurrence is more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The template no longer passes the rules of a submission", body = ApiError),
@@ -418,10 +416,10 @@ pub async fn run(
 /// and workflows).
 #[utoipa::path(
     delete, path = "/api/v1/schedules/{id}", operation_id = "delete_schedule", tag = "schedules",
-    params(("id" = Uuid, Path, description = "Schedule id")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule as it was before it was deleted", body = Schedule),
-        (status = 404, description = "No such schedule, or not the caller's", body = ApiError),
+        NoSuchSchedule,
     ),
     security(("bearer" = [])),
 )]

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner};
-use crate::openapi::QuotaExceeded;
+use crate::openapi::{NoSuchService, OwnerForbidden, QuotaExceeded, ServiceId};
 use crate::shown::Shown;
 
 /// Most services one listing returns.
@@ -38,7 +38,7 @@ pub struct ServiceParams {
     params(ServiceParams),
     responses(
         (status = 200, description = "The services that run", body = ServiceList),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
     ),
     security(("bearer" = [])),
 )]
@@ -60,10 +60,10 @@ pub async fn list(
 /// (`GET /api/v1/tasks/{copy id}/logs`).
 #[utoipa::path(
     get, path = "/api/v1/services/{id}", operation_id = "get_service", tag = "services",
-    params(("id" = Uuid, Path, description = "The service's task id")),
+    params(ServiceId),
     responses(
         (status = 200, description = "The service and its copies", body = Service),
-        (status = 404, description = "No such service, or not the caller's", body = ApiError),
+        NoSuchService,
     ),
     security(("bearer" = [])),
 )]
@@ -86,12 +86,12 @@ pub async fn detail(
 /// Bad input changes nothing.
 #[utoipa::path(
     patch, path = "/api/v1/services/{id}", operation_id = "update_service", tag = "services",
-    params(("id" = Uuid, Path, description = "The service's task id")),
+    params(ServiceId),
     request_body = UpdateService,
     responses(
         (status = 200, description = "The generation and replicas after the change", body = ServiceUpdated),
         (status = 400, description = "A malformed body, an unknown key, or an env value that holds the mask", body = ApiError),
-        (status = 404, description = "No such service, or not the caller's", body = ApiError),
+        NoSuchService,
         (status = 409, description = "`already_finished`: the service has ended; `conflict`: the change would leave the service with neither a command nor an artifact, with both, or with an artifact without its SHA-256 (the keys it sends and the ones it keeps decide)", body = ApiError),
         (status = 413, description = "`too_large`: the copies the change makes are more task rows than the owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A value breaks a rule (named in the message)", body = ApiError),

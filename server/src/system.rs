@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sked_types::{ApiError, Health, Me, Overview, QueueControls, QueueCounts, TaskState, Worker};
+use sked_types::{Health, Me, Overview, QueueControls, QueueCounts, TaskState, Worker};
 use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Query, listing_owner};
+use crate::openapi::OwnerForbidden;
 
 /// Parameters of `GET /api/v1/overview`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -35,7 +36,7 @@ pub struct OverviewParams {
     params(OverviewParams),
     responses(
         (status = 200, description = "Counts per queue, the per-minute series and the workers", body = Overview),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
     ),
     security(("bearer" = [])),
 )]

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
-use crate::openapi::QuotaExceeded;
+use crate::openapi::{NoSuchTask, OwnerForbidden, QuotaExceeded, TaskId};
 use crate::quotas::rows_of_row;
 use crate::shown::{Masked, Shown};
 
@@ -37,8 +37,8 @@ pub const MAX_PAGE: i64 = 500;
 /// Log chunks per request when `limit` is absent, and its upper bound.
 pub const DEFAULT_LOG_CHUNKS: i64 = 1_000;
 pub const MAX_LOG_CHUNKS: i64 = 10_000;
-/// The longest duration a submission may give, in seconds (100 years).
-const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+/// The longest duration a submission or a schedule may give, in seconds (100 years).
+pub(crate) const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Submit one task.
 ///
@@ -47,15 +47,8 @@ const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
     post, path = "/api/v1/tasks", operation_id = "submit_task", tag = "tasks",
     request_body = SubmitTask,
     responses(
-        (status = 201, description = "The task was created (or an unfinished task with the same idempotency key exists)", body = Submitted,
-         links(
-             ("get_task" = (operation_id = "get_task", parameters(("id" = "$response.body#/ids/0")))),
-             ("get_task_logs" = (operation_id = "get_task_logs", parameters(("id" = "$response.body#/ids/0")))),
-             ("cancel_task" = (operation_id = "cancel_task", parameters(("id" = "$response.body#/ids/0")))),
-             ("retry_task" = (operation_id = "retry_task", parameters(("id" = "$response.body#/ids/0")))),
-             ("resubmit_task" = (operation_id = "resubmit_task", parameters(("id" = "$response.body#/ids/0")))),
-         )),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        (status = 201, description = "The task was created (or an unfinished task with the same idempotency key exists)", body = Submitted),
+        OwnerForbidden,
         (status = 409, description = "`conflict`: an unfinished task of the owner holds the idempotency key, or the task is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected the task; the message names the rule", body = ApiError),
@@ -80,7 +73,7 @@ pub async fn submit(
     request_body = SubmitBatch,
     responses(
         (status = 201, description = "Every task was created", body = Submitted),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
         (status = 409, description = "`conflict`: an unfinished task of the owner holds an idempotency key, or a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
         (status = 413, description = "A body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected a task; nothing was inserted", body = ApiError),
@@ -166,7 +159,7 @@ pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListParams {
+pub struct TaskParams {
     /// Only tasks in these states, comma-separated (`blocked`, `waiting`, `running`, `retry`,
     /// `succeeded`, `failed`, `cancelled`, `upstream_failed`, `skipped`), e.g.
     /// `failed,cancelled`.
@@ -271,18 +264,18 @@ fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
 /// the scan (see `docs/api.md`).
 #[utoipa::path(
     get, path = "/api/v1/tasks", operation_id = "list_tasks", tag = "tasks",
-    params(ListParams),
+    params(TaskParams),
     responses(
         (status = 200, description = "One page of tasks (`TaskPage`), or of task summaries with `view=summary` (`TaskSummaryPage`)", body = Listing),
         (status = 400, description = "An unknown state or view, or a malformed parameter", body = ApiError),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
     ),
     security(("bearer" = [])),
 )]
 pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
-    Query(params): Query<ListParams>,
+    Query(params): Query<TaskParams>,
 ) -> Result<Shown<Listing>> {
     let states = parse_states(params.state)?;
     let view = params.view.unwrap_or(ListView::Full);
@@ -340,10 +333,10 @@ async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Resu
 /// a `scheme://user:password@host` URL in any other value. The worker gets the real values.
 #[utoipa::path(
     get, path = "/api/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
-    params(("id" = Uuid, Path, description = "Task id")),
+    params(TaskId),
     responses(
         (status = 200, description = "The task and its attempts, oldest first", body = TaskDetail),
-        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        NoSuchTask,
     ),
     security(("bearer" = [])),
 )]
@@ -385,10 +378,10 @@ pub struct LogParams {
 /// Read a task's stdout and stderr chunks, oldest first.
 #[utoipa::path(
     get, path = "/api/v1/tasks/{id}/logs", operation_id = "get_task_logs", tag = "tasks",
-    params(("id" = Uuid, Path, description = "Task id"), LogParams),
+    params(TaskId, LogParams),
     responses(
         (status = 200, description = "Log chunks after `after`, oldest first", body = Vec<LogChunk>),
-        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        NoSuchTask,
     ),
     security(("bearer" = [])),
 )]
@@ -410,10 +403,10 @@ pub async fn logs(
 /// `cancel_requested` true until its worker stops the process and records `cancelled`.
 #[utoipa::path(
     post, path = "/api/v1/tasks/{id}/cancel", operation_id = "cancel_task", tag = "tasks",
-    params(("id" = Uuid, Path, description = "Task id")),
+    params(TaskId),
     responses(
         (status = 200, description = "The state after the call", body = StateChange),
-        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        NoSuchTask,
         (status = 409, description = "`already_finished`: the task is in a final state", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -449,10 +442,10 @@ pub async fn cancel(
 /// descendants that ended `upstream_failed` or `skipped` wait for it again.
 #[utoipa::path(
     post, path = "/api/v1/tasks/{id}/retry", operation_id = "retry_task", tag = "tasks",
-    params(("id" = Uuid, Path, description = "Task id")),
+    params(TaskId),
     responses(
         (status = 200, description = "The state after the call (`waiting`, or `blocked` for a task whose parents are unfinished)", body = StateChange),
-        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        NoSuchTask,
         (status = 409, description = "`not_finished`: the task is not in a final state", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -497,7 +490,7 @@ pub async fn retry(
     params(("id" = Uuid, Path, description = "Id of the task whose definition to submit again")),
     responses(
         (status = 201, description = "The new task's id", body = Submitted),
-        (status = 404, description = "No such task, or not the caller's", body = ApiError),
+        NoSuchTask,
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 409, description = "`conflict`: the task belongs to a workflow, or is a shard; it runs as part of that", body = ApiError),
         (status = 429, response = QuotaExceeded),

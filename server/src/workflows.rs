@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
-use crate::openapi::QuotaExceeded;
+use crate::openapi::{NoSuchWorkflow, OwnerForbidden, QuotaExceeded, WorkflowId};
 use crate::shown::Shown;
 use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, page_size, validate};
 
@@ -37,13 +37,8 @@ pub const MAX_WORKFLOW_TASKS: usize = 50_000;
     post, path = "/api/v1/workflows", operation_id = "submit_workflow", tag = "workflows",
     request_body = SubmitWorkflow,
     responses(
-        (status = 201, description = "The workflow was created", body = WorkflowSubmitted,
-         links(
-             ("get_workflow" = (operation_id = "get_workflow", parameters(("id" = "$response.body#/id")))),
-             ("cancel_workflow" = (operation_id = "cancel_workflow", parameters(("id" = "$response.body#/id")))),
-             ("retry_workflow" = (operation_id = "retry_workflow", parameters(("id" = "$response.body#/id")))),
-         )),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        (status = 201, description = "The workflow was created", body = WorkflowSubmitted),
+        OwnerForbidden,
         (status = 409, description = "`conflict`: a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
         (status = 413, description = "More than 50000 tasks, a body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "A rule of workflows or tasks was broken (the message names it); nothing was inserted", body = ApiError),
@@ -92,7 +87,7 @@ fn in_task(err: Error, name: &str) -> Error {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListParams {
+pub struct WorkflowParams {
     /// Only workflows in this state (`running`, `succeeded`, `failed` or `cancelled`).
     state: Option<WorkflowState>,
     /// Only workflows of this owner. A user token may name only its own owner.
@@ -109,18 +104,18 @@ pub struct ListParams {
 /// Pages by keyset on the time-ordered id: pass `next_cursor` as `after` until it is null.
 #[utoipa::path(
     get, path = "/api/v1/workflows", operation_id = "list_workflows", tag = "workflows",
-    params(ListParams),
+    params(WorkflowParams),
     responses(
         (status = 200, description = "One page of workflows", body = WorkflowPage),
         (status = 400, description = "An unknown state or a malformed parameter", body = ApiError),
-        (status = 403, description = "A user token named another owner", body = ApiError),
+        OwnerForbidden,
     ),
     security(("bearer" = [])),
 )]
 pub async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
-    Query(params): Query<ListParams>,
+    Query(params): Query<WorkflowParams>,
 ) -> Result<axum::Json<WorkflowPage>> {
     let limit = page_size(params.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let owner = listing_owner(&principal, params.owner, "workflows")?;
@@ -144,21 +139,25 @@ pub async fn list(
     }))
 }
 
+fn not_found() -> Error {
+    Error::NotFound("no such workflow".to_owned())
+}
+
 /// The workflow `id` if it exists and the principal may see it.
 async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<WorkflowRow> {
     sked_db::workflow::get(&state.pool, id)
         .await?
         .filter(|row| principal.may_access(&row.owner))
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))
+        .ok_or_else(not_found)
 }
 
 /// Read a workflow with its tasks (in submission order, with their states) and edges.
 #[utoipa::path(
     get, path = "/api/v1/workflows/{id}", operation_id = "get_workflow", tag = "workflows",
-    params(("id" = Uuid, Path, description = "Workflow id")),
+    params(WorkflowId),
     responses(
         (status = 200, description = "The workflow, its tasks and its edges", body = WorkflowDetail),
-        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+        NoSuchWorkflow,
     ),
     security(("bearer" = [])),
 )]
@@ -183,10 +182,10 @@ pub async fn detail(
 /// request and their workers stop them. The workflow is `cancelled` once none runs.
 #[utoipa::path(
     post, path = "/api/v1/workflows/{id}/cancel", operation_id = "cancel_workflow", tag = "workflows",
-    params(("id" = Uuid, Path, description = "Workflow id")),
+    params(WorkflowId),
     responses(
         (status = 200, description = "The workflow's state after the call", body = WorkflowChange),
-        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+        NoSuchWorkflow,
         (status = 409, description = "`already_finished`: the workflow is finished", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -202,7 +201,7 @@ pub async fn cancel(
     }
     let after = sked_db::workflow::cancel(&state.pool, id)
         .await?
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+        .ok_or_else(not_found)?;
     Ok(axum::Json(WorkflowChange {
         id,
         state: after,
@@ -216,10 +215,10 @@ pub async fn cancel(
 /// `upstream_failed` or `skipped` wait for them again; succeeded tasks are not run again.
 #[utoipa::path(
     post, path = "/api/v1/workflows/{id}/retry", operation_id = "retry_workflow", tag = "workflows",
-    params(("id" = Uuid, Path, description = "Workflow id")),
+    params(WorkflowId),
     responses(
         (status = 200, description = "The workflow runs again", body = WorkflowChange),
-        (status = 404, description = "No such workflow, or not the caller's", body = ApiError),
+        NoSuchWorkflow,
         (status = 409, description = "`conflict`: no task of the workflow failed or was cancelled", body = ApiError),
     ),
     security(("bearer" = [])),
@@ -232,7 +231,7 @@ pub async fn retry(
     visible(&state, &principal, id).await?;
     let rerun = sked_db::workflow::retry(&state.pool, id)
         .await?
-        .ok_or_else(|| Error::NotFound("no such workflow".to_owned()))?;
+        .ok_or_else(not_found)?;
     if rerun == 0 {
         return Err(Error::Conflict(
             "no task of the workflow failed or was cancelled: nothing to re-run".to_owned(),

@@ -1,6 +1,8 @@
 //! What the subcommands share: where the API is and who calls it ([`ApiArgs`]), the
-//! arguments of every `show` ([`ShowArgs`]), reading a file argument, printing an answer, and
-//! the parsers of flags that several subcommands take.
+//! arguments of every `show` ([`ShowArgs`]) and of the listings by owner ([`OwnerListArgs`]),
+//! the flags of a task that `submit` and `schedule create` both take ([`TaskFlags`]), reading
+//! a file argument, printing an answer, and the parsers of flags that several subcommands
+//! take.
 
 use std::io::Read;
 use std::path::Path;
@@ -8,6 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::de::DeserializeOwned;
 use sked::client::Client;
+use sked_types::SubmitTask;
 use uuid::Uuid;
 
 /// Where the API is and who is calling.
@@ -36,6 +39,52 @@ pub struct ShowArgs {
     /// Print the raw JSON answer.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `sked … list [--owner OWNER] [--json]`: the listings a user token sees its own owner's
+/// part of.
+#[derive(Debug, clap::Args)]
+pub struct OwnerListArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// List only this owner's (admin tokens; a user token lists its own).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The flags of a task that `sked submit` and `sked schedule create` both take: where it
+/// queues, its environment, its attempts and the labels its worker must offer.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TaskFlags {
+    /// Queue of the task (default: `default`).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Higher runs first.
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// An environment variable of the process; repeat for more.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Attempts before the task fails for good.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub max_attempts: Option<i32>,
+    /// A label the worker must offer; repeat for more.
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
+}
+
+impl TaskFlags {
+    /// Sets the task's queue, priority, environment, attempts and labels from the flags.
+    pub fn apply(&self, task: &mut SubmitTask) {
+        task.queue = self.queue.clone();
+        task.priority = self.priority;
+        task.env = self.env.iter().cloned().collect();
+        task.max_attempts = self.max_attempts;
+        task.labels = self.labels.clone();
+    }
 }
 
 /// Prints an answer of the API: the raw JSON with `--json`, else the text `describe` makes

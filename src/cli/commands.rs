@@ -2,7 +2,6 @@
 //! `token create`) and the REST API commands (`submit`, `list`, `show`, `logs`, `cancel`,
 //! `retry`, `resubmit`). Flags are validated here, before any connection or request.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,10 +10,10 @@ use anyhow::{Context, bail};
 use sked::app::DatabaseArgs;
 use sked::client::ListQuery;
 use sked_db::token::Role;
-use sked_types::{SubmitTask, TaskKind, TaskState};
+use sked_types::{SubmitTask, Submitted, TaskKind, TaskState};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, ShowArgs, one_of, parse_env, parse_json, print_answer, read_text};
+use super::args::{ApiArgs, ShowArgs, TaskFlags, one_of, parse_json, print_answer, read_text};
 use super::format::{describe, print_change, time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -64,15 +63,8 @@ pub struct TokenCreateArgs {
 pub struct SubmitArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Queue of the task (default: `default`).
-    #[arg(long)]
-    queue: Option<String>,
-    /// Higher runs first.
-    #[arg(long, allow_negative_numbers = true)]
-    priority: Option<i32>,
-    /// An environment variable of the process; repeat for more.
-    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+    #[command(flatten)]
+    task: TaskFlags,
     /// JSON input, given to the process on stdin.
     #[arg(long, value_name = "JSON", value_parser = parse_json, conflicts_with = "input_file")]
     input: Option<serde_json::Value>,
@@ -88,9 +80,6 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "TIME",
           value_parser = |s: &str| super::when::parse_time(s, "--at"))]
     at: Option<chrono::DateTime<chrono::Utc>>,
-    /// Attempts before the task fails for good.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-    max_attempts: Option<i32>,
     /// Timeout of one attempt: seconds, or a duration like 30s, 5m, 2h.
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true,
           value_parser = |s: &str| super::when::parse_duration(s, "--timeout", f64::MIN_POSITIVE))]
@@ -98,9 +87,6 @@ pub struct SubmitArgs {
     /// At most one unfinished task of yours has this key; submitting it again returns it.
     #[arg(long)]
     idempotency_key: Option<String>,
-    /// A label the worker must offer; repeat for more.
-    #[arg(long = "label")]
-    labels: Vec<String>,
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only;
     /// `service` keeps COMMAND running (as --service).
     #[arg(long, value_parser = one_of(&TaskKind::ALL, TaskKind::as_str))]
@@ -326,16 +312,11 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         command,
         args: task_args,
         kind: (kind != TaskKind::Command).then_some(kind),
-        queue: args.queue.clone(),
-        priority: args.priority,
         input,
-        env: args.env.iter().cloned().collect::<BTreeMap<_, _>>(),
         run_at: args.at,
         delay_secs: args.delay,
-        max_attempts: args.max_attempts,
         timeout_secs: args.timeout,
         idempotency_key: args.idempotency_key.clone(),
-        labels: args.labels.clone(),
         owner: args.owner.clone(),
         shards: args.shards,
         broadcast: args.broadcast,
@@ -345,12 +326,18 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         preemptible: args.preemptible,
         ..SubmitTask::default()
     };
+    args.task.apply(&mut task);
     args.resources.apply(&mut task);
     let submitted = args.api.client()?.submit(&task).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&submitted)?);
+    print_submitted(&submitted, args.json)
+}
+
+/// Prints the ids of the new tasks, one a line, or the whole answer as JSON with `--json`.
+fn print_submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(submitted)?);
     } else {
-        for id in submitted.ids {
+        for id in &submitted.ids {
             println!("{id}");
         }
     }
@@ -485,12 +472,5 @@ pub struct ResubmitArgs {
 
 pub async fn resubmit(args: ResubmitArgs) -> anyhow::Result<()> {
     let submitted = args.api.client()?.resubmit(args.id).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&submitted)?);
-    } else {
-        for id in submitted.ids {
-            println!("{id}");
-        }
-    }
-    Ok(())
+    print_submitted(&submitted, args.json)
 }

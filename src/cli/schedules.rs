@@ -11,15 +11,18 @@ use sked_types::{
 };
 use uuid::Uuid;
 
-use super::args::{ApiArgs, one_of, parse_env, parse_json, parse_secs, print_answer, read_text};
+use super::args::{
+    ApiArgs, OwnerListArgs, TaskFlags, one_of, parse_json, parse_secs, print_answer, read_text,
+};
 use super::format::{quote, time, truncate};
+use super::units::ResourceFlags;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ScheduleCommand {
     /// Create a schedule: `sked schedule create NAME --cron EXPR [flags] -- COMMAND [ARGS...]`.
     Create(Box<CreateArgs>),
     /// List schedules by owner and name.
-    List(ListArgs),
+    List(OwnerListArgs),
     /// Show a schedule, its next fire times and its latest runs.
     Show(ShowArgs),
     /// Pause a schedule: no tick fires until it is resumed.
@@ -81,14 +84,19 @@ pub struct CreateArgs {
     owner: Option<String>,
     #[command(flatten)]
     task: TaskFlags,
+    #[command(flatten)]
+    template: TemplateFlags,
+    #[command(flatten)]
+    resources: ResourceFlags,
     /// The task template as JSON, with the fields of `POST /api/v1/tasks` (instead of a
     /// command after `--`).
     #[arg(long, value_name = "JSON", value_parser = parse_task,
-          conflicts_with_all = ["workflow", "command"])]
+          conflicts_with_all = ["workflow", "command", "TaskFlags", "TemplateFlags", "ResourceFlags"])]
     task_json: Option<SubmitTask>,
     /// A file (`-` for stdin) holding a workflow spec in JSON, as `POST /api/v1/workflows`
     /// takes it: each tick submits the workflow.
-    #[arg(long, value_name = "FILE", conflicts_with = "command")]
+    #[arg(long, value_name = "FILE",
+          conflicts_with_all = ["command", "TaskFlags", "TemplateFlags", "ResourceFlags"])]
     workflow: Option<PathBuf>,
     /// Print the created schedule as JSON.
     #[arg(long)]
@@ -98,67 +106,25 @@ pub struct CreateArgs {
     command: Vec<String>,
 }
 
-/// The task flags of `sked schedule create`, as `sked submit` takes them. They shape a task
-/// given as a command after `--`, so they conflict with `--task-json` and `--workflow`.
+/// The task flags of `sked schedule create` that `sked submit` takes otherwise. With
+/// [`TaskFlags`] and [`ResourceFlags`], they shape a task given as a command after `--`, so
+/// the three groups conflict with `--task-json` and `--workflow`.
 #[derive(Debug, Default, clap::Args)]
-#[group(id = "task_flags", multiple = true, conflicts_with_all = ["task_json", "workflow"])]
-struct TaskFlags {
-    /// Queue of each occurrence (default: `default`).
-    #[arg(long)]
-    queue: Option<String>,
-    /// Higher runs first.
-    #[arg(long, allow_negative_numbers = true)]
-    priority: Option<i32>,
-    /// An environment variable of the process; repeat for more.
-    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+struct TemplateFlags {
     /// JSON input, given to the process on stdin.
     #[arg(long, value_name = "JSON", value_parser = parse_json)]
     input: Option<serde_json::Value>,
-    /// Attempts before an occurrence fails for good.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-    max_attempts: Option<i32>,
     /// Timeout of one attempt, in seconds.
     #[arg(long, value_name = "SECS", allow_negative_numbers = true,
           value_parser = |s: &str| parse_secs(s, "--timeout", f64::MIN_POSITIVE))]
     timeout: Option<f64>,
-    /// A label the worker must offer; repeat for more.
-    #[arg(long = "label")]
-    labels: Vec<String>,
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only.
     #[arg(long, value_parser = one_of(&[TaskKind::Command, TaskKind::Noop, TaskKind::Sleep], TaskKind::as_str))]
     kind: Option<TaskKind>,
-    /// CPU to reserve and cap: cores (1, 0.5) or millicores (500m). Only a worker with that
-    /// much free claims the task (see docs/runtime.md).
-    #[arg(long, value_name = "CORES", allow_negative_numbers = true, value_parser = super::units::parse_cpu)]
-    cpu: Option<i32>,
-    /// Memory to reserve and cap: 512M, 2G (a plain number is MB).
-    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = super::units::parse_memory_mb)]
-    memory: Option<i32>,
-    /// The most stdout and stderr may write together: 10M, 1G (a plain number is bytes).
-    #[arg(long, value_name = "SIZE", allow_negative_numbers = true,
-          value_parser = super::units::parse_output_bytes)]
-    max_output: Option<i64>,
-    /// The user to run as (a name or a uid); the worker's default when absent.
-    #[arg(long, value_name = "USER")]
-    run_as: Option<String>,
     /// Each occurrence may be stopped while it runs to make room for a copy of a service;
     /// it then waits again without losing an attempt (see docs/runtime.md).
     #[arg(long)]
     preemptible: bool,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    /// Only this owner's schedules (admin tokens; a user token lists its own).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -293,7 +259,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let (task, workflow) = match (&args.task_json, &args.workflow) {
         (Some(task), _) => (Some(task.clone()), None),
         (None, Some(path)) => (None, Some(read_workflow(path)?)),
-        (None, None) => (Some(task_from_flags(&args.task, &args.command)?), None),
+        (None, None) => (Some(task_from_flags(&args)?), None),
     };
     let request = CreateSchedule {
         name: args.name,
@@ -320,7 +286,8 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
 }
 
 /// The task template of a command after `--` and the task flags.
-fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<SubmitTask> {
+fn task_from_flags(create: &CreateArgs) -> anyhow::Result<SubmitTask> {
+    let (flags, command) = (&create.template, &create.command);
     let (command, args) = if flags.kind.unwrap_or_default() == TaskKind::Command {
         if command.is_empty() {
             bail!(
@@ -332,24 +299,18 @@ fn task_from_flags(flags: &TaskFlags, command: &[String]) -> anyhow::Result<Subm
     } else {
         (None, command.to_vec())
     };
-    Ok(SubmitTask {
+    let mut task = SubmitTask {
         command,
         args,
         kind: flags.kind,
-        queue: flags.queue.clone(),
-        priority: flags.priority,
         input: flags.input.clone(),
-        env: flags.env.iter().cloned().collect(),
-        max_attempts: flags.max_attempts,
         timeout_secs: flags.timeout,
-        labels: flags.labels.clone(),
-        cpu_millis: flags.cpu,
-        memory_mb: flags.memory,
-        max_output_bytes: flags.max_output,
-        run_as: flags.run_as.clone(),
         preemptible: flags.preemptible,
         ..SubmitTask::default()
-    })
+    };
+    create.task.apply(&mut task);
+    create.resources.apply(&mut task);
+    Ok(task)
 }
 
 fn read_workflow(path: &Path) -> anyhow::Result<SubmitWorkflow> {
@@ -370,7 +331,7 @@ fn read_workflow(path: &Path) -> anyhow::Result<SubmitWorkflow> {
     })
 }
 
-async fn list(args: ListArgs) -> anyhow::Result<()> {
+async fn list(args: OwnerListArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     let query = ScheduleQuery {
         owner: args.owner,

@@ -13,17 +13,8 @@ use uuid::Uuid;
 use super::args::{ApiArgs, ShowArgs, parse_env, parse_json, print_answer};
 use super::format::{time, truncate};
 
-#[derive(Debug, clap::Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    api: ApiArgs,
-    /// Only services of this owner (admin tokens; a user sees its own).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Print the raw JSON answer.
-    #[arg(long)]
-    json: bool,
-}
+/// The arguments of `sked services`.
+pub use super::args::OwnerListArgs as ListArgs;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ServiceCommand {

@@ -2,7 +2,7 @@
 //! `docs/runtime.md`.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// What a queue's name may be: 1 to 64 of `A-Z a-z 0-9 _ . : -`, starting with a letter or a
 /// digit (the rule of `sked.queue_name_check` and of the tasks' `queue`).
@@ -54,11 +54,7 @@ pub struct QueueControls {
 #[serde(deny_unknown_fields)]
 pub struct QueueLimits {
     /// Tasks running at once over all workers, 1 to 1,000,000; null: no limit.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "change", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
         schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)
@@ -66,22 +62,14 @@ pub struct QueueLimits {
     pub max_running: Option<Option<i32>>,
     /// Tasks started per second, more than 0 (a normal double) and at most 1,000,000 (0.5: one
     /// every two seconds); null: no limit.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "change", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
         schema(value_type = Option<f64>, minimum = 2.2250738585072014e-308, maximum = 1000000)
     )]
     pub rate_per_sec: Option<Option<f64>>,
     /// Starts at once under the rate limit, 1 to 1,000,000; null: the rate rounded up.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "change", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
         schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)
@@ -89,14 +77,26 @@ pub struct QueueLimits {
     pub burst: Option<Option<i32>>,
 }
 
-/// A field that is present deserializes to `Some`, its value `null` to `Some(None)`; an
-/// absent one is `None` (by `default`).
-fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(deserializer).map(Some)
+/// A field of a change: absent keeps the value (`None`, by `default`), `null` removes it
+/// (`Some(None)`), a value sets it (`Some(Some(_))`).
+mod change {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S, T>(value: &Option<Option<T>>, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        T: Serialize,
+    {
+        value.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        Option::<T>::deserialize(deserializer).map(Some)
+    }
 }
 
 /// Why a task that has not started waits (`GET /api/v1/tasks/{id}`). `code` is stable:

@@ -80,55 +80,96 @@ pub struct ScheduleDetail {
     pub runs: Vec<ScheduleRun>,
 }
 
-/// A request to create a schedule: a name, a cron expression and a task (or workflow).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct CreateSchedule {
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
-    pub name: String,
-    pub cron: String,
-    /// Default `UTC`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// What each tick submits (`run_at`, `delay_secs` and `owner` are set by the schedule).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<SubmitTask>,
-    /// Or a workflow spec, as `POST /api/v1/workflows` takes it (without `owner`: the
-    /// schedule's owner owns each occurrence).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<SubmitWorkflow>,
-    /// `skip`, `run_once` (default) or `catch_up`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
-    pub misfire_policy: Option<String>,
-    /// Default 60.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
-    pub misfire_grace_secs: Option<f64>,
-    /// Default 100.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
-    pub catch_up_limit: Option<i32>,
-    /// `allow`, `skip` (default), `queue_one` or `replace`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<OverlapPolicy>))]
-    pub overlap_policy: Option<String>,
-    /// Default 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
-    pub jitter_secs: Option<f64>,
-    /// Default 1000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
-    pub history_limit: Option<i32>,
-    /// Create it paused.
-    #[serde(default)]
-    pub paused: bool,
-    /// Admins may create schedules for another owner.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
-    pub owner: Option<String>,
+/// Declares a body of `POST /api/v1/schedules` or `PATCH /api/v1/schedules/{id}`: its own
+/// fields, then the ones both take, each optional, left out when absent, and declared with
+/// the type and range the document gives it: the time zone, the template (a task or a
+/// workflow) and the settings. Each body says what its task template is; a creation says the
+/// `defaults` that stand for the settings it leaves out (a change keeps their values).
+macro_rules! schedule_body {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($own:tt)*
+        }
+        task: $task:literal,
+        $(defaults {
+            time_zone: $time_zone:literal,
+            misfire_policy: $misfire_policy:literal,
+            misfire_grace_secs: $misfire_grace_secs:literal,
+            catch_up_limit: $catch_up_limit:literal,
+            overlap_policy: $overlap_policy:literal,
+            jitter_secs: $jitter_secs:literal,
+            history_limit: $history_limit:literal,
+        })?
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($own)*
+            $(#[doc = $time_zone])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub time_zone: Option<String>,
+            #[doc = $task]
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub task: Option<SubmitTask>,
+            /// Or a workflow spec, as `POST /api/v1/workflows` takes it (without `owner`: the
+            /// schedule's owner owns each occurrence); a new one replaces a task template.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub workflow: Option<SubmitWorkflow>,
+            $(#[doc = $misfire_policy])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
+            pub misfire_policy: Option<String>,
+            $(#[doc = $misfire_grace_secs])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
+            pub misfire_grace_secs: Option<f64>,
+            $(#[doc = $catch_up_limit])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
+            pub catch_up_limit: Option<i32>,
+            $(#[doc = $overlap_policy])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(value_type = Option<OverlapPolicy>))]
+            pub overlap_policy: Option<String>,
+            $(#[doc = $jitter_secs])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
+            pub jitter_secs: Option<f64>,
+            $(#[doc = $history_limit])?
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+            pub history_limit: Option<i32>,
+        }
+    };
+}
+
+schedule_body! {
+    /// A request to create a schedule: a name, a cron expression and a task (or workflow).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct CreateSchedule {
+        #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+        pub name: String,
+        pub cron: String,
+        /// Create it paused.
+        #[serde(default)]
+        pub paused: bool,
+        /// Admins may create schedules for another owner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+        pub owner: Option<String>,
+    }
+    task: "What each tick submits (`run_at`, `delay_secs` and `owner` are set by the schedule).",
+    defaults {
+        time_zone: "Default `UTC`.",
+        misfire_policy: "`skip`, `run_once` (default) or `catch_up`.",
+        misfire_grace_secs: "Default 60.",
+        catch_up_limit: "Default 100.",
+        overlap_policy: "`allow`, `skip` (default), `queue_one` or `replace`.",
+        jitter_secs: "Default 0.",
+        history_limit: "Default 1000.",
+    }
 }
 
 /// A page of schedules, by name.
@@ -147,44 +188,21 @@ pub struct CronPreview {
     pub next_fire_times: Vec<DateTime<Utc>>,
 }
 
-/// Changes to a schedule (`PATCH /api/v1/schedules/{id}`); absent fields keep their values.
-/// A new expression or time zone re-arms the schedule at its next tick from now; a new
-/// template applies from the next occurrence on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct UpdateSchedule {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// A new task template; replaces a workflow template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<SubmitTask>,
-    /// A new workflow template; replaces a task template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<SubmitWorkflow>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<MisfirePolicy>))]
-    pub misfire_policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
-    pub misfire_grace_secs: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
-    pub catch_up_limit: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<OverlapPolicy>))]
-    pub overlap_policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 3155760000.0))]
-    pub jitter_secs: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
-    pub history_limit: Option<i32>,
+schedule_body! {
+    /// Changes to a schedule (`PATCH /api/v1/schedules/{id}`); absent fields keep their values.
+    /// A new expression or time zone re-arms the schedule at its next tick from now; a new
+    /// template applies from the next occurrence on.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct UpdateSchedule {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+        pub name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cron: Option<String>,
+    }
+    task: "A new task template; replaces a workflow template.",
 }
 
 /// The occurrence a "run now" created: a task or a workflow, by the schedule's template.
