@@ -140,7 +140,8 @@ declare
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
     'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json',
-    'task_preemptible_refuse', 'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners'];
+    'task_preemptible_refuse', 'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners',
+    'json_numbers_fit_doubles'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'queue_burst', 'service_copy_up',
