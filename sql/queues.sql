@@ -126,6 +126,9 @@ declare
   r sked.queues;
 begin
   perform sked.queue_name_check(p_name);
+  -- The row is locked first, so that the statements below read its latest controls: a change
+  -- committed meanwhile (its limits removed) cannot leave it with no control at all.
+  perform 1 from sked.queues q where q.name = p_name for update;
   delete from sked.queues q
    where q.name = p_name and q.max_running is null and q.rate_per_sec is null;
   update sked.queues q set paused_at = null, updated_at = p_now
@@ -172,6 +175,8 @@ begin
       'burst needs rate_per_sec: it is the size of the rate limit''s bucket');
   end if;
 
+  -- Locked first, as in sked.queue_resume.
+  perform 1 from sked.queues q where q.name = p_name for update;
   if p_max_running is null and p_rate_per_sec is null then
     delete from sked.queues q where q.name = p_name and q.paused_at is null;
   end if;

@@ -529,3 +529,40 @@ async fn cli_pauses_resumes_and_limits_queues() {
     }
     assert_eq!(controls(&api.db.pool).await, before, "nothing changed");
 }
+
+#[tokio::test]
+async fn a_resume_racing_the_removal_of_the_limits_leaves_a_valid_row() {
+    // A paused queue with a limit: one session removes the limit while another resumes it.
+    // Whichever commits first, the row ends with a control or is gone; the resume is never
+    // refused by the rule that a row has a control.
+    let db = TestDb::new().await;
+    for sql in [
+        "select sked.queue_set_limits('q', 5, null)",
+        "select sked.queue_pause('q')",
+    ] {
+        sqlx::query(sql).execute(&db.pool).await.unwrap();
+    }
+    let mut removing = db.pool.begin().await.unwrap();
+    sqlx::query("select sked.queue_set_limits('q', null, null)")
+        .execute(&mut *removing)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let resume = tokio::spawn(async move {
+        sqlx::query("select sked.queue_resume('q')")
+            .execute(&pool)
+            .await
+    });
+    // The resume runs into the removal's lock on the row, then goes on after its commit.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    removing.commit().await.unwrap();
+    resume
+        .await
+        .unwrap()
+        .expect("the resume succeeds after the concurrent removal of the limits");
+    let rows: i64 = sqlx::query_scalar("select count(*) from sked.queues where name = 'q'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "a queue left without any control has no row");
+}
