@@ -52,8 +52,12 @@ $$;
 
 -- The outputs of a task's parents as one JSON object: parent name (its id when it has no
 -- name) -> output (null when it wrote none). The worker hands it to the task.
+-- Volatile, so that it reads with a snapshot of its own: the claim calls it beside
+-- sked.tasks_claim, whose statements see parents that finished after the claim's statement
+-- began (and the children they released); a stable function would read those parents as the
+-- statement's snapshot has them, without their outputs.
 create or replace function sked.task_parent_outputs(p_id uuid) returns jsonb
-language sql stable as $$
+language sql volatile as $$
   select coalesce(jsonb_object_agg(coalesce(p.name, p.id::text), p.output), '{}'::jsonb)
     from sked.task_edges e join sked.tasks p on p.id = e.depends_on
    where e.task_id = p_id
