@@ -139,25 +139,21 @@ declare
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
-    'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json',
-    'task_preemptible_refuse', 'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners',
-    'json_numbers_fit_doubles'];
+    'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json', 'tasks_insert',
+    'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
+    'task_new', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
+    'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'queue_burst', 'service_copy_up',
                                     'state_is_claimable', 'state_waits_to_run',
                                     'state_is_unfinished'];
-  -- Columns of sked.tasks that a submission sets (sked.task_submit's arguments and, for
-  -- sked.workflow_submit, the DAG columns of a new task). The state columns that record
-  -- running and finishing (worker_id, lease_expires_at, attempt, finished_at, results) are
+  -- Columns of sked.tasks that a submission sets (those of its fields and of its place, see
+  -- sql/tasks.sql). The state columns that record running and finishing (worker_id,
+  -- lease_expires_at, attempt, finished_at, results) and a shard's or a copy's place are
   -- never a submitter's, and the table's constraints refuse a new row in any state but
   -- blocked or waiting without them.
-  task_columns text := 'id, command, args, queue, priority, input, env, next_run_at, '
-    'max_attempts, timeout, owner, idempotency_key, labels, artifact_url, artifact_sha256, '
-    'output_path, kind, backoff_base, backoff_max, shard_total, broadcast, cpu_millis, '
-    'memory_mb, max_output_bytes, run_as, replicas, restart_policy, health_check, '
-    'preemptible, workflow_id, name, trigger_rule, parents, children, parents_pending, state, '
-    'created_at';
+  task_columns text := array_to_string(sked.task_submitted_columns(), ', ');
   roles text := 'sked_submitter, sked_worker, sked_server';
   name text;
   f regprocedure;

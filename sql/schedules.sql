@@ -516,7 +516,9 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 
 -- Checks a task template by submitting it in a subtransaction that is always rolled back, so
--- that a template is held to exactly the rules of a submitted task.
+-- that a template is held to exactly the rules of a submitted task. Its keys are the fields
+-- of a task (sked.task_fields()) but the schedule's own (run_at, delay, owner) and those of a
+-- service.
 create or replace function sked.schedule_check_template(s sked.schedules) returns void
 language plpgsql as $$
 declare
@@ -526,11 +528,8 @@ begin
   if s.task is not null then
     select string_agg(k, ', ' order by k) into bad
       from jsonb_object_keys(s.task) k
-     where k not in ('command', 'args', 'queue', 'priority', 'input', 'env', 'max_attempts',
-                     'timeout', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
-                     'output_path', 'kind', 'backoff_base', 'backoff_max', 'shards',
-                     'broadcast', 'cpu_millis', 'memory_mb', 'max_output_bytes', 'run_as',
-                     'preemptible');
+     where k <> all (sked.task_fields())
+        or k in ('run_at', 'delay', 'owner', 'replicas', 'restart_policy', 'health_check');
     if bad is not null then
       raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner)',
         quote_literal(s.name), bad

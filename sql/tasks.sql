@@ -112,156 +112,280 @@ create or replace trigger tasks_after_insert_notify
   referencing new table as new_rows
   for each statement execute function sked.tasks_after_insert_notify();
 
--- Submit one task with named arguments; returns its id. The defaults are the table's.
--- With an idempotency key, submitting again while the first task is unfinished returns the
--- first task's id and inserts nothing. `shards` (1 to 10000) or `broadcast` make a sharded
--- task (docs/shards.md). `cpu_millis` and `memory_mb` request capacity (docs/runtime.md),
--- `max_output_bytes` caps stdout and stderr, `run_as` names the user the task runs as.
--- `replicas`, `restart_policy` and `health_check` describe a service (kind 'service',
--- docs/services.md). A `preemptible` task may be stopped while it runs to make room for a
--- copy of a service, and waits again (docs/runtime.md, "Services first"); a service cannot be.
-drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
-                                         interval, integer, interval, text, text, text[], text,
-                                         text, text, text, interval, interval);
-drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
-                                         interval, integer, interval, text, text, text[], text,
-                                         text, text, text, interval, interval, integer, boolean);
-drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
-                                         interval, integer, interval, text, text, text[], text,
-                                         text, text, text, interval, interval, integer, boolean,
-                                         integer, integer, bigint, text);
-drop function if exists sked.task_submit(text[], text[], text, integer, jsonb, jsonb, timestamptz,
-                                         interval, integer, interval, text, text, text[], text,
-                                         text, text, text, interval, interval, integer, boolean,
-                                         integer, integer, bigint, text, integer, text, jsonb);
-create or replace function sked.task_submit(
-  command         text[]      default null,
-  args            text[]      default '{}',
-  queue           text        default 'default',
-  priority        integer     default 0,
-  input           jsonb       default null,
-  env             jsonb       default '{}',
-  run_at          timestamptz default null,
-  delay           interval    default null,
-  max_attempts    integer     default 3,
-  timeout         interval    default null,
-  owner           text        default current_user,
-  idempotency_key text        default null,
-  labels          text[]      default '{}',
-  artifact_url    text        default null,
-  artifact_sha256 text        default null,
-  output_path     text        default null,
-  kind            text        default 'command',
-  backoff_base    interval    default '1 second',
-  backoff_max     interval    default '1 hour',
-  shards          integer     default null,
-  broadcast       boolean     default false,
-  cpu_millis      integer     default null,
-  memory_mb       integer     default null,
-  max_output_bytes bigint     default null,
-  run_as          text        default null,
-  replicas        integer     default null,
-  restart_policy  text        default null,
-  health_check    jsonb       default null,
-  preemptible     boolean     default false
-) returns uuid
-language plpgsql as $$
-#variable_conflict use_column
-declare
-  new_id uuid;
-begin
-  insert into sked.tasks as t (command, args, queue, priority, input, env, next_run_at, max_attempts,
-                               timeout, owner, idempotency_key, labels, artifact_url,
-                               artifact_sha256, output_path, kind, backoff_base, backoff_max,
-                               shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                               run_as, replicas, restart_policy, health_check, preemptible)
-  values (task_submit.command, task_submit.args, task_submit.queue, task_submit.priority,
-          task_submit.input, task_submit.env,
-          coalesce(task_submit.run_at, now()) + coalesce(task_submit.delay, interval '0'),
-          task_submit.max_attempts, task_submit.timeout, task_submit.owner,
-          task_submit.idempotency_key, task_submit.labels, task_submit.artifact_url,
-          task_submit.artifact_sha256, task_submit.output_path, task_submit.kind,
-          task_submit.backoff_base, task_submit.backoff_max, task_submit.shards,
-          coalesce(task_submit.broadcast, false), task_submit.cpu_millis, task_submit.memory_mb,
-          task_submit.max_output_bytes, task_submit.run_as, task_submit.replicas,
-          task_submit.restart_policy, task_submit.health_check,
-          coalesce(task_submit.preemptible, false))
-  on conflict (owner, idempotency_key)
-    where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
-    do nothing
-  returning t.id into new_id;
-  if new_id is null then
-    select t.id into new_id from sked.tasks t
-     where t.owner = task_submit.owner and t.idempotency_key = task_submit.idempotency_key
-       and t.state in ('blocked', 'waiting', 'running', 'retry');
-  end if;
-  return new_id;
-end
-$$;
+-- ---------------------------------------------------------------------------------------------
+-- The fields of a task
+-- ---------------------------------------------------------------------------------------------
+--
+-- What a submission says about a task are its fields, listed once, in the block below, in
+-- the order of sked.task_submit's arguments. A field sets the column of its name, except
+-- `run_at` and `delay` (the task is due at coalesce(run_at, now) + delay: next_run_at) and
+-- `shards` (shard_total); its type is its column's (`delay`: interval). Every way in takes
+-- these fields and no others, and leaves every other column to the table's defaults (or to
+-- the task's place in a workflow): sked.task_submit (named arguments), sked.tasks_submit
+-- (JSON objects with these keys, also the form of workflows' tasks and schedules' task
+-- templates). A new field is a column (a migration) and its name at the end of the list.
+--
+-- From the list and the table as it is, every migrate makes:
+--   sked.task_submit(<fields>)      one task by named arguments; returns its id. An argument
+--                                   left out or null takes the table's default. With an
+--                                   idempotency key that an unfinished task of the same
+--                                   owner holds, it returns that task's id and inserts
+--                                   nothing. `shards` (1 to 10000) or `broadcast` make a
+--                                   sharded task (docs/shards.md); `cpu_millis` and
+--                                   `memory_mb` request capacity (docs/runtime.md),
+--                                   `max_output_bytes` caps stdout and stderr, `run_as` names
+--                                   the user; `replicas`, `restart_policy` and `health_check`
+--                                   describe a service (kind 'service', docs/services.md); a
+--                                   `preemptible` task may be stopped to make room for a copy
+--                                   of a service (docs/runtime.md, "Services first");
+--   sked.tasks_from_json(tasks, owner_, p_now)
+--                                   the new rows a JSON array of task objects stands for, in
+--                                   input order: each field read from the key of its name
+--                                   (a null value, or none, takes the column's default; keys
+--                                   that are not fields are ignored), `owner_` for an object
+--                                   that names no owner, due at coalesce(run_at, p_now) +
+--                                   delay, created at p_now, a new id. A boolean field must be a JSON boolean
+--                                   (or null): any other value, which the reading of JSON
+--                                   would take for true or false, raises check_violation
+--                                   (sked.task_boolean_refuse). Shared by sked.tasks_submit
+--                                   and sked.workflow_submit;
+--   sked.task_fields()              the fields' names, in order;
+--   sked.task_nonfield_columns()    the columns that are not a field: identity, state,
+--                                   results, the place in a workflow, under a parent or a
+--                                   service, and next_run_at and shard_total;
+--   sked.task_submitted_columns()   the columns a submission inserts: its fields' columns
+--                                   and those of its place (id, state, created_at, and the
+--                                   workflow columns sked.workflow_submit sets), which is
+--                                   also what sql/roles.sql lets the submitter and server
+--                                   roles insert;
+--   sked.task_new(id, owner, next_run_at, shard_total)
+--                                   a new row of the table's defaults, with what a way in
+--                                   works out for each task (each argument defaults to its
+--                                   column's default);
+--   sked.tasks_insert(rows, whole)  the insert of new task rows that every way in ends in.
 
--- Raises check_violation (tasks_preemptible_must_be_a_boolean) for a `preemptible` key
--- whose JSON value is not a boolean; its return type lets a CASE of sked.tasks_from_json call it.
-create or replace function sked.task_preemptible_refuse(value jsonb) returns boolean
+-- Raises check_violation (tasks_<field>_must_be_a_boolean) for the boolean field `field` of
+-- the JSON object `task`, whose value is not a boolean; its return type lets an expression
+-- of sked.tasks_from_json call it.
+drop function if exists sked.task_preemptible_refuse(jsonb);
+create or replace function sked.task_boolean_refuse(field text, task jsonb) returns jsonb
 language plpgsql as $$
 begin
-  raise exception 'sked.tasks: preemptible must be a boolean (true or false), not %', value
-    using errcode = 'check_violation', constraint = 'tasks_preemptible_must_be_a_boolean',
+  raise exception 'sked.tasks: % must be a boolean (true or false), not %', field, task -> field
+    using errcode = 'check_violation', constraint = format('tasks_%s_must_be_a_boolean', field),
           table = 'tasks', schema = 'sked';
 end
 $$;
 
--- The rows a JSON array of task objects stands for (keys: the arguments of
--- sked.task_submit), with the table's defaults filled in and a new id each, in input order
--- (`ord` counts from 1). Objects without `owner` get `owner_`; `run_at` defaults to `p_now`.
--- Shared by sked.tasks_submit and sked.workflow_submit. The key `shards` is the column
--- shard_total. `preemptible` must be a JSON boolean (or null, which means false): the text
--- reading of jsonb_to_record would take 1 or "yes" for true.
-drop function if exists sked.tasks_from_json(jsonb, text, timestamptz);
-create or replace function sked.tasks_from_json(
-  tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
-returns table (
-  new_id uuid, ord bigint, command text[], args text[], queue text, priority integer, input jsonb,
-  env jsonb, next_run_at timestamptz, max_attempts integer, timeout interval, owner text,
-  idempotency_key text, labels text[], artifact_url text, artifact_sha256 text,
-  output_path text, kind text, backoff_base interval, backoff_max interval,
-  shard_total integer, broadcast boolean, cpu_millis integer, memory_mb integer,
-  max_output_bytes bigint, run_as text, replicas integer, restart_policy text,
-  health_check jsonb, preemptible boolean)
-language sql volatile as $$
-  select sked.uuid_v7(), r.ord, x.command, coalesce(x.args, '{}'),
-         coalesce(x.queue, 'default'), coalesce(x.priority, 0), x.input,
-         coalesce(x.env, '{}'),
-         coalesce(x.run_at, p_now) + coalesce(x.delay, interval '0'),
-         coalesce(x.max_attempts, 3), x.timeout,
-         coalesce(x.owner, owner_), x.idempotency_key,
-         coalesce(x.labels, '{}'), x.artifact_url, x.artifact_sha256, x.output_path,
-         coalesce(x.kind, 'command'),
-         coalesce(x.backoff_base, interval '1 second'),
-         coalesce(x.backoff_max, interval '1 hour'),
-         x.shards, coalesce(x.broadcast, false), x.cpu_millis, x.memory_mb,
-         x.max_output_bytes, x.run_as, x.replicas, x.restart_policy, x.health_check,
-         case coalesce(jsonb_typeof(r.elem -> 'preemptible'), 'null')
-           when 'boolean' then (r.elem -> 'preemptible')::boolean
-           when 'null' then false
-           else sked.task_preemptible_refuse(r.elem -> 'preemptible') end
-    from jsonb_array_elements(tasks) with ordinality as r(elem, ord),
-         jsonb_to_record(r.elem) as x(command text[], args text[], queue text, priority integer,
-                                      input jsonb, env jsonb, run_at timestamptz,
-                                      delay interval, max_attempts integer, timeout interval,
-                                      owner text, idempotency_key text, labels text[],
-                                      artifact_url text, artifact_sha256 text,
-                                      output_path text, kind text, backoff_base interval,
-                                      backoff_max interval, shards integer, broadcast boolean,
-                                      cpu_millis integer, memory_mb integer,
-                                      max_output_bytes bigint, run_as text,
-                                      replicas integer, restart_policy text,
-                                      health_check jsonb)
+-- Raises invalid_parameter_value for an element of a JSON array of tasks that is not an
+-- object; its return type lets an expression of sked.tasks_from_json call it.
+create or replace function sked.task_json_refuse(value jsonb) returns jsonb
+language plpgsql as $$
+begin
+  raise exception 'sked.tasks: a task is a JSON object of its fields, not %', left(value::text, 100)
+    using errcode = '22023';
+end
 $$;
 
+do $do$
+declare
+  fields constant text[] := array[
+    'command', 'args', 'queue', 'priority', 'input', 'env', 'run_at', 'delay', 'max_attempts',
+    'timeout', 'owner', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
+    'output_path', 'kind', 'backoff_base', 'backoff_max', 'shards', 'broadcast', 'cpu_millis',
+    'memory_mb', 'max_output_bytes', 'run_as', 'replicas', 'restart_policy', 'health_check',
+    'preemptible'];
+  -- The columns of a task's place that a submission sets besides its fields' columns.
+  placed constant text[] := array[
+    'id', 'state', 'created_at', 'workflow_id', 'name', 'trigger_rule', 'parents', 'children',
+    'parents_pending'];
+  -- The columns sked.task_new takes.
+  given constant text[] := array['id', 'owner', 'next_run_at', 'shard_total'];
+  -- The table's columns in order (name, type, default), and for each field its column and
+  -- its type.
+  col_names text[];
+  col_types text[];
+  col_defaults text[];
+  field_columns text[];
+  field_types text[];
+  missing text;
+  arguments text[];
+  f regprocedure;
+begin
+  select array_agg(a.attname::text order by a.attnum),
+         array_agg(format_type(a.atttypid, a.atttypmod) order by a.attnum),
+         array_agg(coalesce(pg_get_expr(d.adbin, d.adrelid), 'null') order by a.attnum)
+    into col_names, col_types, col_defaults
+    from pg_attribute a
+    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+   where a.attrelid = 'sked.tasks'::regclass and a.attnum > 0 and not a.attisdropped;
+  field_columns := array(
+    select case x.field when 'run_at' then 'next_run_at' when 'shards' then 'shard_total'
+                        when 'delay' then null else x.field end
+      from unnest(fields) with ordinality as x(field, i) order by x.i);
+  select string_agg(c, ', ') into missing
+    from unnest(field_columns) c where c <> all (col_names);
+  if missing is not null then
+    raise exception 'sql/tasks.sql: the fields % name no column of sked.tasks', missing;
+  end if;
+  field_types := array(
+    select coalesce(c.type, 'interval')
+      from unnest(field_columns) with ordinality as x(col, i)
+      left join unnest(col_names, col_types) as c(name, type) on c.name = x.col
+     order by x.i);
+
+  execute format($f$
+    create or replace function sked.task_fields() returns text[]
+    language sql immutable parallel safe as $b$ select %L::text[] $b$
+  $f$, fields);
+  execute format($f$
+    create or replace function sked.task_nonfield_columns() returns text[]
+    language sql immutable parallel safe as $b$ select %L::text[] $b$
+  $f$, array(select c from unnest(col_names) c where c <> all (fields)));
+  execute format($f$
+    create or replace function sked.task_submitted_columns() returns text[]
+    language sql immutable parallel safe as $b$ select %L::text[] $b$
+  $f$, array(select c from unnest(col_names) c
+              where c = any (array_remove(field_columns, null)) or c = any (placed)));
+  execute format($f$
+    create or replace function sked.task_new(%s) returns sked.tasks
+    language sql volatile as $b$ select row(%s)::sked.tasks $b$
+  $f$,
+  (select string_agg(format('%I %s default %s', c.name, c.type, c.def), ', ' order by k.i)
+     from unnest(given) with ordinality as k(name, i)
+     join unnest(col_names, col_types, col_defaults) as c(name, type, def) on c.name = k.name),
+  (select string_agg(case when c.name = any (given) then format('task_new.%I', c.name)
+                          else c.def end, ', ' order by c.i)
+     from unnest(col_names, col_defaults) with ordinality as c(name, def, i)));
+
+  -- Each object is read by jsonb_to_record into its fields (a boolean field as jsonb, to be
+  -- tested); each column of the row is then its field, or its default. (It answered a table
+  -- before: a function's result type changes only by dropping it.)
+  if (select p.prorettype from pg_proc p
+       where p.oid = to_regprocedure('sked.tasks_from_json(jsonb, text, timestamptz)'))
+     <> 'sked.tasks[]'::regtype then
+    drop function sked.tasks_from_json(jsonb, text, timestamptz);
+  end if;
+  execute format($f$
+    create or replace function sked.tasks_from_json(
+      tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
+    returns sked.tasks[]
+    language sql volatile as $b$
+      select array(
+        select row(%s)::sked.tasks
+          from jsonb_array_elements(tasks) with ordinality as r(elem, ord)
+         cross join lateral jsonb_to_record(
+                case when jsonb_typeof(r.elem) = 'object' then r.elem
+                     else sked.task_json_refuse(r.elem) end) as x(%s)
+         order by r.ord)
+    $b$
+  $f$,
+  (select string_agg(
+            case
+              when c.name = 'owner' then 'coalesce(x.owner, owner_)'
+              when c.name = 'next_run_at'
+                then 'coalesce(x.run_at, p_now) + coalesce(x.delay, interval ''0'')'
+              when c.name = 'shard_total' then 'x.shards'
+              when c.name = 'created_at' then 'p_now'
+              when c.name <> all (fields) then c.def
+              when c.type = 'boolean'
+                then format('case when x.%1$I is null then %2$s
+                                  when jsonb_typeof(x.%1$I) = ''boolean'' then x.%1$I::boolean
+                                  else sked.task_boolean_refuse(%1$L, r.elem)::boolean end',
+                            c.name, c.def)
+              when c.def = 'null' then format('x.%I', c.name)
+              else format('coalesce(x.%I, %s)', c.name, c.def)
+            end, ', ' order by c.i)
+     from unnest(col_names, col_types, col_defaults) with ordinality as c(name, type, def, i)),
+  (select string_agg(format('%I %s', x.field, case x.type when 'boolean' then 'jsonb'
+                                                         else x.type end), ', ' order by x.i)
+     from unnest(fields, field_types) with ordinality as x(field, type, i)));
+
+  -- The insert every way in ends in. Shards and copies of services, which only sked's own
+  -- functions make from their parent's row, go in `whole`: those functions run as the
+  -- schema's owner. A submission inserts the submitted columns, by the caller's rights
+  -- (row-level security decides whose it may be); a task with an idempotency key that an
+  -- unfinished task of its owner holds is not inserted, and answers with that task's id (one
+  -- inserted earlier by the same call, or one in the table). Answers the ids in the order
+  -- of `rows`.
+  execute format($f$
+    create or replace function sked.tasks_insert(rows sked.tasks[], whole boolean default false)
+    returns table (id uuid)
+    language plpgsql
+    set jit = off -- planned for the rows given, a batch's plan would cost enough to be compiled
+    as $b$
+    begin
+      if whole then
+        return query insert into sked.tasks as t select * from unnest(rows) returning t.id;
+        return;
+      end if;
+      -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
+      -- speculative insertion that ON CONFLICT needs for every row.
+      if not exists (select 1 from unnest(rows) i where i.idempotency_key is not null) then
+        return query insert into sked.tasks as t (%1$s) select %2$s from unnest(rows) i
+                     returning t.id;
+        return;
+      end if;
+      return query
+      with input as (
+        select * from unnest(rows) with ordinality
+      ), plain as (
+        insert into sked.tasks (%1$s)
+        select %2$s from input i where i.idempotency_key is null order by i.ordinality
+      ), keyed as (
+        insert into sked.tasks as t (%1$s)
+        select %2$s from input i where i.idempotency_key is not null order by i.ordinality
+        on conflict (owner, idempotency_key)
+          where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
+          do nothing
+        returning t.id, t.owner, t.idempotency_key
+      )
+      select case
+               when i.idempotency_key is null then i.id
+               else coalesce(
+                 (select d.id from keyed d where d.id = i.id),
+                 (select d.id from keyed d
+                   where d.owner = i.owner and d.idempotency_key = i.idempotency_key),
+                 (select t.id from sked.tasks t
+                   where t.owner = i.owner and t.idempotency_key = i.idempotency_key
+                     and t.state in ('blocked', 'waiting', 'running', 'retry')))
+             end
+        from input i
+       order by i.ordinality;
+    end
+    $b$
+  $f$, array_to_string(sked.task_submitted_columns(), ', '),
+       (select string_agg(format('i.%I', c), ', ') from unnest(sked.task_submitted_columns()) c));
+
+  -- sked.task_submit: one argument per field, null by default. Its signature changes with
+  -- the fields: one of other arguments goes first.
+  arguments := array(
+    select format('%I %s', x.field, x.type)
+      from unnest(fields, field_types) with ordinality as x(field, type, i) order by x.i);
+  for f in select p.oid::regprocedure from pg_proc p
+            where p.pronamespace = 'sked'::regnamespace and p.proname = 'task_submit'
+              and pg_get_function_identity_arguments(p.oid) <> array_to_string(arguments, ', ')
+  loop
+    execute format('drop function %s', f);
+  end loop;
+  execute format($f$
+    create or replace function sked.task_submit(%s) returns uuid
+    language plpgsql as $b$
+    begin
+      return (select t.id from sked.tasks_submit(jsonb_build_array(jsonb_build_object(%s))) t);
+    end
+    $b$
+  $f$,
+  array_to_string(arguments, ' default null, ') || ' default null',
+  (select string_agg(format('%L, task_submit.%I', n.field, n.field), ', ' order by n.i)
+     from unnest(fields) with ordinality as n(field, i)));
+end
+$do$;
+
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
--- arguments of sked.task_submit; returns the ids in input order. Missing keys take the
--- defaults; `owner_` applies to objects that name no owner. All or nothing: one bad task
--- rejects the whole batch. Idempotency keys are honoured as in task_submit.
+-- fields (the arguments of sked.task_submit); returns the ids in input order. Missing keys
+-- take the defaults; `owner_` applies to objects that name no owner. All or nothing: one
+-- bad task rejects the whole batch. Idempotency keys are honoured as in task_submit.
 create or replace function sked.tasks_submit(tasks jsonb, owner_ text default current_user)
 returns table (id uuid)
 language plpgsql as $$
@@ -270,57 +394,7 @@ begin
     raise exception 'sked.tasks_submit expects a JSON array of task objects'
       using errcode = '22023';
   end if;
-  return query
-  with input as materialized (
-    -- One row per task with the table's defaults filled in; ids are made there so that
-    -- they can be answered in input order.
-    select * from sked.tasks_from_json(tasks, owner_, now())
-  ), plain as (
-    -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
-    -- speculative insertion that ON CONFLICT needs for every row.
-    insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
-                            max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
-                            artifact_sha256, output_path, kind, backoff_base, backoff_max,
-                            shard_total, broadcast, cpu_millis, memory_mb, max_output_bytes,
-                            run_as, replicas, restart_policy, health_check, preemptible)
-    select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
-           i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
-           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
-           i.replicas, i.restart_policy, i.health_check, i.preemptible
-      from input i where i.idempotency_key is null order by i.ord
-  ), keyed as (
-    insert into sked.tasks as t (id, command, args, queue, priority, input, env, next_run_at,
-                                 max_attempts, timeout, owner, idempotency_key, labels,
-                                 artifact_url, artifact_sha256, output_path, kind, backoff_base,
-                                 backoff_max, shard_total, broadcast, cpu_millis, memory_mb,
-                                 max_output_bytes, run_as, replicas, restart_policy,
-                                 health_check, preemptible)
-    select i.new_id, i.command, i.args, i.queue, i.priority, i.input, i.env, i.next_run_at,
-           i.max_attempts, i.timeout, i.owner, i.idempotency_key, i.labels, i.artifact_url,
-           i.artifact_sha256, i.output_path, i.kind, i.backoff_base, i.backoff_max,
-           i.shard_total, i.broadcast, i.cpu_millis, i.memory_mb, i.max_output_bytes, i.run_as,
-           i.replicas, i.restart_policy, i.health_check, i.preemptible
-      from input i where i.idempotency_key is not null order by i.ord
-    on conflict (owner, idempotency_key)
-      where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
-      do nothing
-    returning t.id, t.owner, t.idempotency_key
-  )
-  -- A row skipped by its idempotency key answers with the task that holds the key: one
-  -- inserted earlier in this batch, or an unfinished one already in the table.
-  select case
-           when i.idempotency_key is null then i.new_id
-           else coalesce(
-             (select d.id from keyed d where d.id = i.new_id),
-             (select d.id from keyed d
-               where d.owner = i.owner and d.idempotency_key = i.idempotency_key),
-             (select t.id from sked.tasks t
-               where t.owner = i.owner and t.idempotency_key = i.idempotency_key
-                 and t.state in ('blocked', 'waiting', 'running', 'retry')))
-         end
-    from input i
-   order by i.ord;
+  return query select i.id from sked.tasks_insert(sked.tasks_from_json(tasks, owner_, now())) i;
 end
 $$;
 

@@ -275,6 +275,16 @@ begin
 end
 $$;
 
+-- The keys of a workflow's task: the fields of a task (sked.task_fields()) but an
+-- idempotency key (a workflow is submitted once, whole) and those of a service (which never
+-- finishes, so its children would never run), and its place: name, depends_on, trigger_rule.
+create or replace function sked.workflow_task_keys() returns text[]
+language sql immutable parallel safe as $$
+  select array(select f from unnest(sked.task_fields()) f
+                where f not in ('idempotency_key', 'replicas', 'restart_policy', 'health_check'))
+         || array['name', 'depends_on', 'trigger_rule']
+$$;
+
 -- Submit a workflow: tasks and the edges between them, in one call, all or nothing. `spec`
 -- is an object {"name": "...", "tasks": [...]}; each task is an object with the keys of
 -- sked.tasks_submit plus `name` (required, unique in the workflow), `depends_on` (names of
@@ -294,6 +304,8 @@ declare
   bad record;
   visited integer;
   frontier integer[];
+  made sked.tasks[];
+  ids uuid[];
 begin
   if jsonb_typeof(spec) is distinct from 'object'
      or jsonb_typeof(spec -> 'tasks') is distinct from 'array'
@@ -327,12 +339,7 @@ begin
            and r.elem ->> 'name' <> '',
          case when jsonb_typeof(r.elem) = 'object' then
            (select k from jsonb_object_keys(r.elem) k
-             where k not in ('name', 'depends_on', 'trigger_rule', 'command', 'args', 'queue',
-                             'priority', 'input', 'env', 'run_at', 'delay', 'max_attempts',
-                             'timeout', 'labels', 'artifact_url', 'artifact_sha256',
-                             'output_path', 'kind', 'backoff_base', 'backoff_max', 'owner',
-                             'shards', 'broadcast', 'cpu_millis', 'memory_mb',
-                             'max_output_bytes', 'run_as', 'preemptible')
+             where k <> all (sked.workflow_task_keys())
              limit 1) end,
          case jsonb_typeof(r.elem -> 'depends_on')
            when 'array' then array(select jsonb_array_elements_text(r.elem -> 'depends_on'))
@@ -436,42 +443,28 @@ begin
   insert into sked.workflows (id, owner, name, created_at)
   values (wf, owner_, coalesce(spec ->> 'name', ''), p_now);
 
-  -- The tasks, with the defaults of sked.tasks_submit, then the edges by id.
-  -- The new ids are handed out in ascending order, so that the tasks sort by id in the
-  -- order they were given (time-ordered ids made in the same millisecond are not ordered).
-  with made as materialized (
-    select * from sked.tasks_from_json(spec -> 'tasks', owner_, p_now)
-  ), ids as (
-    select m.new_id as id, row_number() over (order by m.new_id) as k from made m
-  ), parsed as materialized (
-    select i.*, d.id as task_id, w.name, w.trigger_rule, coalesce(a.parents, 0) as parents,
-           w.children
-      from made i
-      join ids d on d.k = i.ord
-      join workflow_nodes w on w.ord = i.ord
-      left join (select a.child, count(*)::integer as parents from workflow_arcs a
-                  group by a.child) a on a.child = w.ord
-  ), inserted as (
-    insert into sked.tasks (id, command, args, queue, priority, input, env, next_run_at,
-                            max_attempts, timeout, owner, idempotency_key, labels, artifact_url,
-                            artifact_sha256, output_path, kind, backoff_base, backoff_max,
-                            workflow_id, name, trigger_rule, parents, children, parents_pending,
-                            state, created_at, shard_total, broadcast, cpu_millis, memory_mb,
-                            max_output_bytes, run_as, preemptible)
-    select p.task_id, p.command, p.args, p.queue, p.priority, p.input, p.env, p.next_run_at,
-           p.max_attempts, p.timeout, p.owner, null, p.labels, p.artifact_url,
-           p.artifact_sha256, p.output_path, p.kind, p.backoff_base, p.backoff_max,
-           wf, p.name, p.trigger_rule, p.parents, p.children, p.parents,
-           case when p.parents > 0 then 'blocked' else 'waiting' end, p_now,
-           p.shard_total, p.broadcast, p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as,
-           p.preemptible
-      from parsed p order by p.ord
-  )
+  -- The tasks, read as sked.tasks_submit reads them, placed in the workflow. The new ids
+  -- are handed out in ascending order, so that the tasks sort by id in the order they were
+  -- given (time-ordered ids made in the same millisecond are not ordered): the task at `ord`
+  -- gets ids[ord]. The edges go in first, by id: a sharded task moves its own to its shards
+  -- when it is inserted. (Set-returning functions of a select list run in step: `ord` is
+  -- each task's place in `made`.)
+  made := sked.tasks_from_json(spec -> 'tasks', owner_, p_now);
+  ids := array(select t.id from unnest(made) t order by t.id);
   insert into sked.task_edges (task_id, depends_on)
-  select c.task_id, p.task_id
-    from workflow_arcs a
-    join parsed c on c.ord = a.child
-    join parsed p on p.ord = a.parent;
+  select ids[a.child], ids[a.parent] from workflow_arcs a;
+  select array_agg(jsonb_populate_record(g.task, jsonb_build_object(
+           'id', ids[g.ord], 'workflow_id', wf, 'name', w.name, 'trigger_rule', w.trigger_rule,
+           'parents', coalesce(a.parents, 0), 'children', w.children,
+           'parents_pending', coalesce(a.parents, 0),
+           'state', case when a.parents > 0 then 'blocked' else 'waiting' end))
+         order by g.ord)
+    into made
+    from (select unnest(made) as task, generate_series(1, cardinality(made)) as ord) g
+    join workflow_nodes w on w.ord = g.ord
+    left join (select a.child, count(*)::integer as parents from workflow_arcs a
+                group by a.child) a on a.child = g.ord;
+  perform sked.tasks_insert(made);
   return wf;
 end
 $$;

@@ -932,3 +932,26 @@ async fn every_function_takes_now_as_its_last_argument() {
         "these functions take p_now before their last argument: {misplaced:?}"
     );
 }
+
+#[tokio::test]
+async fn a_task_that_is_not_a_json_object_is_refused_saying_so() {
+    let db = TestDb::new().await;
+    for tasks in [
+        serde_json::json!([{"kind": "noop"}, 1]),
+        serde_json::json!(["preemptible"]),
+        serde_json::json!([[{"kind": "noop"}]]),
+    ] {
+        let err = sqlx::query("select * from sked.tasks_submit($1)")
+            .bind(&tasks)
+            .execute(&db.pool)
+            .await
+            .expect_err("an element that is not an object is refused");
+        let err = err.as_database_error().expect("a database error");
+        assert_eq!(err.code().as_deref(), Some("22023"), "{tasks}: {err}");
+        assert!(
+            err.message().contains("a task is a JSON object"),
+            "{tasks}: {err}"
+        );
+    }
+    assert_eq!(count(&db.pool).await, 0, "nothing was inserted");
+}
