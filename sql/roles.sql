@@ -140,14 +140,14 @@ declare
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
     'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json', 'tasks_insert',
-    'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
+    'task_copy', 'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
     'task_new', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
-  server_own_rights text[] := array['task_resubmit', 'queue_burst', 'service_copy_up',
-                                    'state_is_claimable', 'state_waits_to_run',
-                                    'state_is_unfinished'];
+  server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
+                                    'service_copy_up', 'state_is_claimable',
+                                    'state_waits_to_run', 'state_is_unfinished'];
   -- Columns of sked.tasks that a submission sets (those of its fields and of its place, see
   -- sql/tasks.sql). The state columns that record running and finishing (worker_id,
   -- lease_expires_at, attempt, finished_at, results) and a shard's or a copy's place are

@@ -224,24 +224,19 @@ language sql immutable parallel safe as $$
 $$;
 
 -- Makes a copy of service `p_service` (locked by the caller) at `p_index`, from its current
--- definition and generation, attached to it. Returns its id.
+-- definition (its fields, sked.task_copy) and generation, attached to it. Returns its id.
 create or replace function sked.service_copy_add(p_service uuid, p_index integer, p_now timestamptz)
 returns uuid
 language plpgsql as $$
 declare
   made uuid := sked.uuid_v7();
 begin
-  insert into sked.tasks (id, owner, queue, priority, kind, command, args, artifact_url,
-                          artifact_sha256, input, env, labels, output_path, max_attempts,
-                          backoff_base, backoff_max, state, next_run_at, created_at, name,
-                          children, shard_total, shard_index, shard_of, cpu_millis, memory_mb,
-                          max_output_bytes, run_as, restart_policy, health_check, generation)
-  select made, s.owner, s.queue, s.priority, 'service', s.command, s.args, s.artifact_url,
-         s.artifact_sha256, s.input, s.env, s.labels, s.output_path,
-         sked.service_copy_max_attempts(), s.backoff_base, s.backoff_max, 'waiting', p_now,
-         p_now, s.name || '[' || p_index || ']', 1, s.replicas, p_index, s.id, s.cpu_millis,
-         s.memory_mb, s.max_output_bytes, s.run_as, s.restart_policy, s.health_check,
-         s.generation
+  perform sked.tasks_insert(array[sked.task_copy(s, jsonb_build_object(
+            'id', made, 'idempotency_key', null, 'replicas', null,
+            'max_attempts', sked.service_copy_max_attempts(), 'next_run_at', p_now,
+            'created_at', p_now, 'name', s.name || '[' || p_index || ']', 'children', 1,
+            'shard_total', s.replicas, 'shard_index', p_index, 'shard_of', s.id,
+            'generation', s.generation))], whole => true)
     from sked.tasks s where s.id = p_service;
   insert into sked.task_edges (task_id, depends_on) values (p_service, made);
   update sked.tasks s

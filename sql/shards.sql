@@ -59,13 +59,14 @@ end
 $$;
 
 -- Gives the parents `p_ids` (just inserted, shard_total or broadcast set, no shards yet) their
--- shards, set-based over all of them. A shard copies its parent's command, args, input, env,
--- queue, priority, labels, timeout, retry policy, output_path, resource requests and limits
--- (cpu_millis, memory_mb, max_output_bytes, run_as), preemptible, owner, workflow and start
--- time, and takes over the parent's own DAG parents (with its trigger rule): the parent then
--- depends on its shards only, with the rule `shards`. A broadcast gets one shard per live worker
--- (sked.worker_is_live at the parent's created_at) that serves its queue and has its labels,
--- pinned to that worker; with no such worker the submission is rejected.
+-- shards, set-based over all of them. A shard is a copy of its parent's row (every field:
+-- command, args, input, env, queue, priority, labels, timeout, retry policy, output_path,
+-- resource requests and limits, preemptible, owner, and any other; its workflow and start
+-- time) with its own id, name, index and state, without the parent's idempotency key or
+-- replicas; it takes over the parent's own DAG parents (with its trigger rule): the parent
+-- then depends on its shards only, with the rule `shards`. A broadcast gets one shard per
+-- live worker (sked.worker_is_live at the parent's created_at) that serves its queue and has
+-- its labels, pinned to that worker; with no such worker the submission is rejected.
 create or replace function sked.shards_create(p_ids uuid[])
 returns void
 language plpgsql
@@ -74,6 +75,7 @@ set jit = off
 as $$
 declare
   bad record;
+  shards sked.tasks[];
   parent_ids uuid[];
   shard_totals integer[];
   moved_child uuid[];
@@ -98,10 +100,15 @@ begin
                   then format(' with the labels %s', array_to_string(bad.labels, ', ')) else '' end));
   end if;
 
-  -- One row per shard (index, total, pinned worker, new id); the parents' DAG parents move to
-  -- their shards.
+  -- One row per shard (index, total, pinned worker), made from its parent's row as its shards
+  -- share it.
   with parent as materialized (
-    select p.* from sked.tasks p where p.id = any(p_ids)
+    select jsonb_populate_record(p, jsonb_build_object(
+             'state', case when p.parents_pending > 0 then 'blocked' else 'waiting' end,
+             'children', 1, 'shard_of', p.id, 'idempotency_key', null, 'replicas', null))
+             as task,
+           p.id, p.name, p.shard_total, p.broadcast, p.queue, p.labels, p.created_at
+      from sked.tasks p where p.id = any(p_ids)
   ), planned as (
     select p.id as parent, g.idx, p.shard_total as total, null::uuid as pinned
       from parent p cross join lateral generate_series(0, p.shard_total - 1) as g(idx)
@@ -114,28 +121,22 @@ begin
         on sked.worker_is_live(w.heartbeat_at, w.lease, w.stopping_at, p.created_at)
        and p.queue = any(w.queues) and p.labels <@ w.labels
      where p.broadcast
-  ), plan as materialized (
-    select l.*, sked.uuid_v7() as id from planned l
-  ), upstream as (
+  )
+  select array(
+    select jsonb_populate_record(p.task, jsonb_build_object(
+             'id', sked.uuid_v7(), 'name', p.name || '[' || s.idx || ']',
+             'shard_total', s.total, 'shard_index', s.idx, 'pinned_worker', s.pinned))
+      from planned s join parent p on p.id = s.parent
+     order by s.parent, s.idx)
+    into shards;
+  perform sked.tasks_insert(shards, whole => true);
+
+  -- The parents' DAG parents move to their shards; each parent depends on its shards.
+  with upstream as (
     delete from sked.task_edges e where e.task_id = any(p_ids)
     returning e.task_id, e.depends_on
-  ), shards as (
-    insert into sked.tasks (id, owner, queue, priority, kind, command, args, artifact_url,
-                            artifact_sha256, input, env, labels, output_path, timeout,
-                            max_attempts, backoff_base, backoff_max, state, next_run_at,
-                            created_at, workflow_id, name, trigger_rule, parents, children,
-                            parents_pending, shard_total, shard_index, shard_of, broadcast,
-                            pinned_worker, cpu_millis, memory_mb, max_output_bytes, run_as,
-                            preemptible)
-    select s.id, p.owner, p.queue, p.priority, p.kind, p.command, p.args, p.artifact_url,
-           p.artifact_sha256, p.input, p.env, p.labels, p.output_path, p.timeout,
-           p.max_attempts, p.backoff_base, p.backoff_max,
-           case when p.parents_pending > 0 then 'blocked' else 'waiting' end, p.next_run_at,
-           p.created_at, p.workflow_id, p.name || '[' || s.idx || ']', p.trigger_rule,
-           p.parents, 1, p.parents_pending, s.total, s.idx, p.id, p.broadcast, s.pinned,
-           p.cpu_millis, p.memory_mb, p.max_output_bytes, p.run_as, p.preemptible
-      from plan s join parent p on p.id = s.parent
-     order by s.parent, s.idx
+  ), plan as (
+    select s.shard_of as parent, s.id from unnest(shards) s
   ), edges as (
     insert into sked.task_edges (task_id, depends_on)
     select s.parent, s.id from plan s

@@ -123,7 +123,9 @@ create or replace trigger tasks_after_insert_notify
 -- these fields and no others, and leaves every other column to the table's defaults (or to
 -- the task's place in a workflow): sked.task_submit (named arguments), sked.tasks_submit
 -- (JSON objects with these keys, also the form of workflows' tasks and schedules' task
--- templates). A new field is a column (a migration) and its name at the end of the list.
+-- templates). Copies of a task carry its fields without naming them: a resubmission and a
+-- copy of a service take their source's fields (sked.task_copy), a shard its parent's whole
+-- row. A new field is a column (a migration) and its name at the end of the list.
 --
 -- From the list and the table as it is, every migrate makes:
 --   sked.task_submit(<fields>)      one task by named arguments; returns its id. An argument
@@ -382,6 +384,14 @@ begin
 end
 $do$;
 
+-- A new task with the fields of `source` (what it runs, how, where, whose) and the
+-- `changes`; every other column takes the table's default: a new id, waiting, created now.
+create or replace function sked.task_copy(source sked.tasks, changes jsonb) returns sked.tasks
+language sql volatile as $$
+  select jsonb_populate_record(sked.task_new(shard_total => source.shard_total),
+                               to_jsonb(source) - sked.task_nonfield_columns() || changes)
+$$;
+
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
 -- fields (the arguments of sked.task_submit); returns the ids in input order. Missing keys
 -- take the defaults; `owner_` applies to objects that name no owner. All or nothing: one
@@ -480,51 +490,40 @@ begin
 end
 $$;
 
--- Submit a new task with the definition of task p_id ("run again"): what it runs (kind,
--- command or artifact, args), its input and environment (the real values, which API answers
--- mask), queue, priority, labels, output path, timeout, max_attempts (as the task has it
--- now, which retries and interrupted attempts raise), backoff, shards or broadcast (a
--- sharded task is submitted sharded again), resource requests, output cap, user and
--- whether it is preemptible. The new task belongs to p_owner, waits from
--- p_now, and has no idempotency key. Tasks of a workflow and shards run as part of their
--- workflow or parent and are refused (retry them, or resubmit the parent). Returns the new
--- id, or null when there is no such task.
-create or replace function sked.task_resubmit(
-  p_id uuid, p_owner text default current_user, p_now timestamptz default now())
-returns uuid
+-- A task that may be submitted again, as it is: check_violation for a task of a workflow and
+-- for a shard, which run as part of their workflow or parent (retry them, or resubmit the
+-- parent).
+create or replace function sked.task_resubmittable(t sked.tasks) returns sked.tasks
 language plpgsql as $$
-declare
-  source record;
-  new_id uuid;
 begin
-  select t.workflow_id, t.shard_of into source from sked.tasks t where t.id = p_id;
-  if not found then
-    return null;
-  end if;
-  if source.workflow_id is not null then
+  if t.workflow_id is not null then
     raise exception 'sked.tasks: a task of a workflow runs with its workflow and cannot be resubmitted on its own (tasks_resubmit_is_not_for_workflow_tasks)'
       using errcode = 'check_violation', constraint = 'tasks_resubmit_is_not_for_workflow_tasks',
             table = 'tasks', schema = 'sked';
-  end if;
-  if source.shard_of is not null then
-    raise exception 'sked.tasks: a shard runs as part of its parent %; resubmit the parent (tasks_resubmit_is_not_for_shards)', source.shard_of
+  elsif t.shard_of is not null then
+    raise exception 'sked.tasks: a shard runs as part of its parent %; resubmit the parent (tasks_resubmit_is_not_for_shards)', t.shard_of
       using errcode = 'check_violation', constraint = 'tasks_resubmit_is_not_for_shards',
             table = 'tasks', schema = 'sked';
   end if;
-  insert into sked.tasks (owner, queue, priority, kind, command, args, artifact_url,
-                          artifact_sha256, input, env, labels, output_path, timeout,
-                          max_attempts, backoff_base, backoff_max, shard_total, broadcast,
-                          next_run_at, cpu_millis, memory_mb, max_output_bytes, run_as,
-                          replicas, restart_policy, health_check, preemptible)
-  select p_owner, t.queue, t.priority, t.kind, t.command, t.args, t.artifact_url,
-         t.artifact_sha256, t.input, t.env, t.labels, t.output_path, t.timeout,
-         t.max_attempts, t.backoff_base, t.backoff_max, t.shard_total, t.broadcast, p_now,
-         t.cpu_millis, t.memory_mb, t.max_output_bytes, t.run_as, t.replicas,
-         t.restart_policy, t.health_check, t.preemptible
-    from sked.tasks t where t.id = p_id
-  returning id into new_id;
-  return new_id;
+  return t;
 end
+$$;
+
+-- Submit a new task with the definition of task p_id ("run again"): its fields as the task
+-- has them now (sked.task_copy), which are what it runs, its input and environment (the real
+-- values, which API answers mask), queue, priority, labels, output path, timeout,
+-- max_attempts (which retries and interrupted attempts raise), backoff, shards or broadcast
+-- (a sharded task is submitted sharded again), resource requests, output cap, user, whether
+-- it is preemptible, and any other field; it belongs to p_owner, waits from p_now, and has
+-- no idempotency key. Refused for a task of a workflow and a shard
+-- (sked.task_resubmittable). Returns the new id, or null when there is no such task.
+create or replace function sked.task_resubmit(
+  p_id uuid, p_owner text default current_user, p_now timestamptz default now())
+returns uuid
+language sql as $$
+  select sked.tasks_insert(array[sked.task_copy(sked.task_resubmittable(t), jsonb_build_object(
+           'owner', p_owner, 'next_run_at', p_now, 'idempotency_key', null))])
+    from sked.tasks t where t.id = p_id
 $$;
 
 -- Retention: delete finished tasks (succeeded, failed, cancelled, upstream_failed, skipped)

@@ -933,6 +933,141 @@ async fn every_function_takes_now_as_its_last_argument() {
     );
 }
 
+/// A new field of a task is a column and its name in the list of fields (sql/tasks.sql):
+/// with nothing else changed, every way in takes it and every copy of a task carries it.
+#[tokio::test]
+async fn a_new_field_is_a_column_and_its_name_in_the_list_of_fields() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    sqlx::query("alter table sked.tasks add column scratch boolean not null default false")
+        .execute(pool)
+        .await
+        .unwrap();
+    let end_of_list = "'preemptible'];";
+    for (name, sql) in sked_db::CONTRACT {
+        let sql = if *name == "sql/tasks.sql" {
+            assert_eq!(
+                sql.matches(end_of_list).count(),
+                1,
+                "the list of fields ends so"
+            );
+            sql.replace(end_of_list, "'preemptible', 'scratch'];")
+        } else {
+            sql.to_string()
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("applying {name} with the new field: {e}"));
+    }
+    let scratch = async |id: Uuid| -> bool {
+        sqlx::query_scalar("select scratch from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    let one = async |sql: &str| -> Uuid {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+
+    let named = one("select sked.task_submit(command => array['true'], scratch => true)").await;
+    assert!(scratch(named).await, "sked.task_submit takes it by name");
+    let plain = one("select sked.task_submit(command => array['true'])").await;
+    assert!(
+        !scratch(plain).await,
+        "and leaves it to the table's default"
+    );
+    let json =
+        one(r#"select id from sked.tasks_submit('[{"command": ["true"], "scratch": true}]')"#)
+            .await;
+    assert!(scratch(json).await, "sked.tasks_submit takes it as a key");
+    let resubmitted = one(&format!("select sked.task_resubmit('{named}')")).await;
+    assert!(scratch(resubmitted).await, "a resubmission carries it");
+
+    let workflow = one(
+        r#"select sked.workflow_submit('{"tasks": [{"name": "a", "command": ["true"], "scratch": true},
+                                                    {"name": "b", "command": ["true"], "depends_on": ["a"]}]}')"#,
+    )
+    .await;
+    let in_workflow: Vec<(String, bool)> =
+        sqlx::query_as("select name, scratch from sked.tasks where workflow_id = $1 order by name")
+            .bind(workflow)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        in_workflow,
+        [("a".to_owned(), true), ("b".to_owned(), false)],
+        "a workflow's task takes it"
+    );
+
+    let schedule = one(r#"insert into sked.schedules (name, cron, task)
+           values ('s', '@daily', '{"command": ["true"], "scratch": true}') returning id"#)
+    .await;
+    let occurrence = one(&format!("select sked.schedule_run_now('{schedule}')")).await;
+    assert!(scratch(occurrence).await, "a schedule's template takes it");
+
+    let sharded =
+        one("select sked.task_submit(command => array['true'], shards => 3, scratch => true)")
+            .await;
+    let shards: Vec<bool> =
+        sqlx::query_scalar("select scratch from sked.tasks where shard_of = $1")
+            .bind(sharded)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(shards, [true, true, true], "shards carry their parent's");
+
+    let service = one(
+        "select sked.task_submit(kind => 'service', command => array['sleep', '9'], scratch => true)",
+    )
+    .await;
+    sqlx::query(r#"select sked.service_update($1, '{"replicas": 2}')"#)
+        .bind(service)
+        .execute(pool)
+        .await
+        .unwrap();
+    let copies: Vec<bool> = sqlx::query_scalar(
+        "select scratch from sked.tasks where shard_of = $1 order by shard_index",
+    )
+    .bind(service)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        copies,
+        [true, true],
+        "the first copy and the one scaling added carry it"
+    );
+
+    let err =
+        sqlx::query(r#"select * from sked.tasks_submit('[{"command": ["true"], "scratch": 1}]')"#)
+            .execute(pool)
+            .await
+            .expect_err("a boolean field takes JSON booleans only");
+    assert_eq!(
+        err.as_database_error().and_then(|e| e.constraint()),
+        Some("tasks_scratch_must_be_a_boolean")
+    );
+    let insertable: bool = sqlx::query_scalar(
+        "select has_column_privilege('sked_submitter', 'sked.tasks', 'scratch', 'INSERT')
+            and has_column_privilege('sked_server', 'sked.tasks', 'scratch', 'INSERT')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(insertable, "the submitting roles may set it");
+    let shown = sked_db::task::get(pool, named).await.unwrap().unwrap();
+    assert_eq!(
+        shown.id, named,
+        "a row with a column the API does not know still reads"
+    );
+}
+
 #[tokio::test]
 async fn a_task_that_is_not_a_json_object_is_refused_saying_so() {
     let db = TestDb::new().await;
