@@ -1,74 +1,149 @@
 //! Task rows and the task functions of the SQL contract: submit, read, cancel, retry,
 //! resubmit. Listings are in [`crate::listing`].
+//!
+//! A row is read into the API's [`Task`] by column name, without listing the columns: a
+//! field of seconds `x_secs` in the API is the interval column `x`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{DeserializeSeed, Error as _, IntoDeserializer, MapAccess};
 use serde_json::Value;
 use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskKind, TaskState};
 use sqlx::postgres::types::PgInterval;
-use sqlx::{PgConnection, PgExecutor, PgPool};
+use sqlx::postgres::{PgColumn, PgRow};
+use sqlx::{Column, PgConnection, PgExecutor, PgPool, Row, TypeInfo};
 use uuid::Uuid;
 
 use crate::text::Text;
 use crate::{DbError, Result};
 
-/// A row of `sked.tasks`, as selected by `select t.*`.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct TaskRow {
-    pub id: Uuid,
-    pub owner: String,
-    pub queue: String,
-    pub priority: i32,
-    #[sqlx(try_from = "Text<TaskKind>")]
-    pub kind: TaskKind,
-    pub command: Option<Vec<String>>,
-    pub args: Vec<String>,
-    pub artifact_url: Option<String>,
-    pub artifact_sha256: Option<String>,
-    pub input: Option<Value>,
-    pub env: Value,
-    pub labels: Vec<String>,
-    pub output_path: Option<String>,
-    pub timeout: Option<PgInterval>,
-    pub max_attempts: i32,
-    pub backoff_base: PgInterval,
-    pub backoff_max: PgInterval,
-    pub idempotency_key: Option<String>,
-    #[sqlx(try_from = "Text<TaskState>")]
-    pub state: TaskState,
-    pub attempt: i32,
-    pub next_run_at: DateTime<Utc>,
-    pub worker_id: Option<Uuid>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    pub cancel_requested_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub exit_code: Option<i32>,
-    pub error: Option<String>,
-    pub stdout_tail: Option<String>,
-    pub stderr_tail: Option<String>,
-    pub output_sha256: Option<String>,
-    pub workflow_id: Option<Uuid>,
-    pub name: Option<String>,
-    pub trigger_rule: String,
-    pub parents_pending: i32,
-    pub output: Option<Value>,
-    pub shard_total: Option<i32>,
-    pub shard_index: Option<i32>,
-    pub shard_of: Option<Uuid>,
-    pub broadcast: bool,
-    pub pinned_worker: Option<Uuid>,
-    pub cpu_millis: Option<i32>,
-    pub memory_mb: Option<i32>,
-    pub max_output_bytes: Option<i64>,
-    pub run_as: Option<String>,
-    pub replicas: Option<i32>,
-    pub restart_policy: Option<String>,
-    pub health_check: Option<Value>,
-    pub generation: Option<i32>,
-    pub preemptible: bool,
+/// The suffix of the API's fields that hold seconds: `timeout_secs` is the interval column
+/// `timeout` (the key `timeout` of `sked.tasks_submit`), in seconds.
+const SECS: &str = "_secs";
+
+/// A row of `sked.tasks` (`select t.*`) as the API's [`Task`], with its real environment
+/// (answers mask secret values on their way out of the server). Columns are read by name:
+/// each is the field of its name, an interval `x` the field `x_secs`; a column the API does
+/// not show is read and ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow(Task);
+
+impl std::ops::Deref for TaskRow {
+    type Target = Task;
+    fn deref(&self) -> &Task {
+        &self.0
+    }
+}
+
+impl TaskRow {
+    /// The task as the API's types hold it, with its real environment.
+    pub fn into_task(self) -> Task {
+        self.0
+    }
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for TaskRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<TaskRow> {
+        let fields = row
+            .columns()
+            .iter()
+            .map(|column| column_field(row, column))
+            .collect::<sqlx::Result<Vec<_>>>()?;
+        let mut columns = Columns {
+            fields: fields.into_iter(),
+            value: None,
+            failed: None,
+        };
+        let task = Task::deserialize(MapAccessDeserializer::new(&mut columns));
+        task.map(TaskRow).map_err(|e| match columns.failed.take() {
+            Some(index) => sqlx::Error::ColumnDecode {
+                index,
+                source: Box::new(e),
+            },
+            None => sqlx::Error::Decode(Box::new(e)),
+        })
+    }
+}
+
+/// A column of `row` as the field of its name, and its value as JSON.
+fn column_field<'r>(row: &'r PgRow, column: &'r PgColumn) -> sqlx::Result<(Cow<'r, str>, Value)> {
+    fn json<T: serde::Serialize>(value: Option<T>) -> Value {
+        value.map_or(Value::Null, |v| {
+            serde_json::to_value(v).unwrap_or(Value::Null)
+        })
+    }
+    let (i, name) = (column.ordinal(), column.name());
+    let value = match column.type_info().name() {
+        "BOOL" => json(row.try_get::<Option<bool>, _>(i)?),
+        "INT2" => json(row.try_get::<Option<i16>, _>(i)?),
+        "INT4" => json(row.try_get::<Option<i32>, _>(i)?),
+        "INT8" => json(row.try_get::<Option<i64>, _>(i)?),
+        "FLOAT8" => json(row.try_get::<Option<f64>, _>(i)?),
+        "TEXT" => json(row.try_get::<Option<&str>, _>(i)?),
+        "TEXT[]" => json(row.try_get::<Option<Vec<String>>, _>(i)?),
+        "UUID" => json(row.try_get::<Option<Uuid>, _>(i)?),
+        "TIMESTAMPTZ" => json(row.try_get::<Option<DateTime<Utc>>, _>(i)?),
+        "JSONB" => row.try_get::<Option<Value>, _>(i)?.unwrap_or(Value::Null),
+        "INTERVAL" => {
+            let secs = row.try_get::<Option<PgInterval>, _>(i)?;
+            return Ok((
+                Cow::Owned(format!("{name}{SECS}")),
+                json(secs.as_ref().map(interval_secs)),
+            ));
+        }
+        other => {
+            return Err(sqlx::Error::ColumnDecode {
+                index: name.to_owned(),
+                source: format!("a task's column of type {other} is not read").into(),
+            });
+        }
+    };
+    Ok((Cow::Borrowed(name), value))
+}
+
+/// A row's fields as the map a [`Task`] is read from; a value that does not read names its
+/// column (`failed`).
+struct Columns<'r> {
+    fields: std::vec::IntoIter<(Cow<'r, str>, Value)>,
+    value: Option<(Cow<'r, str>, Value)>,
+    failed: Option<String>,
+}
+
+impl<'de> MapAccess<'de> for &mut Columns<'_> {
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> std::result::Result<Option<K::Value>, Self::Error> {
+        let Some((name, value)) = self.fields.next() else {
+            return Ok(None);
+        };
+        let key = seed.deserialize(name.as_ref().into_deserializer())?;
+        self.value = Some((name, value));
+        Ok(Some(key))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> std::result::Result<V::Value, Self::Error> {
+        let (name, value) = self
+            .value
+            .take()
+            .ok_or_else(|| serde_json::Error::custom("a value without its column"))?;
+        seed.deserialize(value).inspect_err(|_| {
+            self.failed = Some(name.into_owned());
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.fields.len())
+    }
 }
 
 /// An interval as seconds (a month counts 30 days, as Postgres' own `extract(epoch …)` does).
@@ -84,71 +159,6 @@ pub fn env_map(env: &Value) -> BTreeMap<String, String> {
             .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
             .collect(),
         _ => BTreeMap::new(),
-    }
-}
-
-impl TaskRow {
-    /// The environment as a map (the schema guarantees an object of strings).
-    pub fn env_map(&self) -> BTreeMap<String, String> {
-        env_map(&self.env)
-    }
-
-    /// The task as the API's types hold it, with its real environment: answers mask secret
-    /// values on their way out of the server.
-    pub fn into_task(self) -> Task {
-        Task {
-            env: self.env_map(),
-            state: self.state,
-            id: self.id,
-            owner: self.owner,
-            queue: self.queue,
-            priority: self.priority,
-            kind: self.kind,
-            command: self.command,
-            args: self.args,
-            artifact_url: self.artifact_url,
-            artifact_sha256: self.artifact_sha256,
-            input: self.input,
-            labels: self.labels,
-            output_path: self.output_path,
-            timeout_secs: self.timeout.as_ref().map(interval_secs),
-            max_attempts: self.max_attempts,
-            backoff_base_secs: interval_secs(&self.backoff_base),
-            backoff_max_secs: interval_secs(&self.backoff_max),
-            idempotency_key: self.idempotency_key,
-            attempt: self.attempt,
-            next_run_at: self.next_run_at,
-            worker_id: self.worker_id,
-            lease_expires_at: self.lease_expires_at,
-            cancel_requested_at: self.cancel_requested_at,
-            created_at: self.created_at,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            exit_code: self.exit_code,
-            error: self.error,
-            stdout_tail: self.stdout_tail,
-            stderr_tail: self.stderr_tail,
-            output_sha256: self.output_sha256,
-            workflow_id: self.workflow_id,
-            name: self.name,
-            trigger_rule: self.trigger_rule,
-            parents_pending: self.parents_pending,
-            output: self.output,
-            shard_total: self.shard_total,
-            shard_index: self.shard_index,
-            shard_of: self.shard_of,
-            broadcast: self.broadcast,
-            pinned_worker: self.pinned_worker,
-            cpu_millis: self.cpu_millis,
-            memory_mb: self.memory_mb,
-            max_output_bytes: self.max_output_bytes,
-            run_as: self.run_as,
-            replicas: self.replicas,
-            restart_policy: self.restart_policy,
-            health_check: self.health_check,
-            generation: self.generation,
-            preemptible: self.preemptible,
-        }
     }
 }
 

@@ -366,7 +366,7 @@ async fn rest_commands_submit_list_show_cancel_and_retry() {
         task.command,
         Some(vec!["sh".into(), "-c".into(), "echo hi".into()])
     );
-    assert_eq!(task.env_map().get("A").map(String::as_str), Some("1=2"));
+    assert_eq!(task.env.get("A").map(String::as_str), Some("1=2"));
     assert_eq!(task.input, Some(serde_json::json!({"n": 1})));
     assert_eq!(task.max_attempts, 2);
     assert_eq!(task.labels, vec!["gpu".to_owned()]);
@@ -717,11 +717,7 @@ async fn submit_delays_a_task_by_a_duration_or_until_a_time() {
     ])
     .await;
     assert_eq!(after(&t), 5_400.0, "--delay 1h30m");
-    assert_eq!(
-        t.timeout.as_ref().map(sked_db::task::interval_secs),
-        Some(120.0),
-        "--timeout 2m"
-    );
+    assert_eq!(t.timeout_secs, Some(120.0), "--timeout 2m");
     assert_eq!(
         (t.max_attempts, t.priority, t.queue.as_str()),
         (5, 7, "later")

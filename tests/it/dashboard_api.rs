@@ -726,15 +726,15 @@ async fn resubmit_copies_the_definition_for_the_caller() {
     assert_eq!(
         (
             copy.max_attempts,
-            copy.timeout,
-            copy.backoff_base,
-            copy.backoff_max
+            copy.timeout_secs,
+            copy.backoff_base_secs,
+            copy.backoff_max_secs
         ),
         (
             old.max_attempts,
-            old.timeout,
-            old.backoff_base,
-            old.backoff_max
+            old.timeout_secs,
+            old.backoff_base_secs,
+            old.backoff_max_secs
         ),
         "the limits are copied"
     );

@@ -718,7 +718,7 @@ async fn large_batches_go_in_by_copy_with_every_character_and_default_intact() {
         tricky.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     );
     assert_eq!(row.labels, vec!["a\tb", "c,d"]);
-    assert_eq!(row.env_map(), tasks[7].env, "env survives COPY escaping");
+    assert_eq!(row.env, tasks[7].env, "env survives COPY escaping");
     assert_eq!(row.input, tasks[7].input, "input survives COPY escaping");
     assert_eq!(
         (row.queue.as_str(), row.priority, row.max_attempts),
