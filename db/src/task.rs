@@ -1,8 +1,10 @@
 //! Task rows and the task functions of the SQL contract: submit, read, cancel, retry,
 //! resubmit. Listings are in [`crate::listing`].
 //!
-//! A row is read into the API's [`Task`] by column name, without listing the columns: a
-//! field of seconds `x_secs` in the API is the interval column `x`.
+//! A task's fields are defined once in Rust, by the API's types ([`SubmitTask`] to submit,
+//! [`Task`] to read), and once in SQL (`sql/tasks.sql`, "The fields of a task"); this module
+//! moves them between the two by name, without listing them. The one difference of naming
+//! between the two: a field of seconds `x_secs` in the API is the interval `x` in SQL.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -11,8 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{DeserializeSeed, Error as _, IntoDeserializer, MapAccess};
-use serde_json::Value;
-use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskKind, TaskState};
+use serde_json::{Map, Value};
+use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgColumn, PgRow};
 use sqlx::{Column, PgConnection, PgExecutor, PgPool, Row, TypeInfo};
@@ -162,16 +164,6 @@ pub fn env_map(env: &Value) -> BTreeMap<String, String> {
     }
 }
 
-fn secs(value: Option<f64>, field: &str) -> Result<Option<String>> {
-    match value {
-        Some(v) if !v.is_finite() => Err(DbError::InvalidInput(format!(
-            "{field} must be a finite number"
-        ))),
-        Some(v) => Ok(Some(seconds_text(v))),
-        None => Ok(None),
-    }
-}
-
 /// Seconds as interval text (`5 seconds`, `0.25 seconds`), to the microsecond: an interval's
 /// precision. `{v}` alone writes every digit of a tiny number (2.2e-309 with 308 zeros), more
 /// than PostgreSQL reads as an interval.
@@ -181,110 +173,37 @@ pub(crate) fn seconds_text(v: f64) -> String {
     format!("{digits} seconds")
 }
 
-/// One task as `sked.tasks_submit` reads it: the argument names of `sked.task_submit`,
-/// durations as interval text. Serialized straight from the request, with no JSON tree in
-/// between; absent fields are left out so that the function applies the defaults.
-#[derive(serde::Serialize)]
-pub(crate) struct SubmitRow<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<&'a Vec<String>>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    args: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kind: Option<TaskKind>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queue: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input: Option<&'a Value>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    env: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_attempts: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    backoff_base: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    backoff_max: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    idempotency_key: Option<&'a str>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    labels: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    artifact_url: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    artifact_sha256: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output_path: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    owner: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shards: Option<i32>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    broadcast: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_millis: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    memory_mb: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_output_bytes: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_as: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    replicas: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    restart_policy: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    health_check: Option<&'a Value>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    preemptible: bool,
-}
-
-impl<'a> SubmitRow<'a> {
-    pub(crate) fn new(t: &'a SubmitTask) -> Result<SubmitRow<'a>> {
-        Ok(SubmitRow {
-            command: t.command.as_ref(),
-            args: &t.args,
-            kind: t.kind,
-            queue: t.queue.as_deref(),
-            priority: t.priority,
-            input: t.input.as_ref(),
-            env: &t.env,
-            run_at: t.run_at,
-            delay: secs(t.delay_secs, "delay_secs")?,
-            max_attempts: t.max_attempts,
-            timeout: secs(t.timeout_secs, "timeout_secs")?,
-            backoff_base: secs(t.backoff_base_secs, "backoff_base_secs")?,
-            backoff_max: secs(t.backoff_max_secs, "backoff_max_secs")?,
-            idempotency_key: t.idempotency_key.as_deref(),
-            labels: &t.labels,
-            artifact_url: t.artifact_url.as_deref(),
-            artifact_sha256: t.artifact_sha256.as_deref(),
-            output_path: t.output_path.as_deref(),
-            owner: t.owner.as_deref(),
-            shards: t.shards,
-            broadcast: t.broadcast,
-            cpu_millis: t.cpu_millis,
-            memory_mb: t.memory_mb,
-            max_output_bytes: t.max_output_bytes,
-            run_as: t.run_as.as_deref(),
-            replicas: t.replicas,
-            restart_policy: t.restart_policy.as_deref(),
-            health_check: t.health_check.as_ref(),
-            preemptible: t.preemptible,
-        })
-    }
-}
-
-/// A task as the JSON object `sked.tasks_submit` takes (the form of a schedule's template).
+/// A task as the JSON object `sked.tasks_submit` takes (also the form of a schedule's
+/// template and of a workflow's task): the request's fields by name, those it leaves out
+/// absent (the table's defaults apply), seconds `x_secs` as the interval text of `x`.
 pub fn submit_json(t: &SubmitTask) -> Result<Value> {
-    serde_json::to_value(SubmitRow::new(t)?).map_err(|e| DbError::InvalidInput(e.to_string()))
+    submit_fields(t).map(Value::Object)
+}
+
+/// [`submit_json`] as the object's fields.
+pub(crate) fn submit_fields(t: &SubmitTask) -> Result<Map<String, Value>> {
+    let Value::Object(mut fields) =
+        serde_json::to_value(t).map_err(|e| DbError::InvalidInput(e.to_string()))?
+    else {
+        return Err(DbError::InvalidInput("a task is a JSON object".into()));
+    };
+    let seconds: Vec<String> = fields
+        .keys()
+        .filter(|key| key.ends_with(SECS))
+        .cloned()
+        .collect();
+    for key in seconds {
+        let value = fields.remove(&key);
+        // serde_json writes a number that is not finite as null.
+        let Some(secs) = value.as_ref().and_then(Value::as_f64) else {
+            return Err(DbError::InvalidInput(format!(
+                "{key} must be a finite number"
+            )));
+        };
+        let interval = key.trim_end_matches(SECS).to_owned();
+        fields.insert(interval, Value::String(seconds_text(secs)));
+    }
+    Ok(fields)
 }
 
 /// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
@@ -300,37 +219,26 @@ pub async fn submit_in(
     tasks: &[SubmitTask],
     owner: &str,
 ) -> Result<Vec<Uuid>> {
+    let specs = tasks
+        .iter()
+        .map(submit_fields)
+        .collect::<Result<Vec<_>>>()?;
     if tasks.len() >= COPY_FROM
         && tasks.iter().all(copyable)
-        && !row_security_active(&mut *conn).await?
+        && let Some(columns) = copy::Columns::of(&mut *conn, &specs).await?
     {
-        return submit_by_copy(conn, tasks, owner).await;
+        return copy::submit(conn, &specs, &columns, owner).await;
     }
-    let rows = tasks
-        .iter()
-        .map(SubmitRow::new)
-        .collect::<Result<Vec<_>>>()?;
     let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1, $2)")
-        .bind(sqlx::types::Json(rows))
+        .bind(sqlx::types::Json(specs))
         .bind(owner)
         .fetch_all(conn)
         .await?;
     Ok(ids)
 }
 
-/// True when row-level security applies to this connection's role on `sked.tasks` (the
-/// `sked_server` and `sked_submitter` roles, see `docs/security.md`): PostgreSQL refuses
-/// `COPY … FROM` into such a table, so their batches go through `sked.tasks_submit`.
-async fn row_security_active(db: impl PgExecutor<'_>) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar("select row_security_active('sked.tasks')")
-            .fetch_one(db)
-            .await?,
-    )
-}
-
-/// Batches at least this large go in by `COPY` when [`copyable`] and row-level security
-/// does not apply.
+/// Batches at least this large go in by `COPY` when [`copyable`] and row-level security does
+/// not apply (see [`copy::Columns`]).
 const COPY_FROM: usize = 64;
 
 /// A task `COPY` can insert: no idempotency key (which needs `ON CONFLICT`), no start time
@@ -344,80 +252,122 @@ fn copyable(t: &SubmitTask) -> bool {
         && !t.broadcast
 }
 
-/// Inserts a batch with one `COPY`, the cheapest way into the table: one statement (all or
-/// nothing), the same validation triggers and one notification. The ids are made here
-/// (time-ordered UUIDv7, like the column default). Absent fields get the table's defaults,
-/// which this function repeats; a test compares both.
-async fn submit_by_copy(
-    conn: &mut PgConnection,
-    tasks: &[SubmitTask],
-    owner: &str,
-) -> Result<Vec<Uuid>> {
-    let mut ids = Vec::with_capacity(tasks.len());
-    let mut buf = String::with_capacity(tasks.len() * 128);
-    for t in tasks {
-        let id = Uuid::now_v7();
-        ids.push(id);
-        let timeout = secs(t.timeout_secs, "timeout_secs")?;
-        let base = secs(t.backoff_base_secs, "backoff_base_secs")?;
-        let max = secs(t.backoff_max_secs, "backoff_max_secs")?;
-        copy::field(&mut buf, &id.to_string());
-        copy::field(&mut buf, t.owner.as_deref().unwrap_or(owner));
-        copy::field(&mut buf, t.queue.as_deref().unwrap_or("default"));
-        copy::field(&mut buf, &t.priority.unwrap_or(0).to_string());
-        copy::field(&mut buf, t.kind.unwrap_or_default().as_str());
-        copy::array(&mut buf, t.command.as_deref());
-        copy::array(&mut buf, Some(&t.args));
-        copy::json(&mut buf, t.input.as_ref());
-        copy::json(
-            &mut buf,
-            Some(&serde_json::to_value(&t.env).unwrap_or_default()),
-        );
-        copy::array(&mut buf, Some(&t.labels));
-        copy::opt(&mut buf, t.artifact_url.as_deref());
-        copy::opt(&mut buf, t.artifact_sha256.as_deref());
-        copy::opt(&mut buf, t.output_path.as_deref());
-        copy::opt(&mut buf, timeout.as_deref());
-        copy::field(&mut buf, &t.max_attempts.unwrap_or(3).to_string());
-        copy::field(&mut buf, base.as_deref().unwrap_or("1 second"));
-        copy::field(&mut buf, max.as_deref().unwrap_or("1 hour"));
-        copy::opt(&mut buf, t.cpu_millis.map(|v| v.to_string()).as_deref());
-        copy::opt(&mut buf, t.memory_mb.map(|v| v.to_string()).as_deref());
-        copy::opt(
-            &mut buf,
-            t.max_output_bytes.map(|v| v.to_string()).as_deref(),
-        );
-        copy::opt(&mut buf, t.run_as.as_deref());
-        copy::opt(&mut buf, t.replicas.map(|v| v.to_string()).as_deref());
-        copy::opt(&mut buf, t.restart_policy.as_deref());
-        copy::json(&mut buf, t.health_check.as_ref());
-        copy::field(&mut buf, if t.preemptible { "t" } else { "f" });
-        buf.pop();
-        buf.push('\n');
-    }
-    let mut sink = conn
-        .copy_in_raw(
-            "copy sked.tasks (id, owner, queue, priority, kind, command, args, input, env, labels,
-                              artifact_url, artifact_sha256, output_path, timeout, max_attempts,
-                              backoff_base, backoff_max, cpu_millis, memory_mb,
-                              max_output_bytes, run_as, replicas, restart_policy,
-                              health_check, preemptible) from stdin",
-        )
-        .await?;
-    sink.send(buf.into_bytes()).await?;
-    sink.finish().await?;
-    Ok(ids)
-}
-
-/// Fields of PostgreSQL's `COPY … FROM STDIN` text format, each followed by a tab.
+/// Batches by `COPY`, the cheapest way into the table: one statement (all or nothing), the
+/// same validation triggers and one notification. Only the columns some task of the batch
+/// sets are copied; the table's defaults fill in the rest as for any insert.
 mod copy {
-    /// Text with the format's escapes (backslash, tab, newline, carriage return).
-    pub fn field(buf: &mut String, value: &str) {
-        escape(buf, value);
-        buf.push('\t');
+    use std::borrow::Cow;
+
+    use serde_json::{Map, Value};
+    use sqlx::PgConnection;
+    use uuid::Uuid;
+
+    use crate::Result;
+
+    /// A column a batch is copied into.
+    struct Column {
+        name: String,
+        /// Of type jsonb: it takes a JSON document whatever its JSON type.
+        jsonb: bool,
+        /// The table's default, for a task that leaves the column out.
+        default: Value,
     }
 
-    fn escape(buf: &mut String, value: &str) {
+    /// The columns a batch is copied into: `id` (made here, time-ordered UUIDv7 like the
+    /// column default), `owner`, and every field a task of the batch sets.
+    pub struct Columns(Vec<Column>);
+
+    impl Columns {
+        /// The columns of `specs`, or `None` when row-level security applies to this
+        /// connection's role (the `sked_server` and `sked_submitter` roles, see
+        /// `docs/security.md`): PostgreSQL refuses `COPY … FROM` into such a table. The
+        /// defaults are a new row of the table's (`sked.task_new()`), read in the same
+        /// statement.
+        pub async fn of(
+            conn: &mut PgConnection,
+            specs: &[Map<String, Value>],
+        ) -> Result<Option<Columns>> {
+            let (defaults, jsonb): (Option<sqlx::types::Json<Map<String, Value>>>, Vec<String>) =
+                sqlx::query_as(
+                    "select case when not row_security_active('sked.tasks')
+                                 then to_jsonb(sked.task_new()) end,
+                            array(select a.attname::text from pg_attribute a
+                                   where a.attrelid = 'sked.tasks'::regclass and a.attnum > 0
+                                     and not a.attisdropped and a.atttypid = 'jsonb'::regtype)",
+                )
+                .fetch_one(conn)
+                .await?;
+            let Some(sqlx::types::Json(mut defaults)) = defaults else {
+                return Ok(None);
+            };
+            let mut columns: Vec<Column> = Vec::new();
+            let names = ["id", "owner"].into_iter();
+            for name in names.chain(
+                specs
+                    .iter()
+                    .flat_map(|spec| spec.keys().map(String::as_str)),
+            ) {
+                if columns.iter().all(|c| c.name != name) {
+                    columns.push(Column {
+                        name: name.to_owned(),
+                        jsonb: jsonb.iter().any(|j| j == name),
+                        default: defaults.remove(name).unwrap_or(Value::Null),
+                    });
+                }
+            }
+            Ok(Some(Columns(columns)))
+        }
+    }
+
+    /// Inserts the batch with one `COPY` into `columns`; the ids in order. A task that
+    /// names no owner gets `owner`.
+    pub async fn submit(
+        conn: &mut PgConnection,
+        specs: &[Map<String, Value>],
+        columns: &Columns,
+        owner: &str,
+    ) -> Result<Vec<Uuid>> {
+        let mut ids = Vec::with_capacity(specs.len());
+        let mut buf = String::with_capacity(specs.len() * 128);
+        for spec in specs {
+            let id = Uuid::now_v7();
+            ids.push(id);
+            field(&mut buf, &id.to_string());
+            field(
+                &mut buf,
+                spec.get("owner").and_then(Value::as_str).unwrap_or(owner),
+            );
+            for column in &columns.0[2..] {
+                let given = spec.get(&column.name).unwrap_or(&column.default);
+                value(&mut buf, given, column.jsonb);
+            }
+            buf.pop();
+            buf.push('\n');
+        }
+        let names: Vec<&str> = columns.0.iter().map(|c| c.name.as_str()).collect();
+        let statement = format!("copy sked.tasks ({}) from stdin", names.join(", "));
+        let mut sink = conn.copy_in_raw(&statement).await?;
+        sink.send(buf.into_bytes()).await?;
+        sink.finish().await?;
+        Ok(ids)
+    }
+
+    /// A field of PostgreSQL's `COPY … FROM STDIN` text format, followed by a tab: `\N` for
+    /// null, the JSON document for a jsonb column, an array literal for an array, `t`/`f`
+    /// for a boolean, the text of a string or a number.
+    fn value(buf: &mut String, value: &Value, jsonb: bool) {
+        match value {
+            Value::Null => buf.push_str("\\N\t"),
+            v if jsonb => field(buf, &v.to_string()),
+            Value::Bool(b) => field(buf, if *b { "t" } else { "f" }),
+            Value::String(s) => field(buf, s),
+            Value::Array(items) => field(buf, &array(items)),
+            v => field(buf, &v.to_string()),
+        }
+    }
+
+    /// Text with the format's escapes (backslash, tab, newline, carriage return).
+    fn field(buf: &mut String, value: &str) {
         for c in value.chars() {
             match c {
                 '\\' => buf.push_str("\\\\"),
@@ -427,28 +377,26 @@ mod copy {
                 c => buf.push(c),
             }
         }
+        buf.push('\t');
     }
 
-    /// `\N` (null) or the text.
-    pub fn opt(buf: &mut String, value: Option<&str>) {
-        match value {
-            Some(v) => field(buf, v),
-            None => buf.push_str("\\N\t"),
-        }
-    }
-
-    /// A `text[]` literal with every element quoted, or null.
-    pub fn array(buf: &mut String, items: Option<&[String]>) {
-        let Some(items) = items else {
-            return opt(buf, None);
-        };
+    /// An array literal with every element quoted (`NULL` for a null one).
+    fn array(items: &[Value]) -> String {
         let mut literal = String::from("{");
         for (i, item) in items.iter().enumerate() {
             if i > 0 {
                 literal.push(',');
             }
+            let text = match item {
+                Value::Null => {
+                    literal.push_str("NULL");
+                    continue;
+                }
+                Value::String(s) => Cow::Borrowed(s.as_str()),
+                v => Cow::Owned(v.to_string()),
+            };
             literal.push('"');
-            for c in item.chars() {
+            for c in text.chars() {
                 if c == '"' || c == '\\' {
                     literal.push('\\');
                 }
@@ -457,15 +405,7 @@ mod copy {
             literal.push('"');
         }
         literal.push('}');
-        field(buf, &literal);
-    }
-
-    /// A JSON document, or null.
-    pub fn json(buf: &mut String, value: Option<&serde_json::Value>) {
-        match value {
-            Some(v) => field(buf, &v.to_string()),
-            None => opt(buf, None),
-        }
+        literal
     }
 }
 

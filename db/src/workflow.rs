@@ -2,13 +2,14 @@
 //! list, cancel and re-run. See `docs/workflows.md`.
 
 use chrono::{DateTime, Utc};
-use sked_types::{SubmitWorkflow, TriggerRule, Workflow, WorkflowEdge, WorkflowState};
+use serde_json::json;
+use sked_types::{SubmitWorkflow, Workflow, WorkflowEdge, WorkflowState};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::task::{SubmitRow, TaskRow};
+use crate::Result;
+use crate::task::{TaskRow, submit_fields};
 use crate::text::Text;
-use crate::{DbError, Result};
 
 /// A row of `sked.workflows`.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -35,45 +36,29 @@ impl WorkflowRow {
     }
 }
 
-/// One task as `sked.workflow_submit` reads it: a task of `sked.tasks_submit` plus its name,
-/// parents and rule.
-#[derive(serde::Serialize)]
-struct SpecTask<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    depends_on: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    trigger_rule: Option<TriggerRule>,
-    #[serde(flatten)]
-    task: SubmitRow<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct Spec<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
-    tasks: Vec<SpecTask<'a>>,
-}
-
-/// The JSON spec `sked.workflow_submit` takes for this request (durations as interval text).
+/// The JSON spec `sked.workflow_submit` takes for this request: each task as
+/// `sked.tasks_submit` reads it ([`crate::task::submit_json`]) plus its name, parents and rule.
 pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
     let tasks = w
         .tasks
         .iter()
         .map(|t| {
-            Ok(SpecTask {
-                name: &t.name,
-                depends_on: &t.depends_on,
-                trigger_rule: t.trigger_rule,
-                task: SubmitRow::new(&t.task)?,
-            })
+            let mut fields = submit_fields(&t.task)?;
+            fields.insert("name".into(), json!(t.name));
+            if !t.depends_on.is_empty() {
+                fields.insert("depends_on".into(), json!(t.depends_on));
+            }
+            if let Some(rule) = t.trigger_rule {
+                fields.insert("trigger_rule".into(), json!(rule));
+            }
+            Ok(serde_json::Value::Object(fields))
         })
         .collect::<Result<Vec<_>>>()?;
-    serde_json::to_value(Spec {
-        name: w.name.as_deref(),
-        tasks,
-    })
-    .map_err(|e| DbError::InvalidInput(e.to_string()))
+    let mut spec = json!({ "tasks": tasks });
+    if let Some(name) = &w.name {
+        spec["name"] = json!(name);
+    }
+    Ok(spec)
 }
 
 /// Submits a workflow (`sked.workflow_submit`), all or nothing; returns its id. It belongs
