@@ -141,7 +141,7 @@ declare
   submit_calls text[] := array[
     'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json', 'tasks_insert',
     'task_copy', 'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
-    'task_new', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
+    'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.

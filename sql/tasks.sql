@@ -164,6 +164,12 @@ create or replace trigger tasks_after_insert_notify
 --                                   a new row of the table's defaults, with what a way in
 --                                   works out for each task (each argument defaults to its
 --                                   column's default);
+--   sked.task_placed(task, <the columns of its place>)
+--                                   `task` at its place in a workflow: its row with the
+--                                   columns of its place (id, state, created_at, workflow_id,
+--                                   name, trigger_rule, parents, children, parents_pending)
+--                                   given; a row constructor that the planner inlines, far
+--                                   cheaper per task than rewriting the row through JSON;
 --   sked.tasks_insert(rows, whole)  the insert of new task rows that every way in ends in.
 
 -- Raises check_violation (tasks_<field>_must_be_a_boolean) for the boolean field `field` of
@@ -213,6 +219,10 @@ declare
   missing text;
   arguments text[];
   f regprocedure;
+  src text;
+  expression text;
+  row_from_json text;
+  row_from_arguments text;
 begin
   select array_agg(a.attname::text order by a.attnum),
          array_agg(format_type(a.atttypid, a.atttypmod) order by a.attnum),
@@ -260,8 +270,54 @@ begin
                           else c.def end, ', ' order by c.i)
      from unnest(col_names, col_defaults) with ordinality as c(name, def, i)));
 
+  execute format($f$
+    create or replace function sked.task_placed(task sked.tasks, %s) returns sked.tasks
+    language sql immutable parallel safe as $b$ select row(%s)::sked.tasks $b$
+  $f$,
+  (select string_agg(format('%I %s', c.name, c.type), ', ' order by k.i)
+     from unnest(placed) with ordinality as k(name, i)
+     join unnest(col_names, col_types) as c(name, type) on c.name = k.name),
+  (select string_agg(case when c.name = any (placed) then format('task_placed.%I', c.name)
+                          else format('task.%I', c.name) end, ', ' order by c.i)
+     from unnest(col_names) with ordinality as c(name, i)));
+
+  -- A new row from the fields as `src`.<field> (a column of jsonb_to_record, or an argument
+  -- of sked.task_submit): each column is its field, or its default. `owner_` and `p_now` are
+  -- the owner of a task that names none and the time of the submission.
+  for src in select unnest(array['x', 'task_submit']) loop
+    expression := format('row(%s)::sked.tasks', (
+      select string_agg(
+               case
+                 when c.name = 'owner' then format('coalesce(%s.owner, %s)', src,
+                                                   case src when 'x' then 'owner_'
+                                                                     else 'current_user' end)
+                 when c.name = 'next_run_at'
+                   then format('coalesce(%1$s.run_at, %2$s) + coalesce(%1$s.delay, interval ''0'')',
+                               src, case src when 'x' then 'p_now' else 'now()' end)
+                 when c.name = 'shard_total' then format('%s.shards', src)
+                 when c.name = 'created_at' then case src when 'x' then 'p_now' else 'now()' end
+                 when c.name <> all (fields) then c.def
+                 -- A boolean of a JSON object is read as jsonb, to be tested.
+                 when c.type = 'boolean' and src = 'x'
+                   then format('case when x.%1$I is null then %2$s
+                                     when jsonb_typeof(x.%1$I) = ''boolean'' then x.%1$I::boolean
+                                     else sked.task_boolean_refuse(%1$L, r.elem)::boolean end',
+                               c.name, c.def)
+                 when c.def = 'null' then format('%s.%I', src, c.name)
+                 else format('coalesce(%s.%I, %s)', src, c.name, c.def)
+               end, ', ' order by c.i)
+        from unnest(col_names, col_types, col_defaults) with ordinality as c(name, type, def, i)));
+    if src = 'x' then
+      row_from_json := expression;
+    else
+      row_from_arguments := expression;
+    end if;
+  end loop;
+
   -- Each object is read by jsonb_to_record into its fields (a boolean field as jsonb, to be
-  -- tested); each column of the row is then its field, or its default. (It answered a table
+  -- tested); each column of the row is then its field, or its default. In PL/pgSQL, which
+  -- keeps the statement's plan for the session: an SQL function would plan its ~60 column
+  -- expressions again at every call. (It answered a table
   -- before: a function's result type changes only by dropping it.)
   if (select p.prorettype from pg_proc p
        where p.oid = to_regprocedure('sked.tasks_from_json(jsonb, text, timestamptz)'))
@@ -272,33 +328,19 @@ begin
     create or replace function sked.tasks_from_json(
       tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
     returns sked.tasks[]
-    language sql volatile as $b$
-      select array(
-        select row(%s)::sked.tasks
+    language plpgsql volatile as $b$
+    begin
+      return array(
+        select %s
           from jsonb_array_elements(tasks) with ordinality as r(elem, ord)
          cross join lateral jsonb_to_record(
                 case when jsonb_typeof(r.elem) = 'object' then r.elem
                      else sked.task_json_refuse(r.elem) end) as x(%s)
-         order by r.ord)
+         order by r.ord);
+    end
     $b$
   $f$,
-  (select string_agg(
-            case
-              when c.name = 'owner' then 'coalesce(x.owner, owner_)'
-              when c.name = 'next_run_at'
-                then 'coalesce(x.run_at, p_now) + coalesce(x.delay, interval ''0'')'
-              when c.name = 'shard_total' then 'x.shards'
-              when c.name = 'created_at' then 'p_now'
-              when c.name <> all (fields) then c.def
-              when c.type = 'boolean'
-                then format('case when x.%1$I is null then %2$s
-                                  when jsonb_typeof(x.%1$I) = ''boolean'' then x.%1$I::boolean
-                                  else sked.task_boolean_refuse(%1$L, r.elem)::boolean end',
-                            c.name, c.def)
-              when c.def = 'null' then format('x.%I', c.name)
-              else format('coalesce(x.%I, %s)', c.name, c.def)
-            end, ', ' order by c.i)
-     from unnest(col_names, col_types, col_defaults) with ordinality as c(name, type, def, i)),
+  row_from_json,
   (select string_agg(format('%I %s', x.field, case x.type when 'boolean' then 'jsonb'
                                                          else x.type end), ', ' order by x.i)
      from unnest(fields, field_types) with ordinality as x(field, type, i)));
@@ -374,13 +416,11 @@ begin
     create or replace function sked.task_submit(%s) returns uuid
     language plpgsql as $b$
     begin
-      return (select t.id from sked.tasks_submit(jsonb_build_array(jsonb_build_object(%s))) t);
+      return (select t.id from sked.tasks_insert(array[%s]) t);
     end
     $b$
   $f$,
-  array_to_string(arguments, ' default null, ') || ' default null',
-  (select string_agg(format('%L, task_submit.%I', n.field, n.field), ', ' order by n.i)
-     from unnest(fields) with ordinality as n(field, i)));
+  array_to_string(arguments, ' default null, ') || ' default null', row_from_arguments);
 end
 $do$;
 

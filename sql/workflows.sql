@@ -453,11 +453,11 @@ begin
   ids := array(select t.id from unnest(made) t order by t.id);
   insert into sked.task_edges (task_id, depends_on)
   select ids[a.child], ids[a.parent] from workflow_arcs a;
-  select array_agg(jsonb_populate_record(g.task, jsonb_build_object(
-           'id', ids[g.ord], 'workflow_id', wf, 'name', w.name, 'trigger_rule', w.trigger_rule,
-           'parents', coalesce(a.parents, 0), 'children', w.children,
-           'parents_pending', coalesce(a.parents, 0),
-           'state', case when a.parents > 0 then 'blocked' else 'waiting' end))
+  select array_agg(sked.task_placed(g.task,
+           id => ids[g.ord], state => case when a.parents > 0 then 'blocked' else 'waiting' end,
+           created_at => p_now, workflow_id => wf, name => w.name,
+           trigger_rule => w.trigger_rule, parents => coalesce(a.parents, 0),
+           children => w.children, parents_pending => coalesce(a.parents, 0))
          order by g.ord)
     into made
     from (select unnest(made) as task, generate_series(1, cardinality(made)) as ord) g
