@@ -2,11 +2,13 @@
 -- prune, and the insert notification. Applications call these by name; see docs/sql.md.
 -- Every function that reads the clock takes it as `p_now`/`now_` so tests can move time.
 
--- The first rule about what a task runs that these values break, or null when they break
--- none. One CASE expression, so the planner inlines it into the set-based checks below.
+-- The first rule about what a task runs, or about the JSON it keeps (every number a double,
+-- see migrations/20261220000001_json_numbers.sql), that these values break, or null when they
+-- break none. One CASE expression, so the planner inlines it into the set-based checks below.
+drop function if exists sked.task_rule_broken(text[], text[], text[], text, jsonb, text, text);
 create or replace function sked.task_rule_broken(
   command text[], args text[], labels text[], queue text, env jsonb, artifact_url text,
-  artifact_sha256 text)
+  artifact_sha256 text, input jsonb, output jsonb, health_check jsonb)
 returns text
 language sql immutable parallel safe as $$
   select case
@@ -26,6 +28,10 @@ language sql immutable parallel safe as $$
       then 'tasks_artifact_sha256_must_be_64_lowercase_hex'
     when artifact_url like 'pg:%' and artifact_url <> 'pg:' || artifact_sha256
       then 'tasks_pg_artifact_url_must_name_its_sha256'
+    when not sked.json_numbers_fit_doubles(input) then 'tasks_input_numbers_must_fit_a_double'
+    when not sked.json_numbers_fit_doubles(output) then 'tasks_output_numbers_must_fit_a_double'
+    when not sked.json_numbers_fit_doubles(health_check)
+      then 'tasks_health_check_numbers_must_fit_a_double'
   end
 $$;
 
@@ -49,6 +55,12 @@ declare
       'artifact_sha256 must be 64 lowercase hexadecimal digits'
     when 'tasks_pg_artifact_url_must_name_its_sha256' then
       'an artifact stored in Postgres is named pg:<artifact_sha256>'
+    when 'tasks_input_numbers_must_fit_a_double' then
+      'input holds a number beyond the range of a double (±1.7976931348623157e308)'
+    when 'tasks_output_numbers_must_fit_a_double' then
+      'output holds a number beyond the range of a double (±1.7976931348623157e308)'
+    when 'tasks_health_check_numbers_must_fit_a_double' then
+      'health_check holds a number beyond the range of a double (±1.7976931348623157e308)'
     else rule end;
 begin
   raise exception 'sked.tasks: % (%)', says, rule
@@ -64,7 +76,8 @@ create or replace function sked.tasks_before_update_validate() returns trigger
 language plpgsql as $$
 declare
   rule text := sked.task_rule_broken(new.command, new.args, new.labels, new.queue, new.env,
-                                     new.artifact_url, new.artifact_sha256);
+                                     new.artifact_url, new.artifact_sha256, new.input,
+                                     new.output, new.health_check);
 begin
   if rule is not null then
     perform sked.task_rule_raise(rule, new.queue);
@@ -74,9 +87,16 @@ end
 $$;
 
 create or replace trigger tasks_before_update_validate
-  before update of command, args, labels, queue, env, artifact_url, artifact_sha256
+  before update of command, args, labels, queue, env, artifact_url, artifact_sha256, input,
+                   health_check
   on sked.tasks
   for each row execute function sked.tasks_before_update_validate();
+
+-- Every finish writes `output`: only a JSON output (not null) is checked.
+create or replace trigger tasks_before_update_output_validate
+  before update of output on sked.tasks
+  for each row when (new.output is not null)
+  execute function sked.tasks_before_update_validate();
 
 -- One small notification per statement (never per row): the distinct queues that received
 -- claimable tasks. A per-row NOTIFY would serialise commits and cap insert throughput.
@@ -89,7 +109,8 @@ declare
 begin
   select b.rule, b.queue into broken
     from (select sked.task_rule_broken(n.command, n.args, n.labels, n.queue, n.env,
-                                       n.artifact_url, n.artifact_sha256) as rule, n.queue
+                                       n.artifact_url, n.artifact_sha256, n.input, n.output,
+                                       n.health_check) as rule, n.queue
             from new_rows n) b
    where b.rule is not null
    limit 1;
