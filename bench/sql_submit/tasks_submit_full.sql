@@ -1,0 +1,2 @@
+select count(*) from sked.tasks_submit((select jsonb_agg(jsonb_build_object('command', jsonb_build_array('sh','-c','echo hi'), 'args', jsonb_build_array('a','b'), 'queue','mail', 'priority', 3, 'input', jsonb_build_object('order', g), 'env', jsonb_build_object('A','b'), 'labels', jsonb_build_array('gpu'), 'max_attempts', 5, 'timeout', '30s', 'delay', '1s', 'preemptible', true)) from generate_series(1,1000) g), 'bench');
+truncate sked.tasks cascade;

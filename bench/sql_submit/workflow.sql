@@ -1,0 +1,2 @@
+select sked.workflow_submit((select jsonb_build_object('name','w','tasks', jsonb_build_array(jsonb_build_object('name','a','command',jsonb_build_array('true'))) || jsonb_agg(jsonb_build_object('name','t'||g,'command',jsonb_build_array('true'),'depends_on',jsonb_build_array('a'))) || jsonb_build_array(jsonb_build_object('name','z','command',jsonb_build_array('true'),'depends_on',(select jsonb_agg('t'||g) from generate_series(1,200) g)))) from generate_series(1,200) g), 'bench');
+truncate sked.tasks cascade;
