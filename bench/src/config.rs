@@ -31,6 +31,9 @@ pub enum Workload {
     /// Placement and queue controls: claim throughput with CPU and memory requests against
     /// without, in SQL and by a worker process.
     W10,
+    /// Drain throughput as data ages: W2 on an empty table, then beside `--w11-history`
+    /// finished tasks (10 million by default; run only when named).
+    W11,
 }
 
 impl Workload {
@@ -46,6 +49,7 @@ impl Workload {
             Workload::W8 => "W8",
             Workload::W9 => "W9",
             Workload::W10 => "W10",
+            Workload::W11 => "W11",
         }
     }
 }
@@ -56,7 +60,8 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w10); all but w9 when none is named (w9 needs a browser).
+    /// Workloads to run (w1 … w11); all but w9 and w11 when none is named (w9 needs a
+    /// browser, w11 makes 10 million rows).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -145,6 +150,9 @@ pub struct Cli {
     /// Tasks drained by the worker in each variant of W10's worker part.
     #[arg(long, default_value_t = 50_000)]
     pub w10_drain_tasks: usize,
+    /// Finished tasks in the table during W11's second drain.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub w11_history: usize,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -189,6 +197,7 @@ pub struct Config {
     pub w10_tasks: usize,
     pub w10_rounds: usize,
     pub w10_drain_tasks: usize,
+    pub w11_history: usize,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -288,6 +297,12 @@ impl Cli {
                 self.w10_tasks, self.w10_drain_tasks, self.w10_rounds
             ));
         }
+        if !(1..=100_000_000).contains(&self.w11_history) {
+            return Err(format!(
+                "--w11-history must be between 1 and 100000000, got {}",
+                self.w11_history
+            ));
+        }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
             None => default_worker_bin()?,
@@ -321,6 +336,7 @@ impl Cli {
             w10_tasks: self.w10_tasks,
             w10_rounds: self.w10_rounds,
             w10_drain_tasks: self.w10_drain_tasks,
+            w11_history: self.w11_history,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),

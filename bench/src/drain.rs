@@ -13,7 +13,7 @@ use crate::process::{CpuSnapshot, WorkerProcess};
 use crate::report::{Sample, Target};
 
 /// What one drain queues and how the worker runs it.
-struct Drain {
+pub struct Drain {
     workload: &'static str,
     what: &'static str,
     tasks: usize,
@@ -25,20 +25,23 @@ struct Drain {
     target: f64,
 }
 
-pub async fn w2(cfg: &Config) -> Result<Vec<Sample>> {
-    run(
-        cfg,
+impl Drain {
+    /// W2's drain of `--tasks` noop tasks, reported as `workload`.
+    pub fn noops(workload: &'static str, cfg: &Config) -> Drain {
         Drain {
-            workload: "W2",
+            workload,
             what: "noop tasks",
             tasks: cfg.tasks,
             concurrency: cfg.w2_concurrency,
             copy: ("copy sked.tasks (kind) from stdin", "noop\n"),
             processes: false,
             target: 50_000.0,
-        },
-    )
-    .await
+        }
+    }
+}
+
+pub async fn w2(cfg: &Config) -> Result<Vec<Sample>> {
+    run(cfg, Drain::noops("W2", cfg)).await
 }
 
 pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
@@ -60,11 +63,20 @@ pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
 async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
     let suffix = d.workload.to_lowercase();
     pg::with_db(&cfg.database_url, &suffix, async |db| {
-        queue(db, &d).await?;
+        Ok(drain_in(cfg, db, &d).await?.0)
+    })
+    .await
+}
+
+/// Queues the drain's tasks in `db`, drains them with a new worker process and checks that
+/// each succeeded on its first attempt; the samples and the rate (tasks/s, wall time).
+pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<(Vec<Sample>, f64)> {
+    {
+        queue(db, d).await?;
         let before = pg::counters(&db.pool).await?;
         let started = Instant::now();
         let mut worker = WorkerProcess::spawn(&cfg.worker_bin, &db.url, d.concurrency)?;
-        let measured = measure(cfg, db, &d, &mut worker, started).await;
+        let measured = measure(cfg, db, d, &mut worker, started).await;
         let stopped = worker.stop().await;
         let (wall, cpu, peak_rss, probes) = measured?;
         let log = stopped?;
@@ -135,9 +147,8 @@ async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
             out.push(Sample::new(w, "worker peak RSS (VmHWM)", "MB", hwm, None));
         }
         out.extend(log.samples(w));
-        Ok(out)
-    })
-    .await
+        Ok((out, n / wall))
+    }
 }
 
 async fn queue(db: &BenchDb, d: &Drain) -> Result<()> {

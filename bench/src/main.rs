@@ -7,6 +7,7 @@ mod config;
 mod dashboard;
 mod delayed;
 mod drain;
+mod history;
 mod latency;
 mod pg;
 mod placement;
@@ -72,6 +73,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W8 => reads::run(&cfg).await,
                 Workload::W9 => dashboard::run(&cfg).await,
                 Workload::W10 => placement::run(&cfg).await,
+                Workload::W11 => history::run(&cfg).await,
             };
             match result {
                 Ok(s) => {
