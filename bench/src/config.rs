@@ -34,6 +34,9 @@ pub enum Workload {
     /// Drain throughput as data ages: W2 on an empty table, then beside `--w11-history`
     /// finished tasks (10 million by default; run only when named).
     W11,
+    /// A held snapshot: drains while one session holds a snapshot open (10 minutes by
+    /// default), then after its release (run only when named).
+    W12,
 }
 
 impl Workload {
@@ -50,6 +53,7 @@ impl Workload {
             Workload::W9 => "W9",
             Workload::W10 => "W10",
             Workload::W11 => "W11",
+            Workload::W12 => "W12",
         }
     }
 }
@@ -60,8 +64,8 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w11); all but w9 and w11 when none is named (w9 needs a
-    /// browser, w11 makes 10 million rows).
+    /// Workloads to run (w1 … w12); all but w9, w11 and w12 when none is named (w9 needs a
+    /// browser, w11 makes 10 million rows, w12 takes over 11 minutes).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -153,6 +157,12 @@ pub struct Cli {
     /// Finished tasks in the table during W11's second drain.
     #[arg(long, default_value_t = 10_000_000)]
     pub w11_history: usize,
+    /// Seconds W12 holds its snapshot open while it drains.
+    #[arg(long, default_value_t = 600)]
+    pub w12_hold_secs: u64,
+    /// Seconds W12 waits after the release before its last drain.
+    #[arg(long, default_value_t = 60)]
+    pub w12_recover_secs: u64,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -198,6 +208,8 @@ pub struct Config {
     pub w10_rounds: usize,
     pub w10_drain_tasks: usize,
     pub w11_history: usize,
+    pub w12_hold: Duration,
+    pub w12_recover: Duration,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -303,6 +315,13 @@ impl Cli {
                 self.w11_history
             ));
         }
+        if !(1..=86_400).contains(&self.w12_hold_secs) || self.w12_recover_secs > 86_400 {
+            return Err(format!(
+                "--w12-hold-secs must be between 1 and 86400 and --w12-recover-secs at most \
+                 86400, got {} and {}",
+                self.w12_hold_secs, self.w12_recover_secs
+            ));
+        }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
             None => default_worker_bin()?,
@@ -337,6 +356,8 @@ impl Cli {
             w10_rounds: self.w10_rounds,
             w10_drain_tasks: self.w10_drain_tasks,
             w11_history: self.w11_history,
+            w12_hold: Duration::from_secs(self.w12_hold_secs),
+            w12_recover: Duration::from_secs(self.w12_recover_secs),
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),

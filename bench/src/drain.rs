@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use crate::config::Config;
@@ -72,6 +73,9 @@ async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
 /// each succeeded on its first attempt; the samples and the rate (tasks/s, wall time).
 pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<(Vec<Sample>, f64)> {
     {
+        let since: DateTime<Utc> = sqlx::query_scalar("select now()")
+            .fetch_one(&db.pool)
+            .await?;
         queue(db, d).await?;
         let before = pg::counters(&db.pool).await?;
         let started = Instant::now();
@@ -82,7 +86,7 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<(Vec<Samp
         let log = stopped?;
         let after = pg::counters(&db.pool).await?;
 
-        let outcome = pg::outcome(&db.pool).await?;
+        let outcome = pg::outcome_since(&db.pool, Some(since)).await?;
         outcome.check(d.tasks, d.processes)?;
         let n = d.tasks as f64;
         let w = d.workload;

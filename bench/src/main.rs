@@ -15,6 +15,7 @@ mod process;
 mod reads;
 mod report;
 mod schedules;
+mod snapshot;
 mod w1;
 mod workflow;
 
@@ -74,6 +75,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W9 => dashboard::run(&cfg).await,
                 Workload::W10 => placement::run(&cfg).await,
                 Workload::W11 => history::run(&cfg).await,
+                Workload::W12 => snapshot::run(&cfg).await,
             };
             match result {
                 Ok(s) => {

@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolCopyExt, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor};
 
@@ -161,20 +162,25 @@ pub struct Outcome {
     pub db_span_secs: f64,
 }
 
-/// The queue of the finished tasks W11 puts in the table as history, which a drain's
-/// [`outcome`] leaves out.
+/// The queue of the finished tasks W11 puts in the table as history.
 pub const HISTORY_QUEUE: &str = "bench_history";
 
-/// The outcome of the tasks a drain queued: every task but W11's history.
+/// The outcome of every task in the table.
 pub async fn outcome(pool: &PgPool) -> Result<Outcome> {
+    outcome_since(pool, None).await
+}
+
+/// The outcome of the tasks created at or after `since` (every task when `None`): those of
+/// one drain, beside the finished tasks of W11's history or of W12's earlier drains.
+pub async fn outcome_since(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Outcome> {
     let (total, succeeded, first_attempt, exit_zero, span): (i64, i64, i64, i64, Option<f64>) =
         sqlx::query_as(
             "select count(*), count(*) filter (where state = 'succeeded'),
                     count(*) filter (where attempt = 1), count(*) filter (where exit_code = 0),
                     extract(epoch from max(finished_at) - min(started_at))::float8
-               from sked.tasks where queue <> $1",
+               from sked.tasks where $1::timestamptz is null or created_at >= $1",
         )
-        .bind(HISTORY_QUEUE)
+        .bind(since)
         .fetch_one(pool)
         .await?;
     Ok(Outcome {
