@@ -146,7 +146,8 @@ create or replace trigger tasks_after_insert_notify
 -- (JSON objects with these keys, also the form of workflows' tasks and schedules' task
 -- templates). Copies of a task carry its fields without naming them: a resubmission and a
 -- copy of a service take their source's fields (sked.task_copy), a shard its parent's whole
--- row. A new field is a column (a migration) and its name at the end of the list.
+-- row (sked.shards_insert, sql/shards.sql). A new field is a column (a migration) and its
+-- name at the end of the list.
 --
 -- From the list and the table as it is, every migrate makes:
 --   sked.task_submit(<fields>)      one task by named arguments; returns its id. An argument
@@ -303,20 +304,18 @@ begin
      from unnest(col_names) with ordinality as c(name, i)));
 
   -- A new row from the fields as `src`.<field> (a column of jsonb_to_record, or an argument
-  -- of sked.task_submit): each column is its field, or its default. `owner_` and `p_now` are
-  -- the owner of a task that names none and the time of the submission.
+  -- of sked.task_submit): each column is its field, or its default. `owner_` and `p_now`, in
+  -- both functions, are the owner of a task that names none and the time of the submission.
   for src in select unnest(array['x', 'task_submit']) loop
     expression := format('row(%s)::sked.tasks', (
       select string_agg(
                case
-                 when c.name = 'owner' then format('coalesce(%s.owner, %s)', src,
-                                                   case src when 'x' then 'owner_'
-                                                                     else 'current_user' end)
+                 when c.name = 'owner' then format('coalesce(%s.owner, owner_)', src)
                  when c.name = 'next_run_at'
-                   then format('coalesce(%1$s.run_at, %2$s) + coalesce(%1$s.delay, interval ''0'')',
-                               src, case src when 'x' then 'p_now' else 'now()' end)
+                   then format('coalesce(%1$s.run_at, p_now) + coalesce(%1$s.delay, interval ''0'')',
+                               src)
                  when c.name = 'shard_total' then format('%s.shards', src)
-                 when c.name = 'created_at' then case src when 'x' then 'p_now' else 'now()' end
+                 when c.name = 'created_at' then 'p_now'
                  when c.name <> all (fields) then c.def
                  -- A boolean of a JSON object is read as jsonb, to be tested.
                  when c.type = 'boolean' and src = 'x'
@@ -338,8 +337,8 @@ begin
   -- Each object is read by jsonb_to_record into its fields (a boolean field as jsonb, to be
   -- tested); each column of the row is then its field, or its default. In PL/pgSQL, which
   -- keeps the statement's plan for the session: an SQL function would plan its ~60 column
-  -- expressions again at every call. (It answered a table
-  -- before: a function's result type changes only by dropping it.)
+  -- expressions again at every call. (It answered a table before: a function's result type
+  -- changes only by dropping it.)
   if (select p.prorettype from pg_proc p
        where p.oid = to_regprocedure('sked.tasks_from_json(jsonb, text, timestamptz)'))
      <> 'sked.tasks[]'::regtype then
@@ -366,9 +365,9 @@ begin
                                                          else x.type end), ', ' order by x.i)
      from unnest(fields, field_types) with ordinality as x(field, type, i)));
 
-  -- The insert every way in ends in. Shards and copies of services, which only sked's own
-  -- functions make from their parent's row, go in `whole`: those functions run as the
-  -- schema's owner. A submission inserts the submitted columns, by the caller's rights
+  -- The insert every way in ends in. Copies of services, which only sked's own functions
+  -- make from their service's row, go in `whole`: those functions run as the schema's owner
+  -- (shards, copies of their parent's every column too, go in by sked.shards_insert). A submission inserts the submitted columns, by the caller's rights
   -- (row-level security decides whose it may be); a task with an idempotency key that an
   -- unfinished task of its owner holds is not inserted, and answers with that task's id (one
   -- inserted earlier by the same call, or one in the table). Answers the ids in the order
@@ -436,6 +435,9 @@ begin
   execute format($f$
     create or replace function sked.task_submit(%s) returns uuid
     language plpgsql as $b$
+    declare
+      owner_ text := current_user;
+      p_now timestamptz := now();
     begin
       return (select t.id from sked.tasks_insert(array[%s]) t);
     end
