@@ -29,17 +29,19 @@ async fn create(api: &Api, token: &str, body: Value) -> Value {
     json
 }
 
-/// Runs alice's schedule `id` now; the answer, once it says it submitted.
-async fn run_now(api: &Api, id: Uuid) -> Value {
-    let (status, ran) = api
-        .post(
-            &format!("/api/v1/schedules/{id}/run"),
-            &api.alice,
-            json!({}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{ran}");
-    ran
+impl Api {
+    /// Runs alice's schedule `id` now; the answer, once it says it submitted.
+    pub async fn run_now(&self, id: Uuid) -> Value {
+        let (status, ran) = self
+            .post(
+                &format!("/api/v1/schedules/{id}/run"),
+                &self.alice,
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{ran}");
+        ran
+    }
 }
 
 fn id_of(json: &Value) -> Uuid {
@@ -191,7 +193,7 @@ async fn create_list_show_change_pause_resume_run_and_delete() {
     assert!(time_of(&resumed["next_run_at"]) > Utc::now());
 
     // Run now: a task of the schedule's owner, recorded as a manual run.
-    let ran = run_now(&api, id).await;
+    let ran = api.run_now(id).await;
     assert_eq!(ran["schedule_id"], id.to_string());
     assert!(ran["workflow_id"].is_null());
     let task: Uuid = ran["task_id"].as_str().unwrap().parse().unwrap();
@@ -1198,7 +1200,7 @@ async fn a_workflow_template_runs_as_a_workflow() {
     .await;
     assert!(created["task"].is_null(), "{created}");
     let id = id_of(&created);
-    let ran = run_now(&api, id).await;
+    let ran = api.run_now(id).await;
     assert!(ran.get("task_id").is_none(), "no task: left out: {ran}");
     let workflow: Uuid = ran["workflow_id"].as_str().unwrap().parse().unwrap();
     let tasks: i64 = sqlx::query_scalar(
@@ -1260,7 +1262,7 @@ async fn a_workflow_template_is_a_workflow_as_post_workflows_takes_it() {
     .await;
     assert_eq!(created["misfire_grace_secs"], 0.0, "{created}");
     let id = id_of(&created);
-    let ran = run_now(&api, id).await;
+    let ran = api.run_now(id).await;
     let workflow: Uuid = ran["workflow_id"].as_str().unwrap().parse().unwrap();
     let tasks: Vec<(String, Option<f64>, i32, f64)> = sqlx::query_as(
         "select name, extract(epoch from timeout)::float8, max_attempts,
