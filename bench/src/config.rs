@@ -37,6 +37,10 @@ pub enum Workload {
     /// A held snapshot: drains while one session holds a snapshot open (10 minutes by
     /// default), then after its release (run only when named).
     W12,
+    /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
+    /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
+    /// npm; run only when named).
+    Peer,
 }
 
 impl Workload {
@@ -54,6 +58,7 @@ impl Workload {
             Workload::W10 => "W10",
             Workload::W11 => "W11",
             Workload::W12 => "W12",
+            Workload::Peer => "peer",
         }
     }
 }
@@ -64,8 +69,9 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w12); all but w9, w11 and w12 when none is named (w9 needs a
-    /// browser, w11 makes 10 million rows, w12 takes over 11 minutes).
+    /// Workloads to run (w1 … w12, peer); all but w9, w11, w12 and peer when none is named
+    /// (w9 needs a browser, w11 makes 10 million rows, w12 takes over 11 minutes, peer
+    /// installs graphile-worker with npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -79,9 +85,10 @@ pub struct Cli {
     /// Tasks enqueued by each bulk method of W1 and drained by W2.
     #[arg(long, default_value_t = 100_000)]
     pub tasks: usize,
-    /// Runs of each workload; the table reports the median of each metric.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: usize,
+    /// Runs of each workload; the table reports the median of each metric. Default: 1, and 3
+    /// rounds for peer.
+    #[arg(long)]
+    pub repeat: Option<usize>,
     /// Tasks per call of the bulk methods (sked.tasks_submit and POST /api/v1/tasks/batch).
     #[arg(long, default_value_t = 5_000)]
     pub batch: usize,
@@ -163,6 +170,21 @@ pub struct Cli {
     /// Seconds W12 waits after the release before its last drain.
     #[arg(long, default_value_t = 60)]
     pub w12_recover_secs: u64,
+    /// graphile-worker's concurrency (jobs at once in its one process) in peer.
+    #[arg(long, default_value_t = 100)]
+    pub graphile_concurrency: usize,
+    /// graphile-worker's local queue size (jobs fetched and locked at a time) in peer.
+    #[arg(long, default_value_t = 1_000)]
+    pub graphile_local_queue: usize,
+    /// graphile-worker's connection pool size in peer (its default, 10).
+    #[arg(long, default_value_t = 10)]
+    pub graphile_max_pool: usize,
+    /// Where peer installs the other queues (default: target/bench-peers of the workspace).
+    #[arg(long)]
+    pub peers_dir: Option<PathBuf>,
+    /// The npm that installs graphile-worker and Node 22 for peer.
+    #[arg(long, default_value = "npm")]
+    pub npm: PathBuf,
     /// The sked-worker binary (default: next to this executable).
     #[arg(long)]
     pub worker_bin: Option<PathBuf>,
@@ -210,6 +232,13 @@ pub struct Config {
     pub w11_history: usize,
     pub w12_hold: Duration,
     pub w12_recover: Duration,
+    /// Rounds of peer (each a sked drain and a graphile-worker drain).
+    pub peer_rounds: usize,
+    pub graphile_concurrency: usize,
+    pub graphile_local_queue: usize,
+    pub graphile_max_pool: usize,
+    pub peers_dir: PathBuf,
+    pub npm: PathBuf,
     pub worker_bin: PathBuf,
     pub results_dir: PathBuf,
     pub timeout: Duration,
@@ -233,7 +262,8 @@ impl Cli {
         }
         workloads.sort();
         workloads.dedup();
-        if self.tasks == 0 || self.repeat == 0 || self.w4_tasks == 0 || self.single_conns == 0 {
+        if self.tasks == 0 || self.repeat == Some(0) || self.w4_tasks == 0 || self.single_conns == 0
+        {
             return Err(
                 "--tasks, --repeat, --w4-tasks and --single-conns must be at least 1".into(),
             );
@@ -252,6 +282,7 @@ impl Cli {
             ("w5-concurrency", self.w5_concurrency),
             ("w6-concurrency", self.w6_concurrency),
             ("w7-concurrency", self.w7_concurrency),
+            ("graphile-concurrency", self.graphile_concurrency),
         ] {
             if value == 0 || value > 10_000 {
                 return Err(format!("--{flag} must be between 1 and 10000, got {value}"));
@@ -322,6 +353,15 @@ impl Cli {
                 self.w12_hold_secs, self.w12_recover_secs
             ));
         }
+        if !(1..=100_000).contains(&self.graphile_local_queue)
+            || !(2..=1_000).contains(&self.graphile_max_pool)
+        {
+            return Err(format!(
+                "--graphile-local-queue must be between 1 and 100000 and --graphile-max-pool \
+                 between 2 and 1000, got {} and {}",
+                self.graphile_local_queue, self.graphile_max_pool
+            ));
+        }
         let worker_bin = match self.worker_bin {
             Some(path) => path,
             None => default_worker_bin()?,
@@ -330,7 +370,7 @@ impl Cli {
             workloads,
             database_url: self.database_url,
             tasks: self.tasks,
-            repeat: self.repeat,
+            repeat: self.repeat.unwrap_or(1),
             batch: self.batch,
             single_tasks: self.single_tasks.clamp(1, self.tasks),
             single_conns: self.single_conns,
@@ -358,6 +398,12 @@ impl Cli {
             w11_history: self.w11_history,
             w12_hold: Duration::from_secs(self.w12_hold_secs),
             w12_recover: Duration::from_secs(self.w12_recover_secs),
+            peer_rounds: self.repeat.unwrap_or(3),
+            graphile_concurrency: self.graphile_concurrency,
+            graphile_local_queue: self.graphile_local_queue,
+            graphile_max_pool: self.graphile_max_pool,
+            peers_dir: self.peers_dir.unwrap_or_else(default_peers_dir),
+            npm: self.npm,
             worker_bin,
             results_dir: self.results_dir,
             timeout: Duration::from_secs(self.timeout_secs),
@@ -366,12 +412,39 @@ impl Cli {
 }
 
 impl Config {
+    /// Runs of `workload`: `--repeat`, whose default is 1, or 3 for peer.
+    pub fn runs(&self, workload: Workload) -> usize {
+        match workload {
+            Workload::Peer => self.peer_rounds,
+            _ => self.repeat,
+        }
+    }
+
+    /// The most runs of any chosen workload.
+    pub fn most_runs(&self) -> usize {
+        self.workloads
+            .iter()
+            .map(|w| self.runs(*w))
+            .max()
+            .unwrap_or(1)
+    }
+
     /// True when a chosen workload starts a worker process.
     pub fn needs_worker(&self) -> bool {
         self.workloads
             .iter()
             .any(|w| !matches!(w, Workload::W1 | Workload::W8 | Workload::W9))
     }
+}
+
+/// `target/bench-peers` of the workspace this crate is in (git-ignored with `target`).
+fn default_peers_dir() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    bench
+        .parent()
+        .unwrap_or(&bench)
+        .join("target")
+        .join("bench-peers")
 }
 
 /// `sked-worker` in the directory of this executable (both are built into `target/release`).

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::pg::{self, BenchDb};
-use crate::process::{CpuSnapshot, WorkerProcess};
+use crate::process::{CpuUse, CpuWatch, WorkerProcess};
 use crate::report::{Sample, Target};
 
 /// What one drain queues and how the worker runs it.
@@ -64,14 +64,23 @@ pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
 async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
     let suffix = d.workload.to_lowercase();
     pg::with_db(&cfg.database_url, &suffix, async |db| {
-        Ok(drain_in(cfg, db, &d).await?.0)
+        Ok(drain_in(cfg, db, &d).await?.samples)
     })
     .await
 }
 
+/// What one drain measured.
+pub struct Drained {
+    pub samples: Vec<Sample>,
+    /// Tasks per second of wall time, from the worker's start until all were done.
+    pub rate: f64,
+    /// CPU used meanwhile by the worker and by PostgreSQL.
+    pub cpu: CpuUse,
+}
+
 /// Queues the drain's tasks in `db`, drains them with a new worker process and checks that
-/// each succeeded on its first attempt; the samples and the rate (tasks/s, wall time).
-pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<(Vec<Sample>, f64)> {
+/// each succeeded on its first attempt.
+pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> {
     {
         let since: DateTime<Utc> = sqlx::query_scalar("select now()")
             .fetch_one(&db.pool)
@@ -151,7 +160,11 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<(Vec<Samp
             out.push(Sample::new(w, "worker peak RSS (VmHWM)", "MB", hwm, None));
         }
         out.extend(log.samples(w));
-        Ok((out, n / wall))
+        Ok(Drained {
+            samples: out,
+            rate: n / wall,
+            cpu,
+        })
     }
 }
 
@@ -176,8 +189,8 @@ async fn measure(
     d: &Drain,
     worker: &mut WorkerProcess,
     started: Instant,
-) -> Result<(f64, crate::process::CpuUse, Option<f64>, i64)> {
-    let before = CpuSnapshot::take(worker.pid(), &db.name);
+) -> Result<(f64, CpuUse, Option<f64>, i64)> {
+    let mut cpu = CpuWatch::start(worker.pid(), &db.name);
     let mut probes = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -185,6 +198,7 @@ async fn measure(
         tick.tick().await;
         worker.check_alive()?;
         probes += 1;
+        cpu.sight();
         if pg::all_finished(&db.pool).await? {
             break;
         }
@@ -197,11 +211,11 @@ async fn measure(
         }
     }
     let wall = started.elapsed().as_secs_f64();
-    let after = CpuSnapshot::take(worker.pid(), &db.name);
+    let cpu = cpu.finish();
     let peak = if d.processes {
         None
     } else {
         Some(worker.memory_mb("VmHWM")?)
     };
-    Ok((wall, before.until(&after), peak, probes))
+    Ok((wall, cpu, peak, probes))
 }

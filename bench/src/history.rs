@@ -17,7 +17,7 @@ const W: &str = "W11";
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     pg::with_db(&cfg.database_url, "w11", async |db| {
         let d = Drain::noops(W, cfg);
-        let (_, empty) = drain::drain_in(cfg, db, &d).await?;
+        let empty = drain::drain_in(cfg, db, &d).await?.rate;
         db.pool.execute("truncate sked.tasks cascade").await?;
 
         let started = Instant::now();
@@ -42,7 +42,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
         .fetch_one(&db.pool)
         .await?;
 
-        let (_, aged) = drain::drain_in(cfg, db, &d).await?;
+        let aged = drain::drain_in(cfg, db, &d).await?.rate;
         let n = cfg.tasks;
         Ok(vec![
             Sample::new(

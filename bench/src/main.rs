@@ -9,6 +9,7 @@ mod delayed;
 mod drain;
 mod history;
 mod latency;
+mod peer;
 mod pg;
 mod placement;
 mod process;
@@ -57,12 +58,9 @@ async fn run(cfg: Config) -> Result<bool> {
     let mut samples: Vec<Sample> = Vec::new();
     let mut errors: Vec<String> = Vec::new();
     for &workload in &cfg.workloads {
-        for run in 1..=cfg.repeat {
-            eprintln!(
-                "sked-bench: {} run {run}/{} ...",
-                workload.name(),
-                cfg.repeat
-            );
+        let runs = cfg.runs(workload);
+        for run in 1..=runs {
+            eprintln!("sked-bench: {} run {run}/{runs} ...", workload.name());
             let result = match workload {
                 Workload::W1 => w1::run(&cfg).await,
                 Workload::W2 => drain::w2(&cfg).await,
@@ -76,6 +74,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W10 => placement::run(&cfg).await,
                 Workload::W11 => history::run(&cfg).await,
                 Workload::W12 => snapshot::run(&cfg).await,
+                Workload::Peer => peer::run(&cfg).await,
             };
             match result {
                 Ok(s) => {
@@ -114,7 +113,7 @@ async fn run(cfg: Config) -> Result<bool> {
         "errors": errors,
     });
     println!();
-    print!("{}", report::render_table(&rows, &errors, cfg.repeat));
+    print!("{}", report::render_table(&rows, &errors, cfg.most_runs()));
     println!();
     let text = serde_json::to_string_pretty(&document)?;
     println!("{text}");

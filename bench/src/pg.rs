@@ -49,6 +49,12 @@ pub async fn server_version(admin_url: &str) -> Result<String> {
 impl BenchDb {
     /// Drops a leftover database of the same name, creates it afresh and migrates it.
     pub async fn create(admin_url: &str, name: &str) -> Result<BenchDb> {
+        Self::create_with(admin_url, name, true).await
+    }
+
+    /// [`BenchDb::create`], migrated with sked's schema only when `migrate` (a database for
+    /// another queue has none of sked's tables).
+    async fn create_with(admin_url: &str, name: &str, migrate: bool) -> Result<BenchDb> {
         let admin = admin_options(admin_url)?;
         admin_execute(
             &admin,
@@ -72,6 +78,9 @@ impl BenchDb {
             pool,
             admin,
         };
+        if !migrate {
+            return Ok(db);
+        }
         if let Err(e) = sked_db::migrate(&db.pool).await {
             db.drop().await.ok();
             return Err(e).context("migrating the benchmark database");
@@ -104,6 +113,20 @@ pub async fn with_db<T>(
     f: impl AsyncFnOnce(&BenchDb) -> Result<T>,
 ) -> Result<T> {
     let db = BenchDb::create(admin_url, &format!("sked_bench_{suffix}")).await?;
+    let result = f(&db).await;
+    let dropped = db.drop().await;
+    let value = result?;
+    dropped?;
+    Ok(value)
+}
+
+/// [`with_db`] for a database without sked's schema (`sked_bench_<suffix>`, empty).
+pub async fn with_empty_db<T>(
+    admin_url: &str,
+    suffix: &str,
+    f: impl AsyncFnOnce(&BenchDb) -> Result<T>,
+) -> Result<T> {
+    let db = BenchDb::create_with(admin_url, &format!("sked_bench_{suffix}"), false).await?;
     let result = f(&db).await;
     let dropped = db.drop().await;
     let value = result?;

@@ -299,6 +299,56 @@ pub struct CpuUse {
     pub machine_busy_cores: f64,
 }
 
+/// CPU counters from a start until [`CpuWatch::finish`], with the PostgreSQL processes
+/// looked at again every second meanwhile ([`CpuWatch::sight`]): a backend that exits before
+/// the end (a pool closing a connection that sat idle) still counts, up to its last sighting.
+pub struct CpuWatch {
+    start: CpuSnapshot,
+    worker_pid: u32,
+    db: String,
+    /// The last sighting of each PostgreSQL process.
+    seen: Vec<(u32, bool, f64)>,
+    sighted: Instant,
+}
+
+impl CpuWatch {
+    pub fn start(worker_pid: u32, db: &str) -> CpuWatch {
+        let start = CpuSnapshot::take(worker_pid, db);
+        CpuWatch {
+            seen: start.postgres.clone(),
+            sighted: start.at,
+            start,
+            worker_pid,
+            db: db.to_owned(),
+        }
+    }
+
+    /// Reads the PostgreSQL processes' CPU again when the last sighting is a second old.
+    pub fn sight(&mut self) {
+        if self.sighted.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        for p in postgres_cpu(&self.db) {
+            match self.seen.iter_mut().find(|s| s.0 == p.0) {
+                Some(s) => *s = p,
+                None => self.seen.push(p),
+            }
+        }
+        self.sighted = Instant::now();
+    }
+
+    /// The use from the start until now.
+    pub fn finish(self) -> CpuUse {
+        let mut now = CpuSnapshot::take(self.worker_pid, &self.db);
+        for p in self.seen {
+            if !now.postgres.iter().any(|q| q.0 == p.0) {
+                now.postgres.push(p);
+            }
+        }
+        self.start.until(&now)
+    }
+}
+
 impl CpuSnapshot {
     pub fn take(worker_pid: u32, db: &str) -> CpuSnapshot {
         CpuSnapshot {
@@ -310,7 +360,7 @@ impl CpuSnapshot {
     }
 
     /// The use from `self` (earlier) to `later`. A process that started in between counts
-    /// in full; one that exited in between is missing.
+    /// in full; one that exited in between is missing (see [`CpuWatch`]).
     pub fn until(&self, later: &CpuSnapshot) -> CpuUse {
         let (mut db, mut all) = (0.0, 0.0);
         for (pid, ours, cpu) in &later.postgres {

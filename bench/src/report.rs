@@ -148,6 +148,8 @@ pub fn format_value(v: f64, unit: &str) -> String {
         "s" => format!("{v:.2} s"),
         "cores" => format!("{v:.2} cores"),
         "per task" => format!("{v:.2} per task"),
+        "µs" => format!("{v:.1} µs"),
+        "×" => format!("{v:.2}×"),
         _ => format!("{v:.3} {unit}"),
     }
 }

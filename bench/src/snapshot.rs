@@ -32,7 +32,7 @@ async fn bloat(db: &BenchDb) -> Result<(i64, f64)> {
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     pg::with_db(&cfg.database_url, "w12", async |db| {
         let d = Drain::noops(W, cfg);
-        let (_, first) = drain::drain_in(cfg, db, &d).await?;
+        let first = drain::drain_in(cfg, db, &d).await?.rate;
         let (_, indexes_before) = bloat(db).await?;
 
         let mut holder = PgConnection::connect(&db.url)
@@ -45,15 +45,15 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
         let held = Instant::now();
         let mut rates = Vec::new();
         while held.elapsed() < cfg.w12_hold {
-            rates.push(drain::drain_in(cfg, db, &d).await?.1);
+            rates.push(drain::drain_in(cfg, db, &d).await?.rate);
         }
         let (dead, indexes_held) = bloat(db).await?;
         holder.execute("rollback").await?;
         holder.close().await?;
 
-        let (_, released) = drain::drain_in(cfg, db, &d).await?;
+        let released = drain::drain_in(cfg, db, &d).await?.rate;
         tokio::time::sleep(cfg.w12_recover).await;
-        let (_, recovered) = drain::drain_in(cfg, db, &d).await?;
+        let recovered = drain::drain_in(cfg, db, &d).await?.rate;
 
         let pct = |rate: f64| rate / first * 100.0;
         let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
