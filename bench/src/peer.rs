@@ -492,10 +492,23 @@ async fn npm_install(cfg: &Config, dir: &Path, graphile: &str) -> Result<()> {
         bail!(
             "{what} failed ({}): is the npm registry reachable? npm said: {}",
             output.status,
-            tail(&String::from_utf8_lossy(&output.stderr))
+            npm_summary(&String::from_utf8_lossy(&output.stderr))
         );
     }
     Ok(())
+}
+
+/// npm's error without its stack trace: the lines of `npm error` that are not indented
+/// (the code, the message, the hints and where its log is).
+fn npm_summary(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| match l.strip_prefix("npm error") {
+            Some(rest) => !rest.trim().is_empty() && !rest.starts_with("  ") && rest != " }",
+            None => !l.trim().is_empty(),
+        })
+        .collect();
+    tail(&lines.join("\n"))
 }
 
 /// The installation in `dir`, or `None` when it lacks graphile-worker 0.x or Node 22.
