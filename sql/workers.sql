@@ -150,7 +150,7 @@ $$;
 -- unbounded), under the queues' controls (sql/queues.sql).
 --
 -- Shape: each branch below only picks and locks rows: a SELECT that walks the partial index
--- tasks_claimable (queue, priority desc, next_run_at) in claim order and stops after p_limit
+-- tasks_claimable (queue, priority desc, next_run_at, id) in claim order and stops after p_limit
 -- rows, with FOR UPDATE SKIP LOCKED, so that concurrent claimers pass over each other's rows
 -- instead of waiting and each task is claimed by exactly one of them. The picks feed
 -- sked.tasks_start in the same statement, which starts what fits of them; the LIMIT applies
@@ -184,6 +184,22 @@ $$;
 -- only tasks without requests, so the worker's CPU and memory drain until the copy fits.
 -- Claims while no copy waits pay one probe of the empty index tasks_waiting_copies.
 --
+-- Positions: a worker of one queue may give the position in claim order (priority,
+-- next_run_at, id) of the last task it took (p_after_*); the claim then scans the queue's
+-- higher priorities from their front (a task more urgent than the position), its priority
+-- from just after the position, and the lower priorities from their front, each range one
+-- descent of tasks_claimable. Without a position it scans from the front. Why: an index
+-- entry of a claimed task stays in tasks_claimable until vacuum removes it, and vacuum
+-- removes none made dead after the oldest snapshot still open; while a session holds one
+-- (idle in transaction, a long report, a backup), a claim from the front walks and checks
+-- every task taken since, and claims slow down as the queue flows. From a position they do
+-- not. What a claim from a position passes over (a task that became visible behind it: its
+-- transaction began before the position's task was due, or it waited locked or too big
+-- for the free capacity) waits for the next claim from the front, which the worker makes
+-- whenever one costs little and at least every twenty times as long as one takes
+-- (worker/src/lib.rs, `Positions`). Workers of several queues, and queues with controls,
+-- always claim from the front.
+--
 -- Queue controls: when a queue of the worker has a row in sked.queues (paused or limited),
 -- sked.queues_allowance drops paused queues and gives each queue its allowance (locking the
 -- rows of limited ones); one ordered, locked scan per queue, each limited to its allowance,
@@ -191,7 +207,8 @@ $$;
 -- statement. Workers of queues without a row pay one probe of the sked.queues primary key.
 create or replace function sked.tasks_claim(
   p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
-  p_cpu_millis integer, p_memory_mb integer, p_now timestamptz default now())
+  p_cpu_millis integer, p_memory_mb integer, p_after_priority integer,
+  p_after_run_at timestamptz, p_after_id uuid, p_now timestamptz default now())
 returns setof sked.tasks
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
@@ -202,7 +219,20 @@ declare
   whole_mem integer := p_memory_mb;
   queues text[];
   allowances integer[];
+  -- The ranges of the claim's scan of one queue, in claim order: priorities from lows to
+  -- highs, after the position (next_run_at, id) within it (see "Positions" above).
+  highs bigint[] := array[2147483647];
+  lows bigint[] := array[-2147483648];
+  after_run_at timestamptz[] := array['-infinity'::timestamptz];
+  after_id uuid[] := array['00000000-0000-0000-0000-000000000000'::uuid];
 begin
+  if p_after_id is not null then
+    highs := array[2147483647, p_after_priority, p_after_priority::bigint - 1];
+    lows := array[p_after_priority::bigint + 1, p_after_priority, -2147483648];
+    after_run_at := array['-infinity', p_after_run_at, '-infinity'];
+    after_id := array[after_id[1], p_after_id, after_id[1]];
+  end if;
+
   if p_cpu_millis is not null or p_memory_mb is not null then
     select coalesce(w.cpu_millis, p_cpu_millis), coalesce(w.memory_mb, p_memory_mb)
       into whole_cpu, whole_mem
@@ -249,18 +279,18 @@ begin
             select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
                                       t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb,
                                       p_now) as pick,
-                   t.priority, t.next_run_at
+                   t.priority, t.next_run_at, t.id
               from sked.tasks t
              where sked.state_is_claimable(t.state) and t.queue = q.name
                and t.next_run_at <= p_now and t.attempt < t.max_attempts
                and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                           t.cpu_millis, t.memory_mb, p_worker, p_labels,
                                           p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
-             order by t.priority desc, t.next_run_at
+             order by t.priority desc, t.next_run_at, t.id
              limit q.allowance
              for update skip locked
           ) c
-         order by c.priority desc, c.next_run_at
+         order by c.priority desc, c.next_run_at, c.id
          limit p_limit), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now) s
     ), charged as (
       update sked.queues q
@@ -271,19 +301,28 @@ begin
     )
     select * from claimed;
   elsif cardinality(p_queues) = 1 then
+    -- One scan per range, in claim order; the outer limit stops the scans once it is met.
     return query
     select * from sked.tasks_start(array(
-      select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
-                                t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb, p_now)
-        from sked.tasks t
-       where sked.state_is_claimable(t.state) and t.queue = p_queues[1]
-         and t.next_run_at <= p_now and t.attempt < t.max_attempts
-         and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
-                                    t.cpu_millis, t.memory_mb, p_worker, p_labels,
-                                    p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
-       order by t.priority desc, t.next_run_at
-       limit p_limit
-       for update skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
+      select c.pick
+        from unnest(highs, lows, after_run_at, after_id) as r(high, low, run_at, id)
+        cross join lateral (
+          select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+                                    t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb,
+                                    p_now) as pick
+            from sked.tasks t
+           where sked.state_is_claimable(t.state) and t.queue = p_queues[1]
+             and t.priority <= r.high and t.priority >= r.low
+             and (t.next_run_at, t.id) > (r.run_at, r.id)
+             and t.next_run_at <= p_now and t.attempt < t.max_attempts
+             and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+                                        t.cpu_millis, t.memory_mb, p_worker, p_labels,
+                                        p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
+           order by t.priority desc, t.next_run_at, t.id
+           limit p_limit
+           for update skip locked
+        ) c
+       limit p_limit), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
   else
     return query
     select * from sked.tasks_start(array(
@@ -295,11 +334,21 @@ begin
          and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
                                     t.cpu_millis, t.memory_mb, p_worker, p_labels,
                                     p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
-       order by t.priority desc, t.next_run_at
+       order by t.priority desc, t.next_run_at, t.id
        limit p_limit
        for update skip locked), p_worker, p_lease, p_cpu_millis, p_memory_mb, p_now);
   end if;
 end
+$$;
+
+-- The claim from the front of the queues (no position).
+create or replace function sked.tasks_claim(
+  p_worker uuid, p_queues text[], p_labels text[], p_limit integer, p_lease interval,
+  p_cpu_millis integer, p_memory_mb integer, p_now timestamptz default now())
+returns setof sked.tasks
+language sql as $$
+  select * from sked.tasks_claim(p_worker, p_queues, p_labels, p_limit, p_lease, p_cpu_millis,
+                                 p_memory_mb, null, null, null, p_now)
 $$;
 
 -- The claim of a worker that advertises no capacity (older callers): by slots and labels.
@@ -308,7 +357,8 @@ create or replace function sked.tasks_claim(
   p_now timestamptz default now())
 returns setof sked.tasks
 language sql as $$
-  select * from sked.tasks_claim(p_worker, p_queues, p_labels, p_limit, p_lease, null, null, p_now)
+  select * from sked.tasks_claim(p_worker, p_queues, p_labels, p_limit, p_lease, null, null,
+                                 null, null, null, p_now)
 $$;
 
 -- The earliest next_run_at at or after p_from among claimable tasks of these queues (null
@@ -323,14 +373,17 @@ language sql stable
 set enable_seqscan = off -- see the note at the top of this file
 set jit = off
 as $$
-  -- A loose scan of tasks_claimable (queue, priority desc, next_run_at): one index probe
-  -- finds each priority of each queue, one more that priority's earliest task from p_from.
+  -- A loose scan of tasks_claimable (queue, priority desc, next_run_at, id): one index probe
+  -- finds each priority of each queue with a task due from p_from, one more that priority's
+  -- earliest such task. The probes test next_run_at on the index entries, so the entries of
+  -- tasks claimed before p_from (kept while an old snapshot is open) cost no visit of the
+  -- table.
   with recursive priorities (queue, priority) as (
     select q.name, f.priority
       from unnest(p_queues) as q(name)
       cross join lateral (
         select t.priority from sked.tasks t
-         where sked.state_is_claimable(t.state) and t.queue = q.name
+         where sked.state_is_claimable(t.state) and t.queue = q.name and t.next_run_at >= p_from
          order by t.priority desc limit 1
       ) f
     union all
@@ -339,6 +392,7 @@ as $$
       cross join lateral (
         select t.priority from sked.tasks t
          where sked.state_is_claimable(t.state) and t.queue = p.queue and t.priority < p.priority
+           and t.next_run_at >= p_from
          order by t.priority desc limit 1
       ) n
   )

@@ -161,12 +161,34 @@ pub async fn claim(
 pub struct Claim {
     pub at: DateTime<Utc>,
     pub tasks: Vec<Claimed>,
+    /// The position in claim order of the last task it took (see [`Position`]).
+    pub last: Option<Position>,
+}
+
+/// A place in claim order (`priority` descending, then `next_run_at`, then `id`), where a
+/// worker of one queue may start its next claim: see "Positions" at `sked.tasks_claim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub priority: i32,
+    pub next_run_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+impl Position {
+    /// Whether `self` comes after `other` in claim order.
+    pub fn after(&self, other: &Position) -> bool {
+        match self.priority.cmp(&other.priority) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => {
+                (self.next_run_at, self.id) > (other.next_run_at, other.id)
+            }
+        }
+    }
 }
 
 /// Claims up to `limit` due tasks whose CPU and memory requests fit `free`, the capacity the
 /// worker's running attempts leave (see `docs/runtime.md`), also answering the claim's time.
-/// The claim runs once in a CTE; the outer join yields one row of nulls with the time when it
-/// took nothing.
 pub async fn claim_within(
     pool: &PgPool,
     worker: Uuid,
@@ -176,12 +198,29 @@ pub async fn claim_within(
     lease: Duration,
     free: Free,
 ) -> Result<Claim> {
+    claim_after(pool, worker, queues, labels, limit, lease, free, None).await
+}
+
+/// [`claim_within`], starting after `after` in claim order when given (a worker of one queue:
+/// see "Positions" at `sked.tasks_claim`). The claim runs once in a CTE; the outer join
+/// yields one row of nulls with the time when it took nothing.
+#[allow(clippy::too_many_arguments)]
+pub async fn claim_after(
+    pool: &PgPool,
+    worker: Uuid,
+    queues: &[String],
+    labels: &[String],
+    limit: i32,
+    lease: Duration,
+    free: Free,
+    after: Option<Position>,
+) -> Result<Claim> {
     let rows = sqlx::query(
-        "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5, $6, $7))
+        "with c as (select * from sked.tasks_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10))
          select now() as claimed_at, c.id, c.attempt, c.queue, c.kind, c.command, c.args,
                 c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
                 c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
-                c.run_as, c.priority, c.preemptible,
+                c.run_as, c.priority, c.preemptible, c.next_run_at,
                 case when c.parents > 0 and c.kind = 'command'
                      then sked.task_parent_outputs(c.id) end as parent_outputs
            from (values (0)) as one(x) left join c on true",
@@ -193,14 +232,26 @@ pub async fn claim_within(
     .bind(pg_interval(lease))
     .bind(free.cpu_millis)
     .bind(free.memory_mb)
+    .bind(after.map(|p| p.priority))
+    .bind(after.map(|p| p.next_run_at))
+    .bind(after.map(|p| p.id))
     .fetch_all(pool)
     .await?;
     let mut at = None;
+    let mut last: Option<Position> = None;
     let mut tasks = Vec::with_capacity(rows.len());
     let mut unreadable = Vec::new();
     for row in &rows {
         at = Some(row.try_get("claimed_at")?);
-        if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
+        if let Some(id) = row.try_get::<Option<Uuid>, _>("id")? {
+            let here = Position {
+                priority: row.try_get("priority")?,
+                next_run_at: row.try_get("next_run_at")?,
+                id,
+            };
+            if last.is_none_or(|l| here.after(&l)) {
+                last = Some(here);
+            }
             match read_claimed(row)? {
                 Ok(task) => tasks.push(task),
                 Err(failed) => unreadable.push(failed),
@@ -209,7 +260,7 @@ pub async fn claim_within(
     }
     fail_unreadable(pool, &unreadable).await?;
     let at = at.ok_or(sqlx::Error::RowNotFound)?;
-    Ok(Claim { at, tasks })
+    Ok(Claim { at, tasks, last })
 }
 
 /// A claimed row as the worker runs it, or, when a column of it cannot be read (a JSON value

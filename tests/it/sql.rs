@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use sked_db::testing::TestDb;
-use sked_db::worker::{Finished, Outcome};
+use sked_db::worker::{Finished, Free, Outcome, Position};
 use sked_types::TaskState;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -348,6 +348,182 @@ async fn concurrent_claimers_claim_each_task_exactly_once() {
     .await
     .unwrap();
     assert_eq!(succeeded, TASKS);
+}
+
+/// Claims up to `limit` tasks of `default` for `worker`, after `after` when given; the ids
+/// taken in claim order, and the position of the last.
+async fn claim_ids(
+    pool: &PgPool,
+    worker: Uuid,
+    limit: i32,
+    after: Option<Position>,
+) -> (Vec<Uuid>, Option<Position>) {
+    let claim = sked_db::worker::claim_after(
+        pool,
+        worker,
+        &["default".to_string()],
+        &[],
+        limit,
+        Duration::from_secs(30),
+        Free::default(),
+        after,
+    )
+    .await
+    .unwrap();
+    let mut taken: Vec<(i32, Uuid)> = claim.tasks.iter().map(|t| (-t.priority, t.id)).collect();
+    taken.sort();
+    (taken.into_iter().map(|(_, id)| id).collect(), claim.last)
+}
+
+#[tokio::test]
+async fn a_claim_from_a_position_takes_what_follows_it_and_more_urgent_tasks_only() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let worker = Uuid::new_v4();
+    // Four tasks of priority 0, due an hour ago, a second apart.
+    let mut zero = Vec::new();
+    for s in 0..4 {
+        zero.push(
+            insert(
+                pool,
+                &format!(
+                    "(kind, next_run_at) values ('noop', now() - interval '1 hour' + interval '{s} s')"
+                ),
+            )
+            .await,
+        );
+    }
+    let (first, position) = claim_ids(pool, worker, 2, None).await;
+    assert_eq!(
+        first,
+        zero[..2],
+        "a claim from the front takes the first two in claim order"
+    );
+    let position = position.expect("the claim names the position of its last task");
+    assert_eq!(position.id, zero[1]);
+
+    // Behind the position: a task of the same priority due before it (its transaction began
+    // earlier). Ahead of it: a more urgent task, and a less urgent one.
+    let behind = insert(
+        pool,
+        "(kind, next_run_at) values ('noop', now() - interval '1 hour' + interval '500 ms')",
+    )
+    .await;
+    let urgent = insert(
+        pool,
+        "(kind, priority, next_run_at) values ('noop', 5, now())",
+    )
+    .await;
+    let later = insert(pool, "(kind, priority) values ('noop', -1)").await;
+
+    let (one, _) = claim_ids(pool, worker, 1, Some(position)).await;
+    assert_eq!(
+        one,
+        [urgent],
+        "a more urgent task comes first, also from a position"
+    );
+    let (rest, last) = claim_ids(pool, worker, 10, Some(position)).await;
+    assert_eq!(
+        rest,
+        [zero[2], zero[3], later],
+        "from the position: the rest of its priority, then the lower priorities; not the task behind it"
+    );
+    assert_eq!(
+        last.map(|p| p.id),
+        Some(later),
+        "the last position is the last task in claim order"
+    );
+    let (front, _) = claim_ids(pool, worker, 10, None).await;
+    assert_eq!(
+        front,
+        [behind],
+        "the claim from the front finds the task behind the position"
+    );
+    let (none, _) = claim_ids(pool, worker, 10, last).await;
+    assert!(none.is_empty(), "nothing is left");
+
+    // From a position of a lower priority, a whole higher priority is more urgent.
+    let again = insert(
+        pool,
+        "(kind, next_run_at) values ('noop', now() - interval '2 hours')",
+    )
+    .await;
+    let (urgent_again, _) = claim_ids(pool, worker, 10, last).await;
+    assert_eq!(
+        urgent_again,
+        [again],
+        "a task of a higher priority than the position is taken"
+    );
+}
+
+#[tokio::test]
+async fn under_an_open_snapshot_a_claim_from_a_position_reads_no_entry_of_the_tasks_claimed_before()
+{
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let worker = Uuid::new_v4();
+    sqlx::query("insert into sked.tasks (kind) select 'noop' from generate_series(1, 3000)")
+        .execute(pool)
+        .await
+        .unwrap();
+    // A session holds a snapshot: no entry of a task claimed from now on can be removed.
+    let mut holder = pool.acquire().await.unwrap();
+    sqlx::query("begin isolation level repeatable read")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    sqlx::query("select count(*) from sked.tasks")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let mut position = None;
+    for _ in 0..20 {
+        let (ids, last) = claim_ids(pool, worker, 100, position).await;
+        assert_eq!(ids.len(), 100);
+        let done: Vec<Finished> = ids
+            .iter()
+            .map(|&id| finished(id, 1, Outcome::Succeeded))
+            .collect();
+        sked_db::worker::finish(pool, &done).await.unwrap();
+        position = last;
+    }
+    // The entries of claimable tasks one claim returns from the claim index (including those
+    // of rows that are no longer claimable, which only a visit of the table tells apart).
+    async fn entries_read(pool: &PgPool, worker: Uuid, after: Option<Position>) -> i64 {
+        let mut tx = pool.begin().await.unwrap();
+        let took: i64 = sqlx::query_scalar(
+            "select count(*) from sked.tasks_claim($1, '{default}', '{}', 100, '30 s', null, null,
+                                                   $2, $3, $4)",
+        )
+        .bind(worker)
+        .bind(after.map(|p| p.priority))
+        .bind(after.map(|p| p.next_run_at))
+        .bind(after.map(|p| p.id))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(took, 100);
+        let read: i64 = sqlx::query_scalar(
+            "select pg_stat_get_xact_tuples_returned('sked.tasks_claimable'::regclass)",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        read
+    }
+    let from_front = entries_read(pool, worker, None).await;
+    let from_position = entries_read(pool, worker, position).await;
+    assert!(
+        from_front >= 2000,
+        "from the front the claim walks the 2,000 claimed tasks' entries: {from_front}"
+    );
+    assert!(
+        from_position <= 110,
+        "from the position it reads the entries it takes: {from_position}"
+    );
+    sqlx::query("rollback").execute(&mut *holder).await.unwrap();
 }
 
 fn finished(id: Uuid, attempt: i32, outcome: Outcome) -> Finished {

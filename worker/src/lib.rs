@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use sked_db::upkeep::{Duty, FiringConfig, Upkeep};
-use sked_db::worker::Registration;
+use sked_db::worker::{Position, Registration};
 use sked_types::TaskKind;
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -284,6 +284,83 @@ const MAX_CLAIM: usize = 1000;
 /// Longest a worker with free slots defers a claim to gather a batch.
 const CLAIM_WINDOW: Duration = Duration::from_millis(5);
 
+/// A claim from the front of the queue that takes less than this is made every time.
+const CHEAP_CLAIM: Duration = Duration::from_millis(5);
+
+/// Otherwise claims from the front are spaced so that they take at most one part in this of
+/// the worker's time, and the claims between them start from a position.
+const FRONT_CLAIM_SPACING: u32 = 20;
+
+/// Where a worker of one queue starts its claims ("Positions" at `sked.tasks_claim`): from
+/// the front of the queue while a claim from there costs little, as it does when vacuum
+/// keeps up; when one costs more (the entries of claimed tasks pile up in the claim index
+/// while an old snapshot is open), from the position of the last task taken, with a claim
+/// from the front at least every [`FRONT_CLAIM_SPACING`] times as long as one takes, which
+/// finds what a claim from a position passes over (a more urgent task it does find).
+struct Positions {
+    /// Whether the worker claims from one queue, the only claims that take a position.
+    enabled: bool,
+    /// The position of the last task taken.
+    last: Option<Position>,
+    /// The next claim from the front is not made before this.
+    front_at: Instant,
+    /// A claim from a position took fewer tasks than it asked for: what it passed over may
+    /// be due, so a claim from the front is wished for at `front_at`.
+    front_wanted: bool,
+}
+
+impl Positions {
+    fn new(queues: usize) -> Positions {
+        Positions {
+            enabled: queues == 1,
+            last: None,
+            front_at: Instant::now(),
+            front_wanted: false,
+        }
+    }
+
+    /// The position the next claim starts after; `None`: from the front.
+    fn start(&self) -> Option<Position> {
+        self.last
+            .filter(|_| self.enabled && Instant::now() < self.front_at)
+    }
+
+    /// Learns from a claim that started at `start`, took `took` and asked for more than it
+    /// got when `short`, whose last task was at `last`.
+    fn claimed(
+        &mut self,
+        start: Option<Position>,
+        took: Duration,
+        short: bool,
+        last: Option<Position>,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        match start {
+            None => {
+                self.last = last.or(self.last);
+                self.front_wanted = false;
+                self.front_at = Instant::now()
+                    + if took < CHEAP_CLAIM {
+                        Duration::ZERO
+                    } else {
+                        took * FRONT_CLAIM_SPACING
+                    };
+            }
+            Some(_) => {
+                self.last = last.or(self.last);
+                self.front_wanted |= short;
+            }
+        }
+    }
+
+    /// When a claim from the front is wished for.
+    fn front_due(&self) -> Option<Instant> {
+        self.front_wanted.then_some(self.front_at)
+    }
+}
+
 /// When the main loop claims: what it has learnt from the last claim and the timers.
 struct Pace {
     /// Something may be due: a notification, a freed slot, the poll, a due time.
@@ -302,10 +379,11 @@ struct Pace {
     want_preempt: bool,
     /// A claim failed: it may have taken tasks whose answer never arrived.
     lost_claim: Option<String>,
+    positions: Positions,
 }
 
 impl Pace {
-    fn new(poll: Duration, concurrency: usize) -> Pace {
+    fn new(poll: Duration, concurrency: usize, queues: usize) -> Pace {
         Pace {
             want_claim: true,
             saturated: false,
@@ -315,6 +393,7 @@ impl Pace {
             batch: (concurrency / 4).clamp(1, MAX_CLAIM / 4),
             want_preempt: false,
             lost_claim: None,
+            positions: Positions::new(queues),
         }
     }
 
@@ -335,7 +414,7 @@ impl Pace {
     /// When the loop must wake up at the latest: the poll, the next due time, the end of the
     /// claim window.
     fn wake_at(&self) -> Instant {
-        [self.next_due, self.claim_at]
+        [self.next_due, self.claim_at, self.positions.front_due()]
             .into_iter()
             .flatten()
             .fold(self.next_poll, Instant::min)
@@ -353,6 +432,11 @@ impl Pace {
         if self.next_due.is_some_and(|due| due <= now) {
             self.want_claim = true;
             self.next_due = None;
+        }
+        if self.positions.front_due().is_some_and(|due| due <= now) {
+            // The next claim, whenever a slot lets it, starts from the front.
+            self.want_claim = true;
+            self.positions.front_wanted = false;
         }
         // The claim window's end needs nothing more: the claim is still wished for.
     }
@@ -528,7 +612,11 @@ impl Worker {
 
     async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut pace = Pace::new(self.jittered_poll(), self.config.concurrency);
+        let mut pace = Pace::new(
+            self.jittered_poll(),
+            self.config.concurrency,
+            self.config.queues.len(),
+        );
         loop {
             if std::mem::take(&mut pace.want_preempt) && self.slots.has_preemptible() {
                 self.preempt(&mut tasks).await;
@@ -579,7 +667,8 @@ impl Worker {
         }
         let asked = free.min(MAX_CLAIM);
         let sent = Instant::now();
-        match sked_db::worker::claim_within(
+        let start = pace.positions.start();
+        match sked_db::worker::claim_after(
             &self.pool,
             self.id,
             &self.config.queues,
@@ -587,10 +676,17 @@ impl Worker {
             asked as i32,
             self.config.lease,
             self.free_capacity(),
+            start,
         )
         .await
         {
             Ok(claim) => {
+                pace.positions.claimed(
+                    start,
+                    sent.elapsed(),
+                    claim.tasks.len() < asked,
+                    claim.last,
+                );
                 // A claim that took tasks with requests may have stopped at the first one
                 // that overflowed the free capacity (the claim takes a prefix): claim again
                 // at once with what is left. A claim that took copies of services took them
@@ -868,5 +964,89 @@ impl Worker {
         sked_db::worker::deregister(&pool, id).await?;
         tracing::info!(worker = %id, "worker stopped");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(id: u128) -> Position {
+        Position {
+            priority: 0,
+            next_run_at: chrono::DateTime::UNIX_EPOCH,
+            id: uuid::Uuid::from_u128(id),
+        }
+    }
+
+    #[test]
+    fn claims_start_from_the_front_while_that_is_cheap() {
+        let mut p = Positions::new(1);
+        assert_eq!(p.start(), None, "the first claim starts from the front");
+        p.claimed(None, Duration::from_millis(1), false, Some(at(1)));
+        assert_eq!(
+            p.start(),
+            None,
+            "a cheap claim from the front is made every time"
+        );
+        assert_eq!(p.front_due(), None);
+    }
+
+    #[test]
+    fn after_a_costly_claim_from_the_front_claims_start_from_the_last_position() {
+        let mut p = Positions::new(1);
+        p.claimed(None, Duration::from_millis(50), false, Some(at(1)));
+        assert_eq!(
+            p.start(),
+            Some(at(1)),
+            "the next claims start after the last task taken"
+        );
+        assert!(
+            p.front_at >= Instant::now() + Duration::from_millis(900),
+            "the next claim from the front comes twenty times its cost later"
+        );
+        p.claimed(Some(at(1)), Duration::from_millis(1), false, Some(at(2)));
+        assert_eq!(
+            p.start(),
+            Some(at(2)),
+            "the position moves on with each claim"
+        );
+        assert_eq!(
+            p.front_due(),
+            None,
+            "a claim that took what it asked wishes for nothing"
+        );
+        p.claimed(Some(at(2)), Duration::from_millis(1), true, None);
+        assert_eq!(
+            p.start(),
+            Some(at(2)),
+            "a claim that took nothing keeps the position"
+        );
+        assert_eq!(
+            p.front_due(),
+            Some(p.front_at),
+            "a short claim from a position wishes for a claim from the front, at its time"
+        );
+        p.front_at = Instant::now();
+        assert_eq!(
+            p.start(),
+            None,
+            "once its time has come, the claim starts from the front"
+        );
+        p.claimed(None, Duration::from_millis(1), true, None);
+        assert_eq!(p.start(), None);
+        assert_eq!(
+            p.front_due(),
+            None,
+            "the claim from the front ends the wish"
+        );
+    }
+
+    #[test]
+    fn workers_of_several_queues_always_claim_from_the_front() {
+        let mut p = Positions::new(2);
+        p.claimed(None, Duration::from_secs(1), false, Some(at(1)));
+        assert_eq!(p.start(), None);
+        assert_eq!(p.front_due(), None);
     }
 }
