@@ -15,10 +15,11 @@
 //! `schedule_runs` row is its claim), the two prunes of runs and events delete what is
 //! deletable whoever deletes it first, and `sked.tasks_prune` runs under an advisory lock.
 //!
-//! Each duty runs in a tokio task of its own, one run at a time, so a slow duty never delays
-//! another: a tick fires on time while a prune deletes. A run that fails, outlasts its limit
-//! or panics is logged, and the duty runs again at its next time; nothing a duty does ends
-//! the loop. The loop ends when its token is cancelled, dropping the runs in flight (each is
+//! A rescue or a reconcile that took long waits up to ten times as long before its next run
+//! ([`RUN_SPACING`]), at most its limit. Each duty runs in a tokio task of its own, one run at a time, so a
+//! slow duty never delays another: a tick fires on time while a prune deletes. A run that
+//! fails, outlasts its limit or panics is logged, and the duty runs again at its next time;
+//! nothing a duty does ends the loop. The loop ends when its token is cancelled, dropping the runs in flight (each is
 //! one transaction at a time, rolled back).
 
 use std::collections::HashMap;
@@ -52,6 +53,12 @@ const PRUNE_TASKS_BATCH: i32 = 1000;
 
 /// A run of a duty without a limit of its own is given up after this long.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A rescue or a reconcile waits at least this many times as long as its last run took (at
+/// most its limit), so that one whose scan grew (the entries of finished tasks pile up in an
+/// index while an old snapshot is open and vacuum can remove none) takes a small part of a
+/// connection's time.
+const RUN_SPACING: u32 = 10;
 
 /// How the cron firing duty runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +132,18 @@ impl Duty {
             Duty::PruneScheduleRuns => PRUNE_RUNS_EVERY,
             Duty::PruneEvents => PRUNE_EVENTS_EVERY,
             Duty::PruneTasks { .. } => PRUNE_TASKS_EVERY,
+        }
+    }
+
+    /// The least time between the end of a run that took `took` and the next run: never
+    /// more than the run's limit (a third of the lease), so a lease still expires into a
+    /// rescue within a lease and a half.
+    fn spacing(&self, took: Duration) -> Duration {
+        match self {
+            Duty::Rescue { limit, .. } | Duty::ReconcileServices { limit, .. } => {
+                (took * RUN_SPACING).min(*limit)
+            }
+            _ => Duration::ZERO,
         }
     }
 
@@ -274,7 +293,8 @@ impl Upkeep {
         // A schedule changed while the firing duty ran: it runs again at once.
         let mut fire_again = false;
         let mut runs: JoinSet<Result<Ran, Failure>> = JoinSet::new();
-        let mut running: HashMap<tokio::task::Id, usize> = HashMap::new();
+        // The duty of each run in flight, and when it started.
+        let mut running: HashMap<tokio::task::Id, (usize, Instant)> = HashMap::new();
         loop {
             let now = Instant::now();
             for (i, (duty, pool)) in duties.iter().enumerate() {
@@ -287,7 +307,7 @@ impl Upkeep {
                             Err(_) => Err(Failure::TooLong(limit)),
                         }
                     });
-                    running.insert(run.id(), i);
+                    running.insert(run.id(), (i, now));
                 }
             }
             let next = due.iter().flatten().min().copied();
@@ -298,8 +318,9 @@ impl Upkeep {
                         Ok((id, ran)) => (id, ran),
                         Err(e) => (e.id(), Err(Failure::Panicked(e.to_string()))),
                     };
-                    let Some(i) = running.remove(&id) else { continue };
+                    let Some((i, started)) = running.remove(&id) else { continue };
                     let duty = &duties[i].0;
+                    let spacing = duty.spacing(started.elapsed());
                     let wait = match ran {
                         Ok(ran) => {
                             if ran.claimable && let Some(c) = &claimable {
@@ -316,7 +337,7 @@ impl Upkeep {
                     let wait = if Some(i) == firing && std::mem::take(&mut fire_again) {
                         Duration::ZERO
                     } else {
-                        wait
+                        wait.max(spacing)
                     };
                     due[i] = Some(Instant::now() + wait);
                 }
