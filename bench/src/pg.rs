@@ -174,6 +174,26 @@ pub async fn all_finished(pool: &PgPool) -> Result<bool> {
     .await?)
 }
 
+/// The waiting task that comes last in claim order, if any.
+pub async fn last_in_claim_order(pool: &PgPool) -> Result<Option<uuid::Uuid>> {
+    Ok(sqlx::query_scalar(
+        "select id from sked.tasks where state in ('waiting', 'retry')
+          order by queue desc, priority, next_run_at desc, id desc limit 1",
+    )
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Whether task `id` has finished (or is gone).
+pub async fn finished(pool: &PgPool, id: uuid::Uuid) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "select coalesce((select finished_at is not null from sked.tasks where id = $1), true)",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
 /// Counts that a drain checks: every task succeeded on its first attempt.
 #[derive(Debug)]
 pub struct Outcome {
