@@ -885,3 +885,44 @@ async fn the_prune_with_a_cut_off_of_ones_own_ignores_the_settings() {
     assert_eq!(deleted, 1);
     assert!(!task_ids(pool).await.contains(&two_days));
 }
+
+#[tokio::test]
+async fn the_server_role_may_change_and_apply_retention_and_the_worker_role_may_not() {
+    let db = TestDb::new().await;
+    let rights: Vec<(String, bool, bool)> = sqlx::query_as(
+        "select p.proname::text,
+                has_function_privilege('sked_server', p.oid, 'execute'),
+                has_function_privilege('sked_worker', p.oid, 'execute')
+           from pg_proc p
+          where p.pronamespace = 'sked'::regnamespace
+            and p.proname in ('tasks_prune_expired', 'artifacts_prune', 'retention_set',
+                              'queue_set_retention', 'tasks_delete', 'task_retention')
+          order by p.proname",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(String, bool, bool)> = [
+        ("artifacts_prune", true, false),
+        ("queue_set_retention", true, false),
+        ("retention_set", true, false),
+        ("task_retention", false, false),
+        ("tasks_delete", false, false),
+        ("tasks_prune_expired", true, false),
+    ]
+    .into_iter()
+    .map(|(name, server, worker)| (name.to_owned(), server, worker))
+    .collect();
+    assert_eq!(
+        rights, expected,
+        "the server applies and changes retention through its functions; the worker deletes nothing"
+    );
+    let (server_reads, worker_reads): (bool, bool) = sqlx::query_as(
+        "select has_table_privilege('sked_server', 'sked.retention_settings', 'select'),
+                has_table_privilege('sked_worker', 'sked.retention_settings', 'select')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((server_reads, worker_reads), (true, false));
+}
