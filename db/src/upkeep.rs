@@ -413,15 +413,24 @@ pub async fn prune_events(pool: &PgPool, keep: Duration) -> crate::Result<i32> {
     )
 }
 
+/// The pause after a batch of a prune that took `batch`: as long again, so that a prune with
+/// millions of rows to delete takes at most half of its connection's time and leaves the rest
+/// of the database's to the hot path (`bench/README.md`, W13).
+pub fn pause_after(batch: Duration) -> Duration {
+    batch
+}
+
 /// One run of the prune of finished tasks: batches of `sked.tasks_prune_expired` from the
-/// oldest finished task on, each its own transaction, until no task is old enough for any
-/// retention or `budget` has passed. Returns the tasks deleted and whether the run got to the
-/// end (false: there may be more to delete).
+/// oldest finished task on, each its own transaction and each followed by a pause
+/// ([`pause_after`]), until no task is old enough for any retention or `budget` has passed.
+/// Returns the tasks deleted and whether the run got to the end (false: there may be more to
+/// delete).
 pub async fn prune_expired_tasks(pool: &PgPool, budget: Duration) -> crate::Result<(i64, bool)> {
     let deadline = Instant::now() + budget;
     let mut after: Option<DateTime<Utc>> = None;
     let mut deleted = 0;
     loop {
+        let started = Instant::now();
         let (n, next) = prune_tasks_batch(pool, after, PRUNE_TASKS_BATCH, None).await?;
         deleted += i64::from(n);
         match next {
@@ -431,6 +440,7 @@ pub async fn prune_expired_tasks(pool: &PgPool, budget: Duration) -> crate::Resu
         if Instant::now() >= deadline {
             return Ok((deleted, false));
         }
+        tokio::time::sleep(pause_after(started.elapsed())).await;
     }
 }
 
@@ -463,6 +473,7 @@ pub async fn prune_artifacts(pool: &PgPool, budget: Duration) -> crate::Result<(
     let mut after: Option<(DateTime<Utc>, String)> = None;
     let mut deleted = 0;
     loop {
+        let started = Instant::now();
         let (n, next) = prune_artifacts_batch(pool, after, PRUNE_ARTIFACTS_BATCH, None).await?;
         deleted += i64::from(n);
         match next {
@@ -472,6 +483,7 @@ pub async fn prune_artifacts(pool: &PgPool, budget: Duration) -> crate::Result<(
         if Instant::now() >= deadline {
             return Ok((deleted, false));
         }
+        tokio::time::sleep(pause_after(started.elapsed())).await;
     }
 }
 
