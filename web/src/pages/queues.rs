@@ -1,8 +1,8 @@
 //! The queues page (`/queues`): per queue, the tasks due now (its depth), delayed, running and
 //! retrying, how long its oldest due task has waited, its controls (paused, concurrency and
-//! rate limits), with pause and resume buttons and a form that edits the limits for admins,
-//! and how long its finished tasks are kept (its own retention, or the cluster's from
-//! `GET /api/v1/retention`, which the page's hint states).
+//! rate limits), with pause and resume buttons and a form that edits the limits and the
+//! queue's own retention for admins, and how long its finished tasks are kept (its own
+//! retention, or the cluster's from `GET /api/v1/retention`, which the page's hint states).
 //!
 //! The numbers come from `GET /api/v1/overview`, the snapshot `GET /api/v1/queues` is built
 //! from: the overview tells due tasks from delayed ones, which `/queues` counts together as
@@ -16,7 +16,10 @@ use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use sked_types::{QueueControls, QueueCounts, QueueLimits, QueueOverview, Retention};
+use sked_types::{
+    MAX_RETENTION_SECS, MIN_RETENTION_SECS, QueueControls, QueueCounts, QueueLimits, QueueOverview,
+    Retention,
+};
 
 use crate::api;
 use crate::pages::overview::{QueueCountCells, QueueCountHeads, aged_secs, live_overview};
@@ -244,6 +247,10 @@ pub struct LimitsForm {
     pub max_running: String,
     pub rate_per_sec: String,
     pub burst: String,
+    /// The queue's own retention and keep-failed retention as durations (`12h`, `7d`, `2w`);
+    /// empty: the cluster's.
+    pub retention: String,
+    pub keep_failed: String,
 }
 
 impl LimitsForm {
@@ -259,18 +266,21 @@ impl LimitsForm {
                 .filter(|&b| Some(b) != default_burst)
                 .map(|b| b.to_string())
                 .unwrap_or_default(),
+            retention: c.retention_secs.map(compact_span).unwrap_or_default(),
+            keep_failed: c.keep_failed_secs.map(compact_span).unwrap_or_default(),
         }
     }
 
-    /// The `PATCH /api/v1/queues/{name}` body that sets all three limits as typed (`null` for
-    /// an empty field), or what is wrong with the first bad field. A burst without a rate is
-    /// left to the server, which refuses it with its own message.
+    /// The `PATCH /api/v1/queues/{name}` body that sets all three limits and both retentions
+    /// as typed (`null` for an empty field), or what is wrong with the first bad field. A
+    /// burst without a rate is left to the server, which refuses it with its own message.
     pub fn parse(&self) -> Result<QueueLimits, String> {
         Ok(QueueLimits {
             max_running: Some(parse_count(&self.max_running, "Max running", "no limit")?),
             rate_per_sec: Some(parse_rate(&self.rate_per_sec)?),
             burst: Some(parse_count(&self.burst, "Burst", "the rate rounded up")?),
-            ..QueueLimits::default()
+            retention_secs: Some(parse_retention(&self.retention, "Keep finished")?),
+            keep_failed_secs: Some(parse_retention(&self.keep_failed, "Keep failed")?),
         })
     }
 }
@@ -279,6 +289,54 @@ impl LimitsForm {
 /// `sked.queue_burst` computes it).
 fn default_burst(rate: f64) -> i32 {
     rate.ceil().max(1.0) as i32
+}
+
+/// A retention as the form shows it: whole weeks, days or hours (`2w`, `7d`, `12h`), else
+/// seconds.
+fn compact_span(secs: f64) -> String {
+    for (unit, per) in [("w", 604_800.0), ("d", 86_400.0), ("h", 3_600.0)] {
+        if secs >= per && secs % per == 0.0 {
+            return format!("{}{unit}", secs / per);
+        }
+    }
+    format!("{secs}s")
+}
+
+/// A retention typed as a number and a unit (`12h`, `7d`, `2w`, `3600s`; a number alone is
+/// days), an hour to 36,500 days, or `None` for an empty field (the cluster's).
+fn parse_retention(text: &str, field: &str) -> Result<Option<f64>, String> {
+    let t = text.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("default") {
+        return Ok(None);
+    }
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let per = match unit.trim() {
+        "s" => 1.0,
+        "h" => 3_600.0,
+        "" | "d" => 86_400.0,
+        "w" => 604_800.0,
+        _ => {
+            return Err(format!(
+                "{field} must be a duration like 12h, 7d or 2w, got “{t}” (leave it empty for the cluster's)."
+            ));
+        }
+    };
+    let secs = match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() => n * per,
+        _ => {
+            return Err(format!(
+                "{field} must be a duration like 12h, 7d or 2w, got “{t}” (leave it empty for the cluster's)."
+            ));
+        }
+    };
+    if (MIN_RETENTION_SECS..=MAX_RETENTION_SECS).contains(&secs) {
+        Ok(Some(secs))
+    } else {
+        Err(format!(
+            "{field} must be between an hour and 36500 days, got {t}."
+        ))
+    }
 }
 
 /// True for a field that means "no limit".
@@ -484,6 +542,8 @@ fn queue_row(
                             {field("max_running", "Max running", "none", "numeric", |f| &f.max_running, |f, v| f.max_running = v)}
                             {field("rate_per_sec", "Rate per second", "none", "decimal", |f| &f.rate_per_sec, |f, v| f.rate_per_sec = v)}
                             {field("burst", "Burst", "rate rounded up", "numeric", |f| &f.burst, |f, v| f.burst = v)}
+                            {field("retention", "Keep finished", "default", "text", |f| &f.retention, |f, v| f.retention = v)}
+                            {field("keep_failed", "Keep failed", "default", "text", |f| &f.keep_failed, |f, v| f.keep_failed = v)}
                             <div class="actions">
                                 <button type="submit" class="primary" data-action="save-limits" disabled=move || busy.get()>
                                     "Save"
@@ -493,7 +553,7 @@ fn queue_row(
                                 </button>
                             </div>
                             <p class="hint">
-                                "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up."
+                                "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up. Keep finished and keep failed: how long the queue's finished and failed tasks are kept (12h, 7d, 2w); empty: the cluster's."
                             </p>
                             <ErrorBox message=form_error/>
                         </form>
@@ -565,6 +625,7 @@ mod tests {
             max_running: max_running.into(),
             rate_per_sec: rate_per_sec.into(),
             burst: burst.into(),
+            ..LimitsForm::default()
         }
     }
 
@@ -577,12 +638,14 @@ mod tests {
                 max_running: Some(Some(3)),
                 rate_per_sec: Some(Some(0.5)),
                 burst: Some(None),
-                ..QueueLimits::default()
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             }
         );
         assert_eq!(
             serde_json::to_value(&limits).unwrap(),
-            serde_json::json!({"max_running": 3, "rate_per_sec": 0.5, "burst": null}),
+            serde_json::json!({"max_running": 3, "rate_per_sec": 0.5, "burst": null,
+                               "retention_secs": null, "keep_failed_secs": null}),
             "an empty field is sent as null, which removes the limit"
         );
         assert_eq!(
@@ -591,7 +654,8 @@ mod tests {
                 max_running: Some(None),
                 rate_per_sec: Some(None),
                 burst: Some(None),
-                ..QueueLimits::default()
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             },
             "empty and none both remove a limit"
         );
@@ -662,11 +726,52 @@ mod tests {
                 max_running: Some(Some(3)),
                 rate_per_sec: Some(Some(2.5)),
                 burst: Some(Some(20)),
-                ..QueueLimits::default()
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             },
             "saving an unchanged form keeps the limits"
         );
         assert_eq!(LimitsForm::of(&QueueControls::default()), form("", "", ""));
+    }
+
+    #[test]
+    fn the_form_edits_a_queues_retention_as_durations_and_refuses_what_is_not_one() {
+        let c = QueueControls {
+            queue: "scratch".into(),
+            retention_secs: Some(12.0 * 3_600.0),
+            keep_failed_secs: Some(14.0 * 86_400.0),
+            ..QueueControls::default()
+        };
+        let f = LimitsForm::of(&c);
+        assert_eq!(
+            (f.retention.as_str(), f.keep_failed.as_str()),
+            ("12h", "2w")
+        );
+        let limits = f.parse().unwrap();
+        assert_eq!(
+            (limits.retention_secs, limits.keep_failed_secs),
+            (Some(Some(43_200.0)), Some(Some(1_209_600.0))),
+            "saving an unchanged form keeps the retention"
+        );
+        let f = LimitsForm {
+            retention: "3".into(),
+            keep_failed: "".into(),
+            ..LimitsForm::default()
+        };
+        let limits = f.parse().unwrap();
+        assert_eq!(
+            (limits.retention_secs, limits.keep_failed_secs),
+            (Some(Some(259_200.0)), Some(None)),
+            "a number alone is days; empty is the cluster's"
+        );
+        for bad in ["0", "-1d", "30m", "59s", "36501d", "forever", "1y", "NaNd"] {
+            let f = LimitsForm {
+                retention: bad.into(),
+                ..LimitsForm::default()
+            };
+            let e = f.parse().unwrap_err();
+            assert!(e.starts_with("Keep finished"), "{bad}: {e}");
+        }
     }
 
     #[test]
