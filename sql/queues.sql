@@ -4,6 +4,8 @@
 -- paused, a cluster-wide concurrency limit (`max_running`) and a rate limit (`rate_per_sec`
 -- tasks started per second, in bursts of up to `burst`). The claim (sked.tasks_claim in
 -- sql/workers.sql) enforces them; the functions here change them and explain a waiting task.
+-- The row also holds the queue's retention (sql/retention.sql), so a function here that
+-- removes a row without controls keeps one that still has a retention.
 --
 -- Functions here that plan with `enable_seqscan = off` (see the planner note at the top of
 -- sql/workers.sql) also turn JIT compilation off, as in sql/shards.sql.
@@ -52,7 +54,7 @@ $$;
 
 -- How many tasks of each of p_queues one claim may take at p_now (at most p_limit each);
 -- paused queues and queues with nothing to spare are left out. Called by sked.tasks_claim
--- only when one of the queues has a row in sked.queues.
+-- only when one of the queues is paused or limited.
 --
 -- The rows of the limited queues are locked (FOR UPDATE, in name order so that claimers
 -- never deadlock) until the claim commits: claimers of a limited queue take turns, and the
@@ -130,7 +132,8 @@ begin
   -- committed meanwhile (its limits removed) cannot leave it with no control at all.
   perform 1 from sked.queues q where q.name = p_name for update;
   delete from sked.queues q
-   where q.name = p_name and q.max_running is null and q.rate_per_sec is null;
+   where q.name = p_name and q.max_running is null and q.rate_per_sec is null
+     and q.retention is null and q.keep_failed is null;
   update sked.queues q set paused_at = null, updated_at = p_now
    where q.name = p_name
   returning * into r;
@@ -178,7 +181,9 @@ begin
   -- Locked first, as in sked.queue_resume.
   perform 1 from sked.queues q where q.name = p_name for update;
   if p_max_running is null and p_rate_per_sec is null then
-    delete from sked.queues q where q.name = p_name and q.paused_at is null;
+    delete from sked.queues q
+     where q.name = p_name and q.paused_at is null
+       and q.retention is null and q.keep_failed is null;
   end if;
   update sked.queues q
      set max_running = p_max_running, rate_per_sec = p_rate_per_sec, burst = p_burst,

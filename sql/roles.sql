@@ -10,8 +10,10 @@
 --                   changes state through the contract's functions (it enforces owners with
 --                   API tokens itself), and never writes tokens, artifacts or task state;
 --                   it reaches the owners' quotas (owner_quota) through owner_quota_take
---                   only, and deletes finished tasks through tasks_prune only (the
---                   retention of its background upkeep, db/src/upkeep.rs).
+--                   only, deletes finished tasks through tasks_prune and
+--                   tasks_prune_expired only and artifacts through artifacts_prune only
+--                   (the retention of its background upkeep, db/src/upkeep.rs), and
+--                   changes retention through retention_set and queue_set_retention.
 -- The account that migrates owns the schema and everything in it; it is the administrator
 -- and is not subject to the policies below.
 --
@@ -135,7 +137,8 @@ declare
     'queue_pause', 'queue_resume', 'queue_set_limits', 'task_waiting_reasons',
     'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
-    'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune'];
+    'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune',
+    'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
@@ -213,7 +216,8 @@ begin
   -- server takes from it through sked.owner_quota_take, which runs as the owner.
   grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
                   sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
-                  sked.schedule_runs, sked.queues, sked.service_exits, sked.event_changes,
+                  sked.schedule_runs, sked.queues, sked.retention_settings,
+                  sked.service_exits, sked.event_changes,
                   sked.event_outbox, sked.task_attempt_history, sked.queue_counts,
                   sked.worker_status
      to sked_server;

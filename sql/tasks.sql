@@ -589,6 +589,38 @@ language sql as $$
     from sked.tasks t where t.id = p_id
 $$;
 
+-- Deletes the tasks p_ids (finished ones, locked by the caller) with their logs, service
+-- exits, attempts and edges, and the workflows they leave without a task. Returns the tasks
+-- deleted. Callers hold the advisory lock of sked.tasks_prune (see there).
+create or replace function sked.tasks_delete(p_ids uuid[]) returns integer
+language plpgsql as $$
+declare
+  deleted integer;
+  workflows uuid[];
+begin
+  with logs as (
+    delete from sked.task_logs l where l.task_id = any(p_ids)
+  ), exits as (
+    delete from sked.service_exits x where x.task_id = any(p_ids)
+  ), attempts as (
+    delete from sked.task_attempts a where a.task_id = any(p_ids)
+  ), edges as (
+    delete from sked.task_edges e where e.task_id = any(p_ids) or e.depends_on = any(p_ids)
+  ), tasks as (
+    delete from sked.tasks t where t.id = any(p_ids) returning t.workflow_id
+  )
+  select count(*), array_agg(distinct t.workflow_id) filter (where t.workflow_id is not null)
+    into deleted, workflows
+    from tasks t;
+  if workflows is not null then
+    delete from sked.workflows w
+     where w.id = any(workflows)
+       and not exists (select 1 from sked.tasks t where t.workflow_id = w.id);
+  end if;
+  return deleted;
+end
+$$;
+
 -- Retention: delete finished tasks (succeeded, failed, cancelled, upstream_failed, skipped)
 -- that finished before `p_before`, with their attempts, logs and edges, at most `p_limit`
 -- tasks per call (call again until it returns 0). A workflow's tasks go only once the
@@ -602,37 +634,17 @@ returns integer
 language plpgsql as $$
 declare
   deleted integer;
-  workflows uuid[];
 begin
   perform pg_advisory_xact_lock(8316852618927437166);
-  with doomed as (
-    select t.id, t.workflow_id from sked.tasks t
-     where t.finished_at < p_before
-       and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
-       and (t.workflow_id is null
-            or exists (select 1 from sked.workflows w
-                        where w.id = t.workflow_id and w.finished_at < p_before))
-     limit p_limit
-     for update skip locked
-  ), logs as (
-    delete from sked.task_logs l using doomed d where l.task_id = d.id
-  ), exits as (
-    delete from sked.service_exits x using doomed d where x.task_id = d.id
-  ), attempts as (
-    delete from sked.task_attempts a using doomed d where a.task_id = d.id
-  ), edges as (
-    delete from sked.task_edges e using doomed d where e.task_id = d.id or e.depends_on = d.id
-  ), tasks as (
-    delete from sked.tasks t using doomed d where t.id = d.id returning t.workflow_id
-  )
-  select count(*), array_agg(distinct t.workflow_id) filter (where t.workflow_id is not null)
-    into deleted, workflows
-    from tasks t;
-  if workflows is not null then
-    delete from sked.workflows w
-     where w.id = any(workflows)
-       and not exists (select 1 from sked.tasks t where t.workflow_id = w.id);
-  end if;
+  select sked.tasks_delete(coalesce(array_agg(d.id), '{}')) into deleted
+    from (select t.id from sked.tasks t
+           where t.finished_at < p_before
+             and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
+             and (t.workflow_id is null
+                  or exists (select 1 from sked.workflows w
+                              where w.id = t.workflow_id and w.finished_at < p_before))
+           limit p_limit
+           for update skip locked) d;
   return deleted;
 end
 $$;

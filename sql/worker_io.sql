@@ -27,11 +27,12 @@ language sql stable as $$
 $$;
 
 -- Stores `p_content` as the artifact `p_sha256` (the table's constraint checks that this is
--- its SHA-256); storing it again changes nothing.
+-- its SHA-256); storing it again keeps the content and renews its `created_at`, so that the
+-- artifacts' collection (sked.artifacts_prune) gives it its whole grace period again.
 create or replace function sked.artifact_put(p_sha256 text, p_content bytea) returns void
 language sql as $$
-  insert into sked.artifacts (sha256, content) values (p_sha256, p_content)
-  on conflict do nothing
+  insert into sked.artifacts as a (sha256, content) values (p_sha256, p_content)
+  on conflict (sha256) do update set created_at = greatest(a.created_at, excluded.created_at)
 $$;
 
 -- How the copy of a service `p_id` is supervised: its restart policy and health check.

@@ -200,7 +200,7 @@ $$;
 -- (worker/src/lib.rs, `Positions`). Workers of several queues, and queues with controls,
 -- always claim from the front.
 --
--- Queue controls: when a queue of the worker has a row in sked.queues (paused or limited),
+-- Queue controls: when a queue of the worker is paused or limited in sked.queues,
 -- sked.queues_allowance drops paused queues and gives each queue its allowance (locking the
 -- rows of limited ones); one ordered, locked scan per queue, each limited to its allowance,
 -- then feeds the same start, and the rate-limited queues' buckets are charged in the same
@@ -263,7 +263,11 @@ begin
     end if;
   end if;
 
-  if exists (select 1 from sked.queues q where q.name = any(p_queues)) then
+  -- A row that holds only a retention (sql/retention.sql) is no control of the claim.
+  if exists (select 1 from sked.queues q
+              where q.name = any(p_queues)
+                and (q.paused_at is not null or q.max_running is not null
+                     or q.rate_per_sec is not null)) then
     select coalesce(array_agg(a.queue), '{}'), coalesce(array_agg(a.allowance), '{}')
       into queues, allowances
       from sked.queues_allowance(p_queues, p_limit, p_now) a;

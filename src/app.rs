@@ -217,7 +217,7 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
         shutdown,
         sked_server::EventsConfig::default(),
         cmd.server.quotas(),
-        sked_server::upkeep(&pool, cmd.server.retention),
+        sked_server::upkeep(&pool),
     )
     .await;
     pool.close().await;
@@ -396,7 +396,7 @@ async fn serve_dev(
 
     // One loop of background upkeep for the process: the worker's loop also runs the
     // server's duties (over the server's pool), and a duty both have (cron firing) once.
-    let server_upkeep = sked_server::upkeep(&server_pool, server_args.retention);
+    let server_upkeep = sked_server::upkeep(&server_pool);
     // Each part cancels `shutdown` when it ends, so a part that fails stops the others.
     let worker_stop = CancellationToken::new();
     let server_stop = CancellationToken::new();

@@ -53,9 +53,13 @@ enum Command {
     #[command(subcommand)]
     Service(services::ServiceCommand),
     /// Queues: list them, pause and resume them, limit how many of their tasks run at once
-    /// and start per second.
+    /// and start per second, set how long their finished tasks are kept.
     #[command(subcommand)]
     Queue(queues::QueueCommand),
+    /// How long finished tasks are kept where their queue sets nothing: show it, change it,
+    /// turn it off or on.
+    #[command(subcommand)]
+    Retention(queues::RetentionCommand),
     /// Cron schedules: create, list, show, pause, resume, run now, delete.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -89,6 +93,7 @@ async fn main() -> ExitCode {
         Command::Resubmit(args) => commands::resubmit(args).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
         Command::Queue(cmd) => queues::run(cmd).await,
+        Command::Retention(cmd) => queues::retention(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),

@@ -33,7 +33,7 @@ impl InProcessApi {
             max_rows_per_owner_per_minute: sked_server::MAX_ROWS_PER_OWNER_PER_MINUTE,
             ..sked_server::Quotas::default()
         };
-        let upkeep = sked_server::upkeep(&pool, None);
+        let upkeep = sked_server::upkeep(&pool);
         let server = tokio::spawn(sked_server::serve_configured(
             pool,
             listener,

@@ -37,6 +37,9 @@ pub enum Workload {
     /// A held snapshot: drains while one session holds a snapshot open (10 minutes by
     /// default), then after its release (run only when named).
     W12,
+    /// Retention beside the hot path: a drain while the prune deletes `--w13-history`
+    /// finished tasks past their retention (10 million by default; run only when named).
+    W13,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -58,6 +61,7 @@ impl Workload {
             Workload::W10 => "W10",
             Workload::W11 => "W11",
             Workload::W12 => "W12",
+            Workload::W13 => "W13",
             Workload::Peer => "peer",
         }
     }
@@ -69,9 +73,9 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w12, peer); all but w9, w11, w12 and peer when none is named
-    /// (w9 needs a browser, w11 makes 10 million rows, w12 takes over 11 minutes, peer
-    /// installs graphile-worker with npm).
+    /// Workloads to run (w1 … w13, peer); all but w9, w11, w12, w13 and peer when none is
+    /// named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
+    /// minutes, peer installs graphile-worker with npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -170,6 +174,9 @@ pub struct Cli {
     /// Seconds W12 waits after the release before its last drain.
     #[arg(long, default_value_t = 60)]
     pub w12_recover_secs: u64,
+    /// Finished tasks past their retention that W13's prune deletes beside its drain.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub w13_history: usize,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -232,6 +239,7 @@ pub struct Config {
     pub w11_history: usize,
     pub w12_hold: Duration,
     pub w12_recover: Duration,
+    pub w13_history: usize,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -346,6 +354,12 @@ impl Cli {
                 self.w11_history
             ));
         }
+        if !(1..=100_000_000).contains(&self.w13_history) {
+            return Err(format!(
+                "--w13-history must be between 1 and 100000000, got {}",
+                self.w13_history
+            ));
+        }
         if !(1..=86_400).contains(&self.w12_hold_secs) || self.w12_recover_secs > 86_400 {
             return Err(format!(
                 "--w12-hold-secs must be between 1 and 86400 and --w12-recover-secs at most \
@@ -398,6 +412,7 @@ impl Cli {
             w11_history: self.w11_history,
             w12_hold: Duration::from_secs(self.w12_hold_secs),
             w12_recover: Duration::from_secs(self.w12_recover_secs),
+            w13_history: self.w13_history,
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,

@@ -15,6 +15,7 @@ mod placement;
 mod process;
 mod reads;
 mod report;
+mod retention;
 mod schedules;
 mod snapshot;
 mod w1;
@@ -74,6 +75,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W10 => placement::run(&cfg).await,
                 Workload::W11 => history::run(&cfg).await,
                 Workload::W12 => snapshot::run(&cfg).await,
+                Workload::W13 => retention::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

@@ -11,6 +11,7 @@ pub mod listing;
 pub mod overview;
 pub mod queue;
 pub mod quota;
+pub mod retention;
 pub mod schedule;
 pub mod service;
 pub mod task;
@@ -44,6 +45,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
     ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
+    ("sql/retention.sql", include_str!("../../sql/retention.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
     ("sql/events.sql", include_str!("../../sql/events.sql")),

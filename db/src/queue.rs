@@ -1,4 +1,5 @@
-//! Queue controls (`sql/queues.sql`): pause, resume, limits, and why a task waits.
+//! Queue controls (`sql/queues.sql`): pause, resume, limits, a queue's retention
+//! (`sql/retention.sql`), and why a task waits.
 
 use chrono::{DateTime, Utc};
 use sked_types::{QueueControls, QueueLimits, WaitingReason};
@@ -10,7 +11,9 @@ use crate::Result;
 /// The columns of a `sked.queues` row an answer shows, with the burst in effect.
 const CONTROLS: &str = "name, paused_at, max_running, rate_per_sec,
                         case when rate_per_sec is not null
-                             then sked.queue_burst(rate_per_sec, burst) end as burst";
+                             then sked.queue_burst(rate_per_sec, burst) end as burst,
+                        extract(epoch from retention)::float8 as retention_secs,
+                        extract(epoch from keep_failed)::float8 as keep_failed_secs";
 
 type Row = (
     String,
@@ -18,16 +21,21 @@ type Row = (
     Option<i32>,
     Option<f64>,
     Option<i32>,
+    Option<f64>,
+    Option<f64>,
 );
 
 fn controls(row: Row) -> QueueControls {
-    let (queue, paused_at, max_running, rate_per_sec, burst) = row;
+    let (queue, paused_at, max_running, rate_per_sec, burst, retention_secs, keep_failed_secs) =
+        row;
     QueueControls {
         queue,
         paused_at,
         max_running,
         rate_per_sec,
         burst,
+        retention_secs,
+        keep_failed_secs,
     }
 }
 
@@ -51,18 +59,46 @@ pub async fn resume(pool: &PgPool, queue: &str) -> Result<QueueControls> {
     Ok(controls(row))
 }
 
-/// Changes the limits given in `limits` (absent: unchanged, null: removed), in one
-/// transaction that locks the queue's row, so concurrent changes of different fields both
+/// Changes the limits and retentions given in `limits` (absent: unchanged, null: removed), in
+/// one transaction that locks the queue's row, so concurrent changes of different fields both
 /// hold. Removing the rate limit removes its burst.
 pub async fn set_limits(pool: &PgPool, queue: &str, limits: &QueueLimits) -> Result<QueueControls> {
     let mut tx = pool.begin().await?;
-    let current: Option<(Option<i32>, Option<f64>, Option<i32>)> = sqlx::query_as(
-        "select max_running, rate_per_sec, burst from sked.queues where name = $1 for update",
+    type Current = (
+        Option<i32>,
+        Option<f64>,
+        Option<i32>,
+        Option<f64>,
+        Option<f64>,
+    );
+    let current: Option<Current> = sqlx::query_as(
+        "select max_running, rate_per_sec, burst, extract(epoch from retention)::float8,
+                extract(epoch from keep_failed)::float8
+           from sked.queues where name = $1 for update",
     )
     .bind(queue)
     .fetch_optional(&mut *tx)
     .await?;
-    let (max_running, rate_per_sec, burst) = current.unwrap_or_default();
+    let (max_running, rate_per_sec, burst, retention, keep_failed) = current.unwrap_or_default();
+    let retains = limits.retention_secs.is_some() || limits.keep_failed_secs.is_some();
+    let limits_given =
+        limits.max_running.is_some() || limits.rate_per_sec.is_some() || limits.burst.is_some();
+    if retains {
+        let sql = format!(
+            "select {CONTROLS} from sked.queue_set_retention($1, $2 * interval '1 second',
+                                                             $3 * interval '1 second')"
+        );
+        let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(queue)
+            .bind(limits.retention_secs.unwrap_or(retention))
+            .bind(limits.keep_failed_secs.unwrap_or(keep_failed))
+            .fetch_one(&mut *tx)
+            .await?;
+        if !limits_given {
+            tx.commit().await?;
+            return Ok(controls(row));
+        }
+    }
     let max_running = limits.max_running.unwrap_or(max_running);
     let rate_per_sec = limits.rate_per_sec.unwrap_or(rate_per_sec);
     let burst = match (rate_per_sec, limits.burst) {

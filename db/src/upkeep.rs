@@ -8,12 +8,19 @@
 //! | fire schedules | `sked.schedules_fire` | servers, workers (unless `--fire-schedules false`) | until the next tick, at most 1 s; at once on `sked_schedules` |
 //! | prune schedule runs | `sked.schedule_runs_prune` | those that fire | 60 s |
 //! | prune live events | `sked.events_prune` | servers | 10 s |
-//! | prune finished tasks | `sked.tasks_prune` | servers given `--retention-days` | 60 s |
+//! | prune finished tasks | `sked.tasks_prune_expired` | servers | 60 s (at once again after a run that stopped with more to do) |
+//! | prune artifacts | `sked.artifacts_prune` | servers | 10 min |
+//!
+//! How long finished tasks are kept is a setting of the database (`sked.retention_settings`,
+//! overridden per queue in `sked.queues`), so every server prunes by the same rule; both
+//! prunes delete nothing while retention is off there (see `sql/retention.sql`).
 //!
 //! Any number of processes may run any duty at once, because each is fenced in Postgres:
 //! rescue, reconcile and firing lock what they change with `SKIP LOCKED` (and a tick's
 //! `schedule_runs` row is its claim), the two prunes of runs and events delete what is
-//! deletable whoever deletes it first, and `sked.tasks_prune` runs under an advisory lock.
+//! deletable whoever deletes it first, the prune of finished tasks runs batch by batch under
+//! an advisory lock, and artifacts are locked with `SKIP LOCKED`. Each batch of the two
+//! retention prunes is one short transaction; a run is a loop of batches.
 //!
 //! A rescue or a reconcile that took long waits up to ten times as long before its next run
 //! ([`RUN_SPACING`]), at most its limit. Each duty runs in a tokio task of its own, one run at a time, so a
@@ -26,6 +33,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -47,9 +55,19 @@ const PRUNE_RUNS_EVERY: Duration = Duration::from_secs(60);
 /// How often finished tasks past their retention are deleted.
 const PRUNE_TASKS_EVERY: Duration = Duration::from_secs(60);
 
-/// Finished tasks deleted per statement (and transaction): a run deletes batches until one
-/// comes back short.
-const PRUNE_TASKS_BATCH: i32 = 1000;
+/// Finished tasks one batch (one transaction) of the prune examines, in the order they
+/// finished: it deletes those of them past their retention.
+pub const PRUNE_TASKS_BATCH: i32 = 1000;
+
+/// How often stored artifacts nothing refers to are deleted.
+const PRUNE_ARTIFACTS_EVERY: Duration = Duration::from_secs(600);
+
+/// Artifacts one batch of their collection examines.
+pub const PRUNE_ARTIFACTS_BATCH: i32 = 500;
+
+/// A run of a prune stops starting batches after this long, and the duty runs again at once,
+/// so that a run that has millions of rows to delete ends well within [`RUN_LIMIT`].
+const PRUNE_RUN_BUDGET: Duration = Duration::from_secs(30);
 
 /// A run of a duty without a limit of its own is given up after this long.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -101,9 +119,13 @@ pub enum Duty {
     /// Recorded live-event changes older than [`EVENTS_KEEP`] are deleted
     /// (`sked.events_prune`), every 10 s.
     PruneEvents,
-    /// Finished tasks that finished more than `retention` ago are deleted, with their
-    /// attempts, logs and edges (`sked.tasks_prune`), every minute.
-    PruneTasks { retention: Duration },
+    /// Finished tasks past their retention (the database's setting, or their queue's) are
+    /// deleted, with their attempts, logs and edges (`sked.tasks_prune_expired`), in batches
+    /// of [`PRUNE_TASKS_BATCH`], every minute.
+    PruneTasks,
+    /// Stored artifacts that no task or schedule refers to, older than their grace period,
+    /// are deleted (`sked.artifacts_prune`), every 10 minutes.
+    PruneArtifacts,
 }
 
 impl Duty {
@@ -115,7 +137,8 @@ impl Duty {
             Duty::FireSchedules(_) => "fire schedules",
             Duty::PruneScheduleRuns => "prune schedule runs",
             Duty::PruneEvents => "prune live events",
-            Duty::PruneTasks { .. } => "prune finished tasks",
+            Duty::PruneTasks => "prune finished tasks",
+            Duty::PruneArtifacts => "prune artifacts",
         }
     }
 
@@ -131,7 +154,8 @@ impl Duty {
             Duty::FireSchedules(firing) => firing.max_sleep,
             Duty::PruneScheduleRuns => PRUNE_RUNS_EVERY,
             Duty::PruneEvents => PRUNE_EVENTS_EVERY,
-            Duty::PruneTasks { .. } => PRUNE_TASKS_EVERY,
+            Duty::PruneTasks => PRUNE_TASKS_EVERY,
+            Duty::PruneArtifacts => PRUNE_ARTIFACTS_EVERY,
         }
     }
 
@@ -183,21 +207,25 @@ impl Duty {
             Duty::PruneEvents => {
                 prune_events(pool, EVENTS_KEEP).await?;
             }
-            Duty::PruneTasks { retention } => {
-                let mut deleted = 0;
-                loop {
-                    let n = prune_tasks(pool, retention, PRUNE_TASKS_BATCH).await?;
-                    deleted += i64::from(n);
-                    if n < PRUNE_TASKS_BATCH {
-                        break;
-                    }
-                }
+            Duty::PruneTasks => {
+                let (deleted, done) = prune_expired_tasks(pool, PRUNE_RUN_BUDGET).await?;
                 if deleted > 0 {
                     tracing::info!(
                         tasks = deleted,
-                        retention_secs = retention.as_secs_f64(),
                         "pruned finished tasks past their retention"
                     );
+                }
+                if !done {
+                    ran.next = Duration::ZERO;
+                }
+            }
+            Duty::PruneArtifacts => {
+                let (deleted, done) = prune_artifacts(pool, PRUNE_RUN_BUDGET).await?;
+                if deleted > 0 {
+                    tracing::info!(artifacts = deleted, "pruned artifacts nothing refers to");
+                }
+                if !done {
+                    ran.next = Duration::ZERO;
                 }
             }
         }
@@ -406,14 +434,102 @@ pub async fn prune_events(pool: &PgPool, keep: Duration) -> crate::Result<i32> {
     )
 }
 
-/// Deletes at most `limit` tasks that finished more than `retention` ago, with their
-/// attempts, logs and edges (`sked.tasks_prune`); returns how many.
-pub async fn prune_tasks(pool: &PgPool, retention: Duration, limit: i32) -> crate::Result<i32> {
-    Ok(
-        sqlx::query_scalar("select sked.tasks_prune(now() - $1::interval, $2)")
-            .bind(worker::pg_interval(retention))
-            .bind(limit)
-            .fetch_one(pool)
-            .await?,
+/// The pause after a batch of a prune that took `batch`: as long again, so that a prune with
+/// millions of rows to delete takes at most half of its connection's time and leaves the rest
+/// of the database's to the hot path (`bench/README.md`, W13).
+pub fn pause_after(batch: Duration) -> Duration {
+    batch
+}
+
+/// One run of the prune of finished tasks: batches of `sked.tasks_prune_expired` from the
+/// oldest finished task on, each its own transaction and each followed by a pause
+/// ([`pause_after`]), until no task is old enough for any retention or `budget` has passed.
+/// Returns the tasks deleted and whether the run got to the end (false: there may be more to
+/// delete).
+pub async fn prune_expired_tasks(pool: &PgPool, budget: Duration) -> crate::Result<(i64, bool)> {
+    let deadline = Instant::now() + budget;
+    let mut after: Option<DateTime<Utc>> = None;
+    let mut deleted = 0;
+    loop {
+        let started = Instant::now();
+        let (n, next) = prune_tasks_batch(pool, after, PRUNE_TASKS_BATCH, None).await?;
+        deleted += i64::from(n);
+        match next {
+            None => return Ok((deleted, true)),
+            Some(next) => after = Some(next),
+        }
+        if Instant::now() >= deadline {
+            return Ok((deleted, false));
+        }
+        tokio::time::sleep(pause_after(started.elapsed())).await;
+    }
+}
+
+/// One batch of `sked.tasks_prune_expired`: examines the next `limit` finished tasks after
+/// `after` (from the oldest when `None`) at `now` (the database's clock when `None`). Returns
+/// the tasks deleted and where the next batch starts, `None` when nothing is left to examine.
+pub async fn prune_tasks_batch(
+    pool: &PgPool,
+    after: Option<DateTime<Utc>>,
+    limit: i32,
+    now: Option<DateTime<Utc>>,
+) -> crate::Result<(i32, Option<DateTime<Utc>>)> {
+    Ok(sqlx::query_as(
+        "select deleted, examined_to
+           from sked.tasks_prune_expired(coalesce($1, '-infinity'::timestamptz), $2,
+                                         coalesce($3, now()))",
     )
+    .bind(after)
+    .bind(limit)
+    .bind(now)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// One run of the artifacts' collection: batches of `sked.artifacts_prune` from the oldest
+/// artifact on, until none is left to examine or `budget` has passed. Returns the artifacts
+/// deleted and whether the run got to the end.
+pub async fn prune_artifacts(pool: &PgPool, budget: Duration) -> crate::Result<(i64, bool)> {
+    let deadline = Instant::now() + budget;
+    let mut after: Option<(DateTime<Utc>, String)> = None;
+    let mut deleted = 0;
+    loop {
+        let started = Instant::now();
+        let (n, next) = prune_artifacts_batch(pool, after, PRUNE_ARTIFACTS_BATCH, None).await?;
+        deleted += i64::from(n);
+        match next {
+            None => return Ok((deleted, true)),
+            Some(next) => after = Some(next),
+        }
+        if Instant::now() >= deadline {
+            return Ok((deleted, false));
+        }
+        tokio::time::sleep(pause_after(started.elapsed())).await;
+    }
+}
+
+/// One batch of `sked.artifacts_prune`: examines the next `limit` artifacts past their grace
+/// period after `after` (their `created_at` and SHA-256; from the oldest when `None`) at
+/// `now` (the database's clock when `None`). Returns the artifacts deleted and the last one
+/// examined, `None` when nothing is left to examine.
+pub async fn prune_artifacts_batch(
+    pool: &PgPool,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i32,
+    now: Option<DateTime<Utc>>,
+) -> crate::Result<(i32, Option<(DateTime<Utc>, String)>)> {
+    let (at, sha256) = after.unzip();
+    let (deleted, last_at, last_sha256): (i32, Option<DateTime<Utc>>, Option<String>) =
+        sqlx::query_as(
+            "select deleted, last_created_at, last_sha256
+               from sked.artifacts_prune(coalesce($1, '-infinity'::timestamptz),
+                                         coalesce($2, ''), $3, coalesce($4, now()))",
+        )
+        .bind(at)
+        .bind(sha256)
+        .bind(limit)
+        .bind(now)
+        .fetch_one(pool)
+        .await?;
+    Ok((deleted, last_at.zip(last_sha256)))
 }

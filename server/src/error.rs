@@ -298,6 +298,22 @@ const RULES: &[(&str, &str)] = &[
         "queues_burst_needs_a_rate",
         "burst needs rate_per_sec: it is the size of the rate limit's bucket",
     ),
+    (
+        "queues_retention_must_be_1_hour_to_36500_days",
+        "retention_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
+    ),
+    (
+        "queues_keep_failed_must_be_1_hour_to_36500_days",
+        "keep_failed_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
+    ),
+    (
+        "retention_settings_retention_must_be_1_hour_to_36500_days",
+        "retention_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
+    ),
+    (
+        "retention_settings_keep_failed_must_be_1_hour_to_36500_days",
+        "keep_failed_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
+    ),
 ];
 
 /// Prefixes of constraint names: the table the rule belongs to.
@@ -310,6 +326,7 @@ const TABLE_PREFIXES: &[&str] = &[
     "artifacts_",
     "workers_",
     "queues_",
+    "retention_settings_",
     "tasks_",
 ];
 

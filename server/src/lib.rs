@@ -44,7 +44,6 @@ mod web;
 mod workflows;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Router;
 use axum::handler::Handler;
@@ -85,28 +84,24 @@ pub struct ServerArgs {
           default_value_t = DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
           value_parser = clap::value_parser!(u64).range(0..=MAX_ROWS_PER_OWNER_PER_MINUTE))]
     pub max_rows_per_owner_per_minute: u64,
-    /// Delete finished tasks this many days after they finished, with their attempts, logs
-    /// and edges (a workflow's tasks once the workflow has finished that long ago): a server
-    /// given it prunes once a minute (`sked.tasks_prune`), and any number of servers may.
-    /// Fractions are allowed (0.5: twelve hours). Default: finished tasks are kept.
+    /// Replaced by the retention stored in the database, which every server applies
+    /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
+    /// saying so, so that a server started with it does not run with a retention it did not
+    /// ask for.
     #[arg(long = "retention-days", env = "SKED_RETENTION_DAYS", value_name = "DAYS",
-          value_parser = retention_days)]
-    pub retention: Option<Duration>,
+          hide = true, value_parser = retention_days_replaced)]
+    pub retention_days: Option<std::convert::Infallible>,
 }
 
-/// The longest `--retention-days`: a century.
-const MAX_RETENTION_DAYS: f64 = 36_500.0;
-
-/// Reads `--retention-days`: a number of days, more than 0 and at most a century.
-fn retention_days(value: &str) -> Result<Duration, String> {
-    match value.trim().parse::<f64>() {
-        Ok(days) if days > 0.0 && days <= MAX_RETENTION_DAYS => {
-            Ok(Duration::from_secs_f64(days * 86_400.0))
-        }
-        _ => Err(format!(
-            "a number of days more than 0 and at most {MAX_RETENTION_DAYS}, got {value:?}"
-        )),
-    }
+/// Refuses `--retention-days`, saying what replaced it.
+fn retention_days_replaced(_: &str) -> Result<std::convert::Infallible, String> {
+    Err(
+        "--retention-days (SKED_RETENTION_DAYS) is replaced by the retention stored in the \
+         database, which every server applies: finished tasks are kept 7 days and failed ones \
+         30 days by default; change it with `sked retention set --keep 30d`, or per queue with \
+         `sked queue retention NAME --keep 30d`, and drop the flag"
+            .to_owned(),
+    )
 }
 
 impl ServerArgs {
@@ -180,22 +175,21 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     events: EventsConfig,
 ) -> std::io::Result<()> {
-    let upkeep = upkeep(&pool, None);
+    let upkeep = upkeep(&pool);
     serve_configured(pool, listener, shutdown, events, Quotas::default(), upkeep).await
 }
 
 /// The server's duties of background upkeep (`sked_db::upkeep`), over `pool`: cron firing and
-/// the trimming of schedules' runs, the pruning of recorded live events, and with a
-/// `retention` (`--retention-days`) the pruning of finished tasks older than it.
-pub fn upkeep(pool: &PgPool, retention: Option<Duration>) -> Upkeep {
-    let upkeep = Upkeep::new()
+/// the trimming of schedules' runs, the pruning of recorded live events, and retention: the
+/// pruning of finished tasks and of artifacts nothing refers to, by the rules stored in the
+/// database (`sql/retention.sql`; nothing while retention is off there).
+pub fn upkeep(pool: &PgPool) -> Upkeep {
+    Upkeep::new()
         .with(Duty::FireSchedules(FiringConfig::default()), pool)
         .with(Duty::PruneScheduleRuns, pool)
-        .with(Duty::PruneEvents, pool);
-    match retention {
-        Some(retention) => upkeep.with(Duty::PruneTasks { retention }, pool),
-        None => upkeep,
-    }
+        .with(Duty::PruneEvents, pool)
+        .with(Duty::PruneTasks, pool)
+        .with(Duty::PruneArtifacts, pool)
 }
 
 /// [`serve`] with the live events configured by `events`, the quotas `quotas`, and `upkeep`

@@ -56,7 +56,7 @@ pub(crate) use shared::{
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
         (name = "services", description = "Long-running services: list, read with their copies, change (rolling update, scaling); stop by cancelling the task"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
-        (name = "queues", description = "Pause, resume and limit queues (admin tokens)"),
+        (name = "queues", description = "Pause, resume, limit queues and set their retention (admin tokens); the cluster's retention"),
     )
 )]
 struct ApiDoc;
@@ -96,6 +96,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(queues::update))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
+        .routes(routes!(queues::retention, queues::update_retention))
         .routes(routes!(system::me))
         .routes(routes!(system::health))
         .routes(routes!(openapi_json))

@@ -1,11 +1,18 @@
-//! `/api/v1/queues/{name}`: pause, resume and limit a queue (admin tokens only).
+//! `/api/v1/queues/{name}`: pause, resume, limit a queue and set its retention (admin tokens
+//! only); `/api/v1/retention`: the cluster's retention (read by any token, changed by admin
+//! tokens).
 //!
 //! The controls hold across every worker because the claim enforces them in the database
-//! (`sql/queues.sql`, `docs/runtime.md`). `GET /api/v1/queues` (in `system`) shows them.
+//! (`sql/queues.sql`, `docs/runtime.md`); retention is applied by every server's background
+//! upkeep from the same rows (`sql/retention.sql`). `GET /api/v1/queues` (in `system`) shows
+//! them.
 
 use axum::extract::State;
 use sked_db::token::Principal;
-use sked_types::{ApiError, QueueControls, QueueLimits};
+use sked_types::{
+    ApiError, MAX_RETENTION_SECS, MIN_RETENTION_SECS, QueueControls, QueueLimits, Retention,
+    RetentionChange,
+};
 
 use crate::AppState;
 use crate::error::{Error, Result};
@@ -18,7 +25,7 @@ fn admin_only(principal: &Principal) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Forbidden(
-            "only an admin token may pause, resume or limit a queue: its controls act on every owner's tasks"
+            "only an admin token may pause, resume or limit a queue, or change a retention: they act on every owner's tasks"
                 .to_owned(),
         ))
     }
@@ -51,7 +58,26 @@ fn validate(limits: &QueueLimits) -> Result<()> {
             "burst must be between 1 and 1000000 starts, got {n}"
         )));
     }
+    for (field, value) in [
+        ("retention_secs", limits.retention_secs),
+        ("keep_failed_secs", limits.keep_failed_secs),
+    ] {
+        if let Some(Some(secs)) = value {
+            retention_in_range(field, secs, " (null: the cluster's retention)")?;
+        }
+    }
     Ok(())
+}
+
+/// Refuses a retention of `secs` outside an hour to 36500 days (the rule of
+/// `sked.retention_check`), naming `field`.
+fn retention_in_range(field: &str, secs: f64, null_means: &str) -> Result<()> {
+    if secs.is_finite() && (MIN_RETENTION_SECS..=MAX_RETENTION_SECS).contains(&secs) {
+        return Ok(());
+    }
+    Err(Error::InvalidRequest(format!(
+        "{field} must be between {MIN_RETENTION_SECS} (an hour) and {MAX_RETENTION_SECS} (36500 days) seconds{null_means}, got {secs}"
+    )))
 }
 
 /// Pause a queue.
@@ -100,12 +126,15 @@ pub async fn resume(
     ))
 }
 
-/// Set or remove a queue's limits.
+/// Set or remove a queue's limits and retention.
 ///
 /// `max_running`: tasks of the queue running at once over all workers. `rate_per_sec`: tasks
 /// started per second (fractions allowed), in bursts of up to `burst` (default: the rate
-/// rounded up). A field that is absent stays as it is; `null` removes the limit. The limits
-/// hold however many workers claim (`docs/runtime.md`). A bad value changes nothing.
+/// rounded up). `retention_secs`: how long its finished tasks are kept, `keep_failed_secs`
+/// its failed ones (at least as long as its retention); null: the cluster's
+/// (`GET /api/v1/retention`). A field that is absent stays as it is; `null` removes the
+/// limit or the queue's own retention. The limits hold however many workers claim
+/// (`docs/runtime.md`). A bad value changes nothing.
 #[utoipa::path(
     patch, path = "/api/v1/queues/{name}", operation_id = "update_queue", tag = "queues",
     params(QueueNamed),
@@ -127,5 +156,59 @@ pub async fn update(
     validate(&limits)?;
     Ok(axum::Json(
         sked_db::queue::set_limits(&state.pool, &name, &limits).await?,
+    ))
+}
+
+/// The cluster's retention.
+///
+/// How long finished tasks are kept where their queue sets nothing (`retention_secs`, default
+/// 7 days), failed ones (`keep_failed_secs`, default 30 days), whether retention is on at all
+/// (`enabled`), and how long a stored artifact nothing refers to is kept. Every server
+/// applies it once a minute.
+#[utoipa::path(
+    get, path = "/api/v1/retention", operation_id = "get_retention", tag = "queues",
+    responses(
+        (status = 200, description = "The cluster's retention", body = Retention),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn retention(
+    State(state): State<AppState>,
+    Auth(_): Auth,
+) -> Result<axum::Json<Retention>> {
+    Ok(axum::Json(sked_db::retention::get(&state.pool).await?))
+}
+
+/// Change the cluster's retention.
+///
+/// `enabled: false` turns retention off entirely (nothing is deleted, whatever the queues
+/// set), `true` on again. `retention_secs` and `keep_failed_secs`: 3600 (an hour) to
+/// 3153600000 (36500 days). A field that is absent stays as it is. A bad value changes
+/// nothing.
+#[utoipa::path(
+    patch, path = "/api/v1/retention", operation_id = "update_retention", tag = "queues",
+    request_body = RetentionChange,
+    responses(
+        (status = 200, description = "The cluster's retention after the call", body = Retention),
+        AdminOnly,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn update_retention(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Json(change): Json<RetentionChange>,
+) -> Result<axum::Json<Retention>> {
+    admin_only(&principal)?;
+    for (field, value) in [
+        ("retention_secs", change.retention_secs),
+        ("keep_failed_secs", change.keep_failed_secs),
+    ] {
+        if let Some(secs) = value {
+            retention_in_range(field, secs, "")?;
+        }
+    }
+    Ok(axum::Json(
+        sked_db::retention::set(&state.pool, &change).await?,
     ))
 }

@@ -94,8 +94,10 @@ fn hide_location(worker: &mut Worker) {
 /// submitted, finished tasks only when they finished in the last hour (as in
 /// `GET /api/v1/overview`), so the answer takes the same time with millions of finished
 /// tasks kept. An admin token counts all tasks, a user token its owner's tasks only. Queues
-/// that are paused or limited are listed also without tasks, with `paused_at`,
-/// `max_running`, `rate_per_sec` and `burst` (see `docs/runtime.md`).
+/// that are paused, limited or have their own retention are listed also without tasks, with
+/// `paused_at`, `max_running`, `rate_per_sec`, `burst`, `retention_secs` and
+/// `keep_failed_secs` (see `docs/runtime.md`; null retentions: the cluster's,
+/// `GET /api/v1/retention`).
 #[utoipa::path(
     get, path = "/api/v1/queues", operation_id = "list_queues", tag = "system",
     responses(
@@ -143,6 +145,8 @@ pub async fn queues(
                 max_running: c.max_running,
                 rate_per_sec: c.rate_per_sec,
                 burst: c.burst,
+                retention_secs: c.retention_secs,
+                keep_failed_secs: c.keep_failed_secs,
             }
         })
         .collect();
@@ -154,6 +158,8 @@ pub async fn queues(
         max_running: c.max_running,
         rate_per_sec: c.rate_per_sec,
         burst: c.burst,
+        retention_secs: c.retention_secs,
+        keep_failed_secs: c.keep_failed_secs,
     }));
     queues.sort_by(|a, b| a.queue.cmp(&b.queue));
     Ok(axum::Json(queues))

@@ -1,12 +1,16 @@
-//! `sked queue …` (list, pause, resume, limit): the queue controls, which talk to the REST
-//! API. Pausing and limiting need an admin token. Flags are validated here, before any
-//! request.
+//! `sked queue …` (list, pause, resume, limit, retention) and `sked retention …` (show, set):
+//! the queue controls and the cluster's retention, which talk to the REST API. Changing them
+//! needs an admin token. Flags are validated here, before any request.
 
 use anyhow::bail;
-use sked_types::{QueueControls, QueueCounts, QueueLimits, TaskState};
+use sked_types::{
+    MAX_RETENTION_SECS, MIN_RETENTION_SECS, QueueControls, QueueCounts, QueueLimits, Retention,
+    RetentionChange, TaskState,
+};
 
 use super::args::ApiArgs;
 use super::format::time;
+use super::when::parse_duration;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum QueueCommand {
@@ -20,6 +24,134 @@ pub enum QueueCommand {
     /// [--max-running N] [--rate PER_SEC] [--burst N]` (`none` removes a limit; a flag left
     /// out keeps it).
     Limit(LimitArgs),
+    /// Set or remove how long a queue's finished tasks are kept: `sked queue retention NAME
+    /// [--keep 7d] [--keep-failed 30d]` (`default` goes back to the cluster's retention; a
+    /// flag left out keeps the queue's setting).
+    Retention(QueueRetentionArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QueueRetentionArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The queue.
+    name: String,
+    /// How long its finished tasks are kept after they finish (an hour to 36500 days: 12h,
+    /// 7d, 2w), or `default` for the cluster's retention.
+    #[arg(long, value_name = "DURATION|default", allow_hyphen_values = true,
+          value_parser = |s: &str| parse_override(s, "--keep"))]
+    keep: Option<Limit<f64>>,
+    /// How long its failed tasks are kept (at least as long as --keep), or `default`.
+    #[arg(long, value_name = "DURATION|default", allow_hyphen_values = true,
+          value_parser = |s: &str| parse_override(s, "--keep-failed"))]
+    keep_failed: Option<Limit<f64>>,
+}
+
+/// `sked retention …`: how long finished tasks are kept where their queue sets nothing.
+#[derive(Debug, clap::Subcommand)]
+pub enum RetentionCommand {
+    /// Show the cluster's retention.
+    Show(ListArgs),
+    /// Change the cluster's retention: `sked retention set [--keep 7d] [--keep-failed 30d]
+    /// [--off|--on]` (a flag left out keeps the setting).
+    Set(RetentionSetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RetentionSetArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// How long finished tasks are kept after they finish (an hour to 36500 days: 12h, 7d).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = |s: &str| parse_retention(s, "--keep"))]
+    keep: Option<f64>,
+    /// How long failed tasks are kept (at least as long as --keep).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = |s: &str| parse_retention(s, "--keep-failed"))]
+    keep_failed: Option<f64>,
+    /// Turn retention off: no finished task and no artifact is deleted, whatever the queues
+    /// set.
+    #[arg(long, conflicts_with = "on")]
+    off: bool,
+    /// Turn retention on again.
+    #[arg(long)]
+    on: bool,
+}
+
+/// A retention of an hour to 36500 days, as a duration (`7d`, `12h`, seconds).
+fn parse_retention(s: &str, flag: &str) -> Result<f64, String> {
+    let secs = parse_duration(s, flag, 0.0)?;
+    if (MIN_RETENTION_SECS..=MAX_RETENTION_SECS).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!(
+            "{flag} must be between an hour and 36500 days (like 12h, 7d or 2w), got {s:?}"
+        ))
+    }
+}
+
+/// A queue's retention, or `default` for the cluster's.
+fn parse_override(s: &str, flag: &str) -> Result<Limit<f64>, String> {
+    if s.trim() == "default" {
+        return Ok(Limit(None));
+    }
+    parse_retention(s, flag).map(|secs| Limit(Some(secs)))
+}
+
+/// A retention in seconds as people say it: whole days, else hours, else seconds.
+fn kept(secs: f64) -> String {
+    if secs >= 86_400.0 && secs % 86_400.0 == 0.0 {
+        format!("{}d", secs / 86_400.0)
+    } else if secs % 3_600.0 == 0.0 {
+        format!("{}h", secs / 3_600.0)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// One line: the cluster's retention.
+fn describe_retention(r: &Retention) -> String {
+    if r.enabled {
+        format!(
+            "retention on: finished tasks kept {}, failed ones {}; artifacts nothing refers to kept {}",
+            kept(r.retention_secs),
+            kept(r.keep_failed_secs.max(r.retention_secs)),
+            kept(r.artifact_grace_secs)
+        )
+    } else {
+        format!(
+            "retention off: nothing is deleted (when on: finished tasks kept {}, failed ones {})",
+            kept(r.retention_secs),
+            kept(r.keep_failed_secs.max(r.retention_secs))
+        )
+    }
+}
+
+pub async fn retention(cmd: RetentionCommand) -> anyhow::Result<()> {
+    match cmd {
+        RetentionCommand::Show(args) => {
+            let r = args.api.client()?.retention().await?;
+            println!("{}", describe_retention(&r));
+        }
+        RetentionCommand::Set(args) => {
+            let enabled = match (args.on, args.off) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            };
+            if enabled.is_none() && args.keep.is_none() && args.keep_failed.is_none() {
+                bail!("give at least one of --keep, --keep-failed, --off and --on");
+            }
+            let change = RetentionChange {
+                enabled,
+                retention_secs: args.keep,
+                keep_failed_secs: args.keep_failed,
+            };
+            let r = args.api.client()?.set_retention(&change).await?;
+            println!("{}", describe_retention(&r));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, clap::Args)]
@@ -110,6 +242,19 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
                 max_running: args.max_running.map(|l| l.0),
                 rate_per_sec: args.rate.map(|l| l.0),
                 burst: args.burst.map(|l| l.0),
+                ..QueueLimits::default()
+            };
+            let c = args.api.client()?.limit_queue(&args.name, &limits).await?;
+            println!("{}", describe(&c));
+        }
+        QueueCommand::Retention(args) => {
+            if args.keep.is_none() && args.keep_failed.is_none() {
+                bail!("give at least one of --keep and --keep-failed (default: the cluster's)");
+            }
+            let limits = QueueLimits {
+                retention_secs: args.keep.map(|l| l.0),
+                keep_failed_secs: args.keep_failed.map(|l| l.0),
+                ..QueueLimits::default()
             };
             let c = args.api.client()?.limit_queue(&args.name, &limits).await?;
             println!("{}", describe(&c));
@@ -121,7 +266,27 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
 /// One line: the queue and its controls.
 fn describe(c: &QueueControls) -> String {
     let controls = controls(c.paused_at, c.max_running, c.rate_per_sec, c.burst);
-    format!("{}: {}", c.queue, controls)
+    if c.retention_secs.is_none() && c.keep_failed_secs.is_none() {
+        return format!("{}: {}", c.queue, controls);
+    }
+    format!(
+        "{}: {}, {}",
+        c.queue,
+        controls,
+        retained(c.retention_secs, c.keep_failed_secs)
+    )
+}
+
+/// A queue's retention: its own, or the cluster's.
+fn retained(retention_secs: Option<f64>, keep_failed_secs: Option<f64>) -> String {
+    match (retention_secs, keep_failed_secs) {
+        (None, None) => "default retention".to_owned(),
+        (keep, failed) => format!(
+            "keeps finished tasks {}, failed ones {}",
+            keep.map_or("as the default".to_owned(), kept),
+            failed.map_or("as the default".to_owned(), kept)
+        ),
+    }
 }
 
 fn controls(
@@ -149,18 +314,19 @@ fn controls(
 
 fn table(queues: &[QueueCounts]) -> String {
     let mut out = format!(
-        "{:<24} {:>8} {:>8} {:>8}  CONTROLS\n",
+        "{:<24} {:>8} {:>8} {:>8}  CONTROLS; RETENTION\n",
         "QUEUE", "WAITING", "RUNNING", "RETRY"
     );
     for q in queues {
         let n = |state: TaskState| q.counts.get(state.as_str()).copied().unwrap_or(0);
         out.push_str(&format!(
-            "{:<24} {:>8} {:>8} {:>8}  {}\n",
+            "{:<24} {:>8} {:>8} {:>8}  {}; {}\n",
             q.queue,
             n(TaskState::Waiting),
             n(TaskState::Running),
             n(TaskState::Retry),
-            controls(q.paused_at, q.max_running, q.rate_per_sec, q.burst)
+            controls(q.paused_at, q.max_running, q.rate_per_sec, q.burst),
+            retained(q.retention_secs, q.keep_failed_secs)
         ));
     }
     out
@@ -191,7 +357,23 @@ mod tests {
             max_running: Some(3),
             rate_per_sec: Some(10.0),
             burst: Some(10),
+            retention_secs: None,
+            keep_failed_secs: Some(30.0 * 86_400.0),
         };
-        assert_eq!(describe(&c), "mail: active, max 3 running, 10/s (burst 10)");
+        assert_eq!(
+            describe(&c),
+            "mail: active, max 3 running, 10/s (burst 10), keeps finished tasks as the default, failed ones 30d"
+        );
+    }
+
+    #[test]
+    fn retentions_are_durations_of_an_hour_to_36500_days_or_default() {
+        assert_eq!(parse_override("7d", "--keep"), Ok(Limit(Some(604_800.0))));
+        assert_eq!(parse_override("default", "--keep"), Ok(Limit(None)));
+        for bad in ["0", "-1d", "59m", "36501d", "forever", "nan"] {
+            assert!(parse_override(bad, "--keep").is_err(), "{bad}");
+        }
+        assert_eq!(kept(604_800.0), "7d");
+        assert_eq!(kept(7_200.0), "2h");
     }
 }

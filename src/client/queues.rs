@@ -1,6 +1,6 @@
-//! The queue calls of the REST API client: `/api/v1/queues`.
+//! The queue calls of the REST API client: `/api/v1/queues` and `/api/v1/retention`.
 
-use sked_types::{QueueControls, QueueCounts, QueueLimits};
+use sked_types::{QueueControls, QueueCounts, QueueLimits, Retention, RetentionChange};
 
 use super::{Client, ClientError};
 
@@ -49,5 +49,16 @@ impl Client {
     ) -> Result<QueueControls, ClientError> {
         let url = self.url(&format!("/queues/{}", segment(name)));
         self.send(self.http.patch(&url).json(limits), url).await
+    }
+
+    /// `GET /api/v1/retention`: the cluster's retention.
+    pub async fn retention(&self) -> Result<Retention, ClientError> {
+        self.get("/retention").await
+    }
+
+    /// `PATCH /api/v1/retention`: the cluster's retention after the change.
+    pub async fn set_retention(&self, change: &RetentionChange) -> Result<Retention, ClientError> {
+        let url = self.url("/retention");
+        self.send(self.http.patch(&url).json(change), url).await
     }
 }

@@ -211,12 +211,20 @@ async fn bad_flags_fail_clearly_before_any_request() {
         ),
         (&["dev", "--lease-secs", "0"], "--lease-secs must be"),
         (
-            &["server", "--retention-days", "0"],
-            "a number of days more than 0",
+            &["server", "--retention-days", "30"],
+            "replaced by the retention stored in the database",
         ),
         (
             &["dev", "--retention-days", "forever"],
-            "a number of days more than 0",
+            "replaced by the retention stored in the database",
+        ),
+        (
+            &["retention", "set", "--keep", "0"],
+            "--keep must be between an hour and 36500 days",
+        ),
+        (
+            &["queue", "retention", "q", "--keep-failed", "-1d"],
+            "--keep-failed must be",
         ),
     ];
     for (args, expected) in cases {

@@ -15,6 +15,7 @@ mod placement;
 mod queues;
 mod recovery;
 mod requests;
+mod retention;
 mod schedules;
 mod schedules_api;
 mod services;

@@ -1,7 +1,8 @@
 //! Background upkeep (`sked_db::upkeep`): each duty on its own schedule, a failing duty and a
 //! stuck one stopping no other, the loop ending with its token, the duties each process runs
-//! (one loop per process, `sked dev` included), the pruning of recorded live events and of
-//! finished tasks past a retention (and none without one), and several loops at once.
+//! (one loop per process, `sked dev` included), the pruning of recorded live events, of
+//! finished tasks past their retention (the database's, or their queue's; none while it is
+//! off) and of artifacts nothing refers to, and several loops at once.
 
 use std::time::Duration;
 
@@ -105,7 +106,9 @@ async fn a_failing_duty_and_a_stuck_one_stop_no_other_duty() {
         .execute(pool)
         .await
         .unwrap();
-    // Pruning finished tasks is stuck: another transaction prunes, and holds its lock.
+    // Pruning finished tasks is stuck: there is a task to prune, and another transaction
+    // prunes and holds the lock.
+    finished_ago(pool, "8 days").await;
     let mut holder = pool.begin().await.unwrap();
     sqlx::query("select sked.tasks_prune(now() - interval '1 day')")
         .execute(&mut *holder)
@@ -117,12 +120,7 @@ async fn a_failing_duty_and_a_stuck_one_stop_no_other_duty() {
     let running = Loop::start(
         Upkeep::new()
             .with(Duty::PruneEvents, pool)
-            .with(
-                Duty::PruneTasks {
-                    retention: Duration::from_secs(86_400),
-                },
-                pool,
-            )
+            .with(Duty::PruneTasks, pool)
             .with(RESCUE, pool)
             .with(Duty::FireSchedules(FiringConfig::default()), pool),
     );
@@ -196,40 +194,39 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
         "--fire-schedules false: the worker neither fires nor trims runs"
     );
     assert_eq!(
-        names(&sked_server::upkeep(pool, None)),
-        ["fire schedules", "prune schedule runs", "prune live events"],
-        "finished tasks are kept unless a retention is given"
-    );
-    let day = Duration::from_secs(86_400);
-    assert_eq!(
-        names(&sked_server::upkeep(pool, Some(day))),
+        names(&sked_server::upkeep(pool)),
         [
             "fire schedules",
             "prune schedule runs",
             "prune live events",
-            "prune finished tasks"
-        ]
+            "prune finished tasks",
+            "prune artifacts"
+        ],
+        "every server applies the retention stored in the database"
     );
     // `sked dev`: the worker's loop takes the server's duties; each runs once.
     assert_eq!(
-        names(&sked_worker::upkeep(pool, &worker).and(sked_server::upkeep(pool, Some(day)))),
+        names(&sked_worker::upkeep(pool, &worker).and(sked_server::upkeep(pool))),
         [
             "rescue",
             "reconcile services",
             "fire schedules",
             "prune schedule runs",
             "prune live events",
-            "prune finished tasks"
+            "prune finished tasks",
+            "prune artifacts"
         ]
     );
     assert_eq!(
-        names(&sked_worker::upkeep(pool, &quiet).and(sked_server::upkeep(pool, None))),
+        names(&sked_worker::upkeep(pool, &quiet).and(sked_server::upkeep(pool))),
         [
             "rescue",
             "reconcile services",
             "fire schedules",
             "prune schedule runs",
-            "prune live events"
+            "prune live events",
+            "prune finished tasks",
+            "prune artifacts"
         ],
         "a worker that does not fire leaves firing to the server's duties"
     );
@@ -246,7 +243,7 @@ async fn the_servers_upkeep_prunes_recorded_live_events_a_minute_old_without_cli
     .execute(pool)
     .await
     .unwrap();
-    let running = Loop::start(sked_server::upkeep(pool, None));
+    let running = Loop::start(sked_server::upkeep(pool));
     until_count(
         pool,
         "select count(*) from sked.event_outbox where n = 1",
@@ -290,27 +287,47 @@ async fn task_ids(pool: &PgPool) -> Vec<Uuid> {
 }
 
 #[tokio::test]
-async fn finished_tasks_are_pruned_past_the_retention_and_kept_without_one() {
+async fn the_servers_upkeep_prunes_by_the_retention_in_the_database_and_nothing_while_it_is_off() {
     let db = TestDb::new().await;
     let pool = &db.pool;
-    let old = finished_ago(pool, "2 days").await;
-    let recent = finished_ago(pool, "1 hour").await;
+    let eight_days = finished_ago(pool, "8 days").await;
+    let six_days = finished_ago(pool, "6 days").await;
     let waiting = insert(pool, "(command) values (array['true'])").await;
-    let mut all = vec![old, recent, waiting];
-    all.sort();
+    let scratch = insert(pool, "(command, queue) values (array['true'], 'scratch')").await;
+    sqlx::query("select sked.task_cancel($1, now() - interval '2 days')")
+        .bind(scratch)
+        .execute(pool)
+        .await
+        .unwrap();
 
-    // Without a retention (the default), nothing is pruned.
-    let running = Loop::start(sked_server::upkeep(pool, None));
+    // Retention off: a real loop runs its prunes and deletes nothing.
+    sqlx::query("select sked.retention_set(p_enabled => false)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let running = Loop::start(sked_server::upkeep(pool));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     running.stop().await;
+    let mut all = vec![eight_days, six_days, waiting, scratch];
+    all.sort();
     assert_eq!(
         task_ids(pool).await,
         all,
-        "no retention: every task is kept"
+        "retention off: every task is kept"
     );
 
-    // With a retention of a day, the task finished two days ago goes, with its log.
-    let running = Loop::start(sked_server::upkeep(pool, Some(Duration::from_secs(86_400))));
+    // On, by default (7 days), and 1 day for the queue scratch: the loop deletes the task of
+    // 8 days, with its log, and scratch's task of 2 days; the default queue keeps its task of
+    // 6 days.
+    sqlx::query("select sked.retention_set(p_enabled => true)")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("select sked.queue_set_retention('scratch', interval '1 day', null)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let running = Loop::start(sked_server::upkeep(pool));
     until_count(
         pool,
         "select count(*) from sked.tasks",
@@ -319,7 +336,7 @@ async fn finished_tasks_are_pruned_past_the_retention_and_kept_without_one() {
     )
     .await;
     running.stop().await;
-    let mut kept = vec![recent, waiting];
+    let mut kept = vec![six_days, waiting];
     kept.sort();
     assert_eq!(
         task_ids(pool).await,
@@ -327,11 +344,51 @@ async fn finished_tasks_are_pruned_past_the_retention_and_kept_without_one() {
         "a task finished within the retention, and an unfinished one, are kept"
     );
     let logs: i64 = sqlx::query_scalar("select count(*) from sked.task_logs where task_id = $1")
-        .bind(old)
+        .bind(eight_days)
         .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(logs, 0, "the pruned task's logs went with it");
+}
+
+#[tokio::test]
+async fn the_servers_upkeep_deletes_old_artifacts_nothing_refers_to_and_keeps_the_rest() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    sqlx::query(
+        "insert into sked.artifacts (sha256, content, created_at)
+         select encode(sha256(c::bytea), 'hex'), c::bytea, now() - age
+           from (values ('referenced', interval '10 days'), ('orphan', interval '10 days'),
+                        ('fresh', interval '1 minute')) v(c, age)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    insert(
+        pool,
+        "(artifact_url, artifact_sha256)
+         select 'pg:' || encode(sha256('referenced'), 'hex'), encode(sha256('referenced'), 'hex')",
+    )
+    .await;
+    let running = Loop::start(sked_server::upkeep(pool));
+    until_count(
+        pool,
+        "select count(*) from sked.artifacts",
+        |n| n == 2,
+        Duration::from_secs(5),
+    )
+    .await;
+    running.stop().await;
+    let left: Vec<Vec<u8>> =
+        sqlx::query_scalar("select content from sked.artifacts order by content")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        left,
+        [b"fresh".to_vec(), b"referenced".to_vec()],
+        "the artifact a task refers to and the one stored a minute ago stay"
+    );
 }
 
 #[tokio::test]
@@ -343,10 +400,10 @@ async fn three_loops_at_once_rescue_each_task_once_fire_each_tick_once_and_prune
         lost.push(abandoned(pool).await);
     }
     every_second(pool).await;
-    // 30 workflows of two tasks, cancelled two days ago.
+    // 30 workflows of two tasks, cancelled eight days ago (past the 7 days by default).
     for i in 0..30 {
         let workflow: Uuid = sqlx::query_scalar(
-            "select sked.workflow_submit($1, 'alice', now() - interval '2 days')",
+            "select sked.workflow_submit($1, 'alice', now() - interval '9 days')",
         )
         .bind(serde_json::json!({"name": format!("w{i}"), "tasks": [
             {"name": "a", "command": ["true"]},
@@ -354,7 +411,7 @@ async fn three_loops_at_once_rescue_each_task_once_fire_each_tick_once_and_prune
         .fetch_one(pool)
         .await
         .unwrap();
-        sqlx::query("select sked.workflow_cancel($1, now() - interval '2 days')")
+        sqlx::query("select sked.workflow_cancel($1, now() - interval '8 days')")
             .bind(workflow)
             .execute(pool)
             .await
@@ -371,12 +428,7 @@ async fn three_loops_at_once_rescue_each_task_once_fire_each_tick_once_and_prune
                 Upkeep::new()
                     .with(RESCUE, pool)
                     .with(Duty::FireSchedules(FiringConfig::default()), pool)
-                    .with(
-                        Duty::PruneTasks {
-                            retention: Duration::from_secs(86_400),
-                        },
-                        pool,
-                    ),
+                    .with(Duty::PruneTasks, pool),
             )
         })
         .collect();

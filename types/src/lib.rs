@@ -24,7 +24,10 @@ pub mod units;
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 #[cfg(feature = "openapi")]
 pub use queue::QueueName;
-pub use queue::{QUEUE_NAME_PATTERN, QueueControls, QueueLimits, WaitingReason};
+pub use queue::{
+    MAX_RETENTION_SECS, MIN_RETENTION_SECS, QUEUE_NAME_PATTERN, QueueControls, QueueLimits,
+    Retention, RetentionChange, WaitingReason,
+};
 pub use schedule::{
     CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
     UpdateSchedule,
@@ -589,6 +592,12 @@ pub struct QueueCounts {
     pub rate_per_sec: Option<f64>,
     #[serde(default)]
     pub burst: Option<i32>,
+    /// Seconds its finished tasks are kept, and its failed tasks; null: the cluster's
+    /// (`GET /api/v1/retention`).
+    #[serde(default)]
+    pub retention_secs: Option<f64>,
+    #[serde(default)]
+    pub keep_failed_secs: Option<f64>,
 }
 
 /// `GET /api/v1/health`.

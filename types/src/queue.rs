@@ -1,5 +1,5 @@
-//! Queue controls (pause, concurrency limit, rate limit) and the reason a task waits; see
-//! `docs/runtime.md`.
+//! Queue controls (pause, concurrency limit, rate limit, retention), the cluster's retention,
+//! and the reason a task waits; see `docs/runtime.md` and README.md, "Retention".
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,14 @@ pub struct QueueControls {
     /// The most starts at once under the rate limit (its bucket's size): as set, else the
     /// rate rounded up; null without a rate limit.
     pub burst: Option<i32>,
+    /// Seconds its finished tasks are kept; null: the cluster's retention
+    /// (`GET /api/v1/retention`).
+    #[serde(default)]
+    pub retention_secs: Option<f64>,
+    /// Seconds its failed tasks (`failed`, `upstream_failed`) are kept, at least as long as
+    /// its retention; null: the cluster's.
+    #[serde(default)]
+    pub keep_failed_secs: Option<f64>,
 }
 
 /// `PATCH /api/v1/queues/{name}`: a field that is absent stays as it is, `null` removes the
@@ -75,6 +83,63 @@ pub struct QueueLimits {
         schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)
     )]
     pub burst: Option<Option<i32>>,
+    /// Seconds its finished tasks are kept, 3600 (an hour) to 3153600000 (36500 days); null:
+    /// the cluster's retention.
+    #[serde(default, with = "change", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<f64>, minimum = 3600, maximum = 3153600000.0)
+    )]
+    pub retention_secs: Option<Option<f64>>,
+    /// Seconds its failed tasks are kept, 3600 to 3153600000; null: the cluster's.
+    #[serde(default, with = "change", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<f64>, minimum = 3600, maximum = 3153600000.0)
+    )]
+    pub keep_failed_secs: Option<Option<f64>>,
+}
+
+/// The shortest retention, in seconds: an hour.
+pub const MIN_RETENTION_SECS: f64 = 3600.0;
+/// The longest retention, in seconds: 36500 days.
+pub const MAX_RETENTION_SECS: f64 = 36_500.0 * 86_400.0;
+
+/// How long finished tasks are kept, for every queue that does not set its own
+/// (`GET /api/v1/retention`; the database's `sked.retention_settings`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Retention {
+    /// False: retention is off, no finished task and no artifact is deleted, whatever the
+    /// queues set.
+    pub enabled: bool,
+    /// Seconds a finished task is kept after it finished (default 7 days).
+    pub retention_secs: f64,
+    /// Seconds a failed task (`failed`, `upstream_failed`) is kept, at least as long as the
+    /// retention (default 30 days).
+    pub keep_failed_secs: f64,
+    /// Seconds a stored artifact that no task or schedule refers to is kept after it was
+    /// stored.
+    pub artifact_grace_secs: f64,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `PATCH /api/v1/retention`: a field that is absent stays as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetentionChange {
+    /// False turns retention off entirely, true on again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Seconds a finished task is kept, 3600 (an hour) to 3153600000 (36500 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 3600, maximum = 3153600000.0))]
+    pub retention_secs: Option<f64>,
+    /// Seconds a failed task is kept, 3600 to 3153600000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 3600, maximum = 3153600000.0))]
+    pub keep_failed_secs: Option<f64>,
 }
 
 /// A field of a change: absent keeps the value (`None`, by `default`), `null` removes it

@@ -1,7 +1,8 @@
 //! The queues page (`/queues`): per queue, the tasks due now (its depth), delayed, running and
-//! retrying, how long its oldest due task has waited, and its controls (paused, concurrency
-//! and rate limits), with pause and resume buttons and a form that edits the limits for
-//! admins.
+//! retrying, how long its oldest due task has waited, its controls (paused, concurrency and
+//! rate limits), with pause and resume buttons and a form that edits the limits and the
+//! queue's own retention for admins, and how long its finished tasks are kept (its own
+//! retention, or the cluster's from `GET /api/v1/retention`, which the page's hint states).
 //!
 //! The numbers come from `GET /api/v1/overview`, the snapshot `GET /api/v1/queues` is built
 //! from: the overview tells due tasks from delayed ones, which `/queues` counts together as
@@ -15,7 +16,10 @@ use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use sked_types::{QueueControls, QueueCounts, QueueLimits, QueueOverview};
+use sked_types::{
+    MAX_RETENTION_SECS, MIN_RETENTION_SECS, QueueControls, QueueCounts, QueueLimits, QueueOverview,
+    Retention,
+};
 
 use crate::api;
 use crate::pages::overview::{QueueCountCells, QueueCountHeads, aged_secs, live_overview};
@@ -32,7 +36,53 @@ fn controls_of(q: &QueueCounts) -> QueueControls {
         max_running: q.max_running,
         rate_per_sec: q.rate_per_sec,
         burst: q.burst,
+        retention_secs: q.retention_secs,
+        keep_failed_secs: q.keep_failed_secs,
     }
+}
+
+/// A retention in seconds as people say it: whole days, else hours.
+fn span(secs: f64) -> String {
+    if secs >= 86_400.0 && secs % 86_400.0 == 0.0 {
+        format!("{} d", secs / 86_400.0)
+    } else if secs % 3_600.0 == 0.0 {
+        format!("{} h", secs / 3_600.0)
+    } else {
+        format!("{secs} s")
+    }
+}
+
+/// How long a queue keeps its finished and failed tasks: its own retention, else the
+/// cluster's (`default`, when known), as "kept 1 d · failed 30 d (default)". A failed task is
+/// kept for the longer of the two. Empty while the cluster's is unknown and the queue sets
+/// none; "kept for ever" while retention is off.
+fn retention_text(c: &QueueControls, cluster: Option<&Retention>) -> String {
+    if cluster.is_some_and(|r| !r.enabled) {
+        return "kept for ever (retention off)".to_owned();
+    }
+    let own = |v: Option<f64>, default: Option<f64>| match (v, default) {
+        (Some(secs), _) => Some(span(secs)),
+        (None, Some(secs)) => Some(format!("{} (default)", span(secs))),
+        (None, None) => None,
+    };
+    let kept = c.retention_secs.or(cluster.map(|r| r.retention_secs));
+    let failed = c.keep_failed_secs.or(cluster.map(|r| r.keep_failed_secs));
+    let failed = match (kept, failed) {
+        (Some(k), Some(f)) if k > f => Some(k),
+        (_, f) => f,
+    };
+    let kept_text =
+        own(c.retention_secs, cluster.map(|r| r.retention_secs)).map(|t| format!("kept {t}"));
+    let failed_text = match c.keep_failed_secs {
+        Some(_) => failed.map(span),
+        None => failed.map(|secs| format!("{} (default)", span(secs))),
+    }
+    .map(|t| format!("failed {t}"));
+    [kept_text, failed_text]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" · ")
 }
 
 /// The queues to show: the overview's, each with its controls, and the queues that have
@@ -73,6 +123,11 @@ pub fn Queues() -> impl IntoView {
     let controls = ui::Fetched::<Vec<QueueCounts>>::new();
     let load_controls = move || controls.load(api::get::<Vec<QueueCounts>>("/queues"));
     load_controls();
+    // The cluster's retention, read once: it changes rarely, and the page's hint and every
+    // queue that sets none show it.
+    let cluster = ui::Fetched::<Retention>::new();
+    cluster.load(api::get::<Retention>("/retention"));
+    let cluster_retention = Signal::derive(move || cluster.data.get());
     let reload_controls = ui::throttled(CONTROLS_GAP_MS, load_controls);
     Effect::watch(
         move || fetched.data.with(|o| o.as_ref().map(|o| o.at)),
@@ -92,7 +147,11 @@ pub fn Queues() -> impl IntoView {
             c.iter()
                 .flatten()
                 .filter(|q| {
-                    q.paused_at.is_some() || q.max_running.is_some() || q.rate_per_sec.is_some()
+                    q.paused_at.is_some()
+                        || q.max_running.is_some()
+                        || q.rate_per_sec.is_some()
+                        || q.retention_secs.is_some()
+                        || q.keep_failed_secs.is_some()
                 })
                 .map(|q| (q.queue.clone(), controls_of(q)))
                 .collect()
@@ -138,16 +197,28 @@ pub fn Queues() -> impl IntoView {
                     );
                     format!("Queues with unfinished tasks or tasks finished in the last hour; {whose}.")
                 }))}
+                " "
+                <span class="retention-default">
+                    {move || cluster.data.with(|r| r.as_ref().map(|r| if r.enabled {
+                        format!(
+                            "Finished tasks are kept {}, failed ones {}, unless their queue sets its own retention.",
+                            span(r.retention_secs),
+                            span(r.keep_failed_secs.max(r.retention_secs)),
+                        )
+                    } else {
+                        "Retention is off: no finished task is deleted.".to_owned()
+                    }))}
+                </span>
             </p>
             <ui::Table class="queues" heads=view! {
                 <QueueCountHeads due="Depth (due)"/>
-                <th title="paused, and limits over all workers">"Controls"</th>
+                <th title="paused, limits over all workers, and how long finished tasks are kept">"Controls"</th>
                 <th class="hide-narrow"></th>
             }>
                 <For
                     each=names
                     key=|name| name.clone()
-                    children=move |name| queue_row(name, queues, aged, is_admin, controls_ready, act, load_controls)
+                    children=move |name| queue_row(name, queues, cluster_retention, aged, is_admin, controls_ready, act, load_controls)
                 />
             </ui::Table>
         </ui::Loaded>
@@ -176,6 +247,10 @@ pub struct LimitsForm {
     pub max_running: String,
     pub rate_per_sec: String,
     pub burst: String,
+    /// The queue's own retention and keep-failed retention as durations (`12h`, `7d`, `2w`);
+    /// empty: the cluster's.
+    pub retention: String,
+    pub keep_failed: String,
 }
 
 impl LimitsForm {
@@ -191,17 +266,21 @@ impl LimitsForm {
                 .filter(|&b| Some(b) != default_burst)
                 .map(|b| b.to_string())
                 .unwrap_or_default(),
+            retention: c.retention_secs.map(compact_span).unwrap_or_default(),
+            keep_failed: c.keep_failed_secs.map(compact_span).unwrap_or_default(),
         }
     }
 
-    /// The `PATCH /api/v1/queues/{name}` body that sets all three limits as typed (`null` for
-    /// an empty field), or what is wrong with the first bad field. A burst without a rate is
-    /// left to the server, which refuses it with its own message.
+    /// The `PATCH /api/v1/queues/{name}` body that sets all three limits and both retentions
+    /// as typed (`null` for an empty field), or what is wrong with the first bad field. A
+    /// burst without a rate is left to the server, which refuses it with its own message.
     pub fn parse(&self) -> Result<QueueLimits, String> {
         Ok(QueueLimits {
             max_running: Some(parse_count(&self.max_running, "Max running", "no limit")?),
             rate_per_sec: Some(parse_rate(&self.rate_per_sec)?),
             burst: Some(parse_count(&self.burst, "Burst", "the rate rounded up")?),
+            retention_secs: Some(parse_retention(&self.retention, "Keep finished")?),
+            keep_failed_secs: Some(parse_retention(&self.keep_failed, "Keep failed")?),
         })
     }
 }
@@ -210,6 +289,54 @@ impl LimitsForm {
 /// `sked.queue_burst` computes it).
 fn default_burst(rate: f64) -> i32 {
     rate.ceil().max(1.0) as i32
+}
+
+/// A retention as the form shows it: whole weeks, days or hours (`2w`, `7d`, `12h`), else
+/// seconds.
+fn compact_span(secs: f64) -> String {
+    for (unit, per) in [("w", 604_800.0), ("d", 86_400.0), ("h", 3_600.0)] {
+        if secs >= per && secs % per == 0.0 {
+            return format!("{}{unit}", secs / per);
+        }
+    }
+    format!("{secs}s")
+}
+
+/// A retention typed as a number and a unit (`12h`, `7d`, `2w`, `3600s`; a number alone is
+/// days), an hour to 36,500 days, or `None` for an empty field (the cluster's).
+fn parse_retention(text: &str, field: &str) -> Result<Option<f64>, String> {
+    let t = text.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("default") {
+        return Ok(None);
+    }
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let per = match unit.trim() {
+        "s" => 1.0,
+        "h" => 3_600.0,
+        "" | "d" => 86_400.0,
+        "w" => 604_800.0,
+        _ => {
+            return Err(format!(
+                "{field} must be a duration like 12h, 7d or 2w, got “{t}” (leave it empty for the cluster's)."
+            ));
+        }
+    };
+    let secs = match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() => n * per,
+        _ => {
+            return Err(format!(
+                "{field} must be a duration like 12h, 7d or 2w, got “{t}” (leave it empty for the cluster's)."
+            ));
+        }
+    };
+    if (MIN_RETENTION_SECS..=MAX_RETENTION_SECS).contains(&secs) {
+        Ok(Some(secs))
+    } else {
+        Err(format!(
+            "{field} must be between an hour and 36500 days, got {t}."
+        ))
+    }
 }
 
 /// True for a field that means "no limit".
@@ -259,9 +386,11 @@ fn parse_rate(text: &str) -> Result<Option<f64>, String> {
 /// A queue's row, which follows the queue in `queues`, and for admins its limits form in a
 /// row under it. The form is the row's own state: it stays open, with what is typed, while
 /// the numbers change, and closes when saved or cancelled.
+#[allow(clippy::too_many_arguments)]
 fn queue_row(
     name: String,
     queues: Memo<Vec<(QueueOverview, QueueControls)>>,
+    cluster: Signal<Option<Retention>>,
     aged: Signal<f64>,
     admin: Signal<bool>,
     controls_ready: Signal<bool>,
@@ -281,6 +410,15 @@ fn queue_row(
             r.as_ref()
                 .map(|(_, c)| controls_text(c).join(" · "))
                 .unwrap_or_default()
+        })
+    };
+    let retention = move || {
+        cluster.with(|cluster| {
+            row.with(|r| {
+                r.as_ref()
+                    .map(|(_, c)| retention_text(c, cluster.as_ref()))
+                    .unwrap_or_default()
+            })
         })
     };
 
@@ -404,6 +542,8 @@ fn queue_row(
                             {field("max_running", "Max running", "none", "numeric", |f| &f.max_running, |f, v| f.max_running = v)}
                             {field("rate_per_sec", "Rate per second", "none", "decimal", |f| &f.rate_per_sec, |f, v| f.rate_per_sec = v)}
                             {field("burst", "Burst", "rate rounded up", "numeric", |f| &f.burst, |f, v| f.burst = v)}
+                            {field("retention", "Keep finished", "default", "text", |f| &f.retention, |f, v| f.retention = v)}
+                            {field("keep_failed", "Keep failed", "default", "text", |f| &f.keep_failed, |f, v| f.keep_failed = v)}
                             <div class="actions">
                                 <button type="submit" class="primary" data-action="save-limits" disabled=move || busy.get()>
                                     "Save"
@@ -413,7 +553,7 @@ fn queue_row(
                                 </button>
                             </div>
                             <p class="hint">
-                                "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up."
+                                "Over all workers: tasks running at once, tasks started per second (0.5: one every two seconds) and starts at once under the rate. An empty field removes the limit; an empty burst is the rate rounded up. Keep finished and keep failed: how long the queue's finished and failed tasks are kept (12h, 7d, 2w); empty: the cluster's."
                             </p>
                             <ErrorBox message=form_error/>
                         </form>
@@ -434,6 +574,8 @@ fn queue_row(
                 }}
                 " "
                 <span class="limits">{limits}</span>
+                " "
+                <span class="retention" title="how long its finished tasks are kept">{retention}</span>
                 " "
                 {buttons}
             </td>
@@ -483,6 +625,7 @@ mod tests {
             max_running: max_running.into(),
             rate_per_sec: rate_per_sec.into(),
             burst: burst.into(),
+            ..LimitsForm::default()
         }
     }
 
@@ -495,11 +638,14 @@ mod tests {
                 max_running: Some(Some(3)),
                 rate_per_sec: Some(Some(0.5)),
                 burst: Some(None),
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             }
         );
         assert_eq!(
             serde_json::to_value(&limits).unwrap(),
-            serde_json::json!({"max_running": 3, "rate_per_sec": 0.5, "burst": null}),
+            serde_json::json!({"max_running": 3, "rate_per_sec": 0.5, "burst": null,
+                               "retention_secs": null, "keep_failed_secs": null}),
             "an empty field is sent as null, which removes the limit"
         );
         assert_eq!(
@@ -508,6 +654,8 @@ mod tests {
                 max_running: Some(None),
                 rate_per_sec: Some(None),
                 burst: Some(None),
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             },
             "empty and none both remove a limit"
         );
@@ -578,9 +726,93 @@ mod tests {
                 max_running: Some(Some(3)),
                 rate_per_sec: Some(Some(2.5)),
                 burst: Some(Some(20)),
+                retention_secs: Some(None),
+                keep_failed_secs: Some(None),
             },
             "saving an unchanged form keeps the limits"
         );
         assert_eq!(LimitsForm::of(&QueueControls::default()), form("", "", ""));
+    }
+
+    #[test]
+    fn the_form_edits_a_queues_retention_as_durations_and_refuses_what_is_not_one() {
+        let c = QueueControls {
+            queue: "scratch".into(),
+            retention_secs: Some(12.0 * 3_600.0),
+            keep_failed_secs: Some(14.0 * 86_400.0),
+            ..QueueControls::default()
+        };
+        let f = LimitsForm::of(&c);
+        assert_eq!(
+            (f.retention.as_str(), f.keep_failed.as_str()),
+            ("12h", "2w")
+        );
+        let limits = f.parse().unwrap();
+        assert_eq!(
+            (limits.retention_secs, limits.keep_failed_secs),
+            (Some(Some(43_200.0)), Some(Some(1_209_600.0))),
+            "saving an unchanged form keeps the retention"
+        );
+        let f = LimitsForm {
+            retention: "3".into(),
+            keep_failed: "".into(),
+            ..LimitsForm::default()
+        };
+        let limits = f.parse().unwrap();
+        assert_eq!(
+            (limits.retention_secs, limits.keep_failed_secs),
+            (Some(Some(259_200.0)), Some(None)),
+            "a number alone is days; empty is the cluster's"
+        );
+        for bad in ["0", "-1d", "30m", "59s", "36501d", "forever", "1y", "NaNd"] {
+            let f = LimitsForm {
+                retention: bad.into(),
+                ..LimitsForm::default()
+            };
+            let e = f.parse().unwrap_err();
+            assert!(e.starts_with("Keep finished"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_queues_retention_is_its_own_or_the_clusters_marked_default() {
+        let cluster = Retention {
+            enabled: true,
+            retention_secs: 7.0 * 86_400.0,
+            keep_failed_secs: 30.0 * 86_400.0,
+            artifact_grace_secs: 86_400.0,
+            updated_at: chrono::DateTime::UNIX_EPOCH,
+        };
+        let plain = QueueControls::default();
+        assert_eq!(
+            retention_text(&plain, Some(&cluster)),
+            "kept 7 d (default) · failed 30 d (default)"
+        );
+        let scratch = QueueControls {
+            retention_secs: Some(12.0 * 3_600.0),
+            ..QueueControls::default()
+        };
+        assert_eq!(
+            retention_text(&scratch, Some(&cluster)),
+            "kept 12 h · failed 30 d (default)"
+        );
+        let audit = QueueControls {
+            retention_secs: Some(90.0 * 86_400.0),
+            ..QueueControls::default()
+        };
+        assert_eq!(
+            retention_text(&audit, Some(&cluster)),
+            "kept 90 d · failed 90 d (default)",
+            "failed tasks are kept at least as long as the others"
+        );
+        assert_eq!(retention_text(&plain, None), "", "unknown until read");
+        let off = Retention {
+            enabled: false,
+            ..cluster
+        };
+        assert_eq!(
+            retention_text(&scratch, Some(&off)),
+            "kept for ever (retention off)"
+        );
     }
 }
