@@ -150,7 +150,8 @@ declare
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
                                     'service_copy_up', 'state_is_claimable',
-                                    'state_waits_to_run', 'state_is_unfinished'];
+                                    'state_waits_to_run', 'state_is_unfinished',
+                                    'artifact_grace'];
   -- Columns of sked.tasks that a submission sets (those of its fields and of its place, see
   -- sql/tasks.sql). The state columns that record running and finishing (worker_id,
   -- lease_expires_at, attempt, finished_at, results) and a shard's or a copy's place are
