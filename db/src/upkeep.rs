@@ -442,17 +442,31 @@ pub fn pause_after(batch: Duration) -> Duration {
 }
 
 /// One run of the prune of finished tasks: batches of `sked.tasks_prune_expired` from the
-/// oldest finished task on, each its own transaction and each followed by a pause
-/// ([`pause_after`]), until no task is old enough for any retention or `budget` has passed.
-/// Returns the tasks deleted and whether the run got to the end (false: there may be more to
-/// delete).
+/// oldest finished task on, until no task is old enough for any retention or `budget` has
+/// passed (see [`in_batches`]). Returns the tasks deleted and whether the run got to the end
+/// (false: there may be more to delete).
 pub async fn prune_expired_tasks(pool: &PgPool, budget: Duration) -> crate::Result<(i64, bool)> {
+    in_batches(budget, |after| {
+        prune_tasks_batch(pool, after, PRUNE_TASKS_BATCH, None)
+    })
+    .await
+}
+
+/// Runs `batch` from the start (`None`), then from where each batch says the next starts,
+/// each its own transaction and each followed by a pause ([`pause_after`]), until a batch
+/// says nothing is left or `budget` has passed. Returns the rows deleted and whether the
+/// run got to the end.
+async fn in_batches<C, F, Fut>(budget: Duration, mut batch: F) -> crate::Result<(i64, bool)>
+where
+    F: FnMut(Option<C>) -> Fut,
+    Fut: std::future::Future<Output = crate::Result<(i32, Option<C>)>>,
+{
     let deadline = Instant::now() + budget;
-    let mut after: Option<DateTime<Utc>> = None;
+    let mut after = None;
     let mut deleted = 0;
     loop {
         let started = Instant::now();
-        let (n, next) = prune_tasks_batch(pool, after, PRUNE_TASKS_BATCH, None).await?;
+        let (n, next) = batch(after).await?;
         deleted += i64::from(n);
         match next {
             None => return Ok((deleted, true)),
@@ -487,25 +501,13 @@ pub async fn prune_tasks_batch(
 }
 
 /// One run of the artifacts' collection: batches of `sked.artifacts_prune` from the oldest
-/// artifact on, until none is left to examine or `budget` has passed. Returns the artifacts
-/// deleted and whether the run got to the end.
+/// artifact on, until none is left to examine or `budget` has passed (see [`in_batches`]).
+/// Returns the artifacts deleted and whether the run got to the end.
 pub async fn prune_artifacts(pool: &PgPool, budget: Duration) -> crate::Result<(i64, bool)> {
-    let deadline = Instant::now() + budget;
-    let mut after: Option<(DateTime<Utc>, String)> = None;
-    let mut deleted = 0;
-    loop {
-        let started = Instant::now();
-        let (n, next) = prune_artifacts_batch(pool, after, PRUNE_ARTIFACTS_BATCH, None).await?;
-        deleted += i64::from(n);
-        match next {
-            None => return Ok((deleted, true)),
-            Some(next) => after = Some(next),
-        }
-        if Instant::now() >= deadline {
-            return Ok((deleted, false));
-        }
-        tokio::time::sleep(pause_after(started.elapsed())).await;
-    }
+    in_batches(budget, |after| {
+        prune_artifacts_batch(pool, after, PRUNE_ARTIFACTS_BATCH, None)
+    })
+    .await
 }
 
 /// One batch of `sked.artifacts_prune`: examines the next `limit` artifacts past their grace

@@ -337,21 +337,17 @@ impl Positions {
         if !self.enabled {
             return;
         }
-        match start {
-            None => {
-                self.last = last.or(self.last);
-                self.front_wanted = false;
-                self.front_at = Instant::now()
-                    + if took < CHEAP_CLAIM {
-                        Duration::ZERO
-                    } else {
-                        took * FRONT_CLAIM_SPACING
-                    };
-            }
-            Some(_) => {
-                self.last = last.or(self.last);
-                self.front_wanted |= short;
-            }
+        self.last = last.or(self.last);
+        if start.is_some() {
+            self.front_wanted |= short;
+        } else {
+            self.front_wanted = false;
+            self.front_at = Instant::now()
+                + if took < CHEAP_CLAIM {
+                    Duration::ZERO
+                } else {
+                    took * FRONT_CLAIM_SPACING
+                };
         }
     }
 
