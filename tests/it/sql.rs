@@ -490,8 +490,16 @@ async fn under_an_open_snapshot_a_claim_from_a_position_reads_no_entry_of_the_ta
     }
     // The entries of claimable tasks one claim returns from the claim index (including those
     // of rows that are no longer claimable, which only a visit of the table tells apart).
+    // The backend's counters of the transaction also hold what its earlier transactions read
+    // until it flushes them to the shared statistics (at most once a second), so the count is
+    // the difference over the claim, inside one transaction (no flush happens within one).
     async fn entries_read(pool: &PgPool, worker: Uuid, after: Option<Position>) -> i64 {
+        let returned = "select pg_stat_get_xact_tuples_returned('sked.tasks_claimable'::regclass)";
         let mut tx = pool.begin().await.unwrap();
+        let before: i64 = sqlx::query_scalar(returned)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
         let took: i64 = sqlx::query_scalar(
             "select count(*) from sked.tasks_claim($1, '{default}', '{}', 100, '30 s', null, null,
                                                    $2, $3, $4)",
@@ -504,14 +512,12 @@ async fn under_an_open_snapshot_a_claim_from_a_position_reads_no_entry_of_the_ta
         .await
         .unwrap();
         assert_eq!(took, 100);
-        let read: i64 = sqlx::query_scalar(
-            "select pg_stat_get_xact_tuples_returned('sked.tasks_claimable'::regclass)",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+        let after: i64 = sqlx::query_scalar(returned)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
         tx.rollback().await.unwrap();
-        read
+        after - before
     }
     let from_front = entries_read(pool, worker, None).await;
     let from_position = entries_read(pool, worker, position).await;
