@@ -1,7 +1,7 @@
 -- Read functions of the dashboard's overview (GET /api/v1/overview, GET /api/v1/queues; see
 -- docs/api.md): the unfinished tasks of each queue and the tasks finished in the last hour.
 -- They count exactly, reading partial indexes only (tasks_claimable, tasks_by_state,
--- tasks_lease, tasks_finished), so their cost follows the unfinished tasks and the last
+-- tasks_running, tasks_finished), so their cost follows the unfinished tasks and the last
 -- hour's finishes, never the finished history. `p_owner` limits the counts to one owner's
 -- tasks (null: every owner's); `p_now` is the moment counted at.
 
@@ -43,10 +43,9 @@ language sql stable as $$
      where t.state in ('blocked', 'retry') and (p_owner is null or t.owner = p_owner)
      group by t.queue
   ), running as (
-    -- tasks_lease: a running task is one with a lease.
     select t.queue, count(*) as running
       from sked.tasks t
-     where t.lease_expires_at is not null and t.state = 'running'
+     where t.state = 'running'
        and (p_owner is null or t.owner = p_owner)
      group by t.queue
   )

@@ -60,7 +60,7 @@ $$;
 -- never deadlock) until the claim commits: claimers of a limited queue take turns, and the
 -- running tasks are counted by a later statement, whose snapshot therefore holds every
 -- claim committed before the lock was granted. Claimers of unlimited queues lock nothing.
--- The count reads the index tasks_lease (every running task), so it costs in proportion to
+-- The count reads the index tasks_running (every running task), so it costs in proportion to
 -- the tasks running in the whole cluster, and only claims of concurrency-limited queues pay it.
 create or replace function sked.queues_allowance(p_queues text[], p_limit integer, p_now timestamptz)
 returns table (queue text, allowance integer)
@@ -84,8 +84,7 @@ begin
          least(p_limit,
                case when q.max_running is null then p_limit
                     else q.max_running - (select count(*) from sked.tasks t
-                                           where t.lease_expires_at is not null
-                                             and t.state = 'running' and t.queue = u.name)::integer
+                                           where t.state = 'running' and t.queue = u.name)::integer
                end,
                case when q.rate_per_sec is null then p_limit
                     else floor(sked.queue_tokens(q.rate_per_sec, q.burst, q.tokens, q.tokens_at, p_now)
@@ -358,7 +357,7 @@ begin
   -- Queue limits hold back other tasks, not the copies of services (services first).
   if q.max_running is not null and not copy then
     select count(*) into running from sked.tasks x
-     where x.lease_expires_at is not null and x.state = 'running' and x.queue = t.queue;
+     where x.state = 'running' and x.queue = t.queue;
     if running >= q.max_running then
       code := 'queue_at_limit';
       message := format('queue %s runs %s tasks, its concurrency limit (max_running %s)',
@@ -404,7 +403,7 @@ begin
     left join lateral (
       select count(*) as n, sum(r.cpu_millis) as cpu, sum(r.memory_mb) as mem
         from sked.tasks r
-       where r.lease_expires_at is not null and r.state = 'running' and r.worker_id = w.id
+       where r.state = 'running' and r.worker_id = w.id
     ) used on true
    where w.id = any(fitting)
      and used.n < w.concurrency

@@ -33,5 +33,5 @@ create view sked.worker_status as
     left join lateral (
       select count(*) as running, sum(t.cpu_millis) as cpu_millis, sum(t.memory_mb) as memory_mb
         from sked.tasks t
-       where t.lease_expires_at is not null and t.state = 'running' and t.worker_id = w.id
+       where t.state = 'running' and t.worker_id = w.id
     ) r on true;

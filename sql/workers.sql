@@ -1,6 +1,10 @@
 -- The worker functions of the SQL contract: registry, claim, finish, heartbeat and rescue.
 -- Every transition after the claim is fenced by (id, state = 'running', attempt): a worker
--- whose lease was taken over changes nothing, and learns so from the rows not returned.
+-- whose lease was taken over changes nothing, and learns so from the rows not returned. The
+-- batch functions write the running state as `lease_expires_at is not null` (the same rows:
+-- tasks_lease_is_set_iff_running), which no partial index names: a condition on the state
+-- would let the planner walk tasks_running, the index of every running task, once per row of
+-- a batch when the statistics say that nothing runs.
 --
 -- Planner note: the hot-path functions run with `enable_seqscan = off`. Their statements
 -- address rows by primary key or walk a partial index, but the statistics of a queue table
@@ -508,7 +512,7 @@ begin
            stdout_tail = u.stdout_tail, stderr_tail = u.stderr_tail,
            output_sha256 = u.output_sha256, output = u.output
       from input u
-     where t.id = u.id and t.state = 'running' and t.attempt = u.attempt
+     where t.id = u.id and t.lease_expires_at is not null and t.attempt = u.attempt
     returning t.id, t.state, t.queue, t.worker_id, t.started_at, t.attempt, u.outcome,
               u.exit_code, u.error, u.stdout_tail, u.stderr_tail,
               t.children > 0 or t.workflow_id is not null as settles
@@ -568,7 +572,8 @@ set enable_seqscan = off -- see the note at the top of this file
 as $$
   update sked.tasks t set lease_expires_at = p_now + p_lease
     from unnest(p_ids, p_attempts) as u(id, attempt)
-   where t.id = u.id and t.attempt = u.attempt and t.state = 'running' and t.worker_id = p_worker
+   where t.id = u.id and t.attempt = u.attempt and t.lease_expires_at is not null
+     and t.worker_id = p_worker
      and t.lease_expires_at > p_now
   returning t.id, t.attempt, t.cancel_requested_at is not null
 $$;
@@ -576,15 +581,14 @@ $$;
 -- The attempts the database counts as a worker's: its running tasks. A worker that did not get
 -- the answer to a claim (the connection broke, or the claim timed out) compares them with the
 -- attempts it holds, and hands back those the lost claim took (see tasks_finish, 'interrupted').
--- The running tasks are walked by tasks_lease: this is asked rarely, and no index is kept
--- for it.
+-- They are found by tasks_running (worker_id, …).
 create or replace function sked.worker_attempts(p_worker uuid)
 returns table (id uuid, attempt integer)
 language sql stable
 set enable_seqscan = off -- see the note at the top of this file
 as $$
   select t.id, t.attempt from sked.tasks t
-   where t.lease_expires_at is not null and t.worker_id = p_worker
+   where t.state = 'running' and t.worker_id = p_worker
 $$;
 
 -- The attempts among those given whose cancel was requested (polled every second while a
@@ -596,7 +600,7 @@ set enable_seqscan = off -- see the note at the top of this file
 as $$
   select t.id, t.attempt from sked.tasks t
     join unnest(p_ids, p_attempts) as u(id, attempt) on t.id = u.id and t.attempt = u.attempt
-   where t.state = 'running' and t.cancel_requested_at is not null
+   where t.lease_expires_at is not null and t.cancel_requested_at is not null
 $$;
 
 -- Take back running tasks whose lease expired (their worker died or lost the database).

@@ -163,12 +163,12 @@ pub async fn queue_noops(pool: &PgPool, n: usize) -> Result<()> {
 }
 
 /// True when no task is waiting, due for retry or running. Each `exists` stops at the first
-/// live row of a partial index (tasks_claimable, tasks_lease), so the probe stays
+/// live row of a partial index (tasks_claimable, tasks_running), so the probe stays
 /// cheap while the worker drains the table.
 pub async fn all_finished(pool: &PgPool) -> Result<bool> {
     Ok(sqlx::query_scalar(
         "select not exists (select 1 from sked.tasks where state in ('waiting', 'retry'))
-            and not exists (select 1 from sked.tasks where lease_expires_at is not null)",
+            and not exists (select 1 from sked.tasks where state = 'running')",
     )
     .fetch_one(pool)
     .await?)

@@ -5,12 +5,12 @@
 //! listing picks its walk, the *driver*, from its filters:
 //!
 //! - a worker's running tasks, or a parent's shards: small sets from selective indexes
-//!   (`tasks_lease`, `tasks_shards`), where every filter applies and the rows are sorted;
+//!   (`tasks_running`, `tasks_shards`), where every filter applies and the rows are sorted;
 //! - tasks in states other than `waiting` and `succeeded`: one walk of `tasks_by_state` per
-//!   state (of `tasks_lease` for `running`), merged in id order; most tasks never enter these
+//!   state (of `tasks_running` for `running`), merged in id order; most tasks never enter these
 //!   states, so they are found without walking past the succeeded ones;
 //! - an owner's tasks: its finished tasks (`tasks_finished_by_owner`), its blocked, waiting
-//!   and retry tasks (`tasks_pending_by_owner`) and its running tasks (`tasks_lease`),
+//!   and retry tasks (`tasks_pending_by_owner`) and its running tasks (`tasks_running`),
 //!   merged in id order;
 //! - otherwise all tasks (the primary key).
 //!
@@ -100,7 +100,7 @@ enum Driver {
 }
 
 /// States whose tasks a listing finds on an index of their own (`tasks_by_state`, and
-/// `tasks_lease` for `running`) instead of walking past the succeeded ones.
+/// `tasks_running` for `running`) instead of walking past the succeeded ones.
 fn has_own_index(state: TaskState) -> bool {
     !matches!(state, TaskState::Waiting | TaskState::Succeeded)
 }
@@ -151,10 +151,6 @@ const FINAL: [TaskState; 5] = [
 /// matches the partial indexes whose predicates name states.
 fn push_state(q: &mut QueryBuilder<Postgres>, alias: &str, state: TaskState) {
     q.push(format_args!("{alias}.state = '{}'", state.as_str()));
-    if state == TaskState::Running {
-        // Running tasks are exactly those with a lease: this walks the small lease index.
-        q.push(format_args!(" and {alias}.lease_expires_at is not null"));
-    }
 }
 
 /// ` and <alias>.state in (...)`.
@@ -225,7 +221,7 @@ fn push_driver(
                 "select {columns} from (select t.* from sked.tasks t where true"
             ));
             if let Some(worker) = f.worker {
-                q.push(" and t.state = 'running' and t.lease_expires_at is not null and t.worker_id = ")
+                q.push(" and t.state = 'running' and t.worker_id = ")
                     .push_bind(worker);
             }
             if let Some(parent) = f.shard_of {
@@ -283,7 +279,7 @@ fn push_driver(
 /// One ordered walk of a merged driver.
 #[derive(Debug, Clone, Copy)]
 enum Walk {
-    /// The tasks in a state (`tasks_by_state`, or `tasks_lease` for `running`).
+    /// The tasks in a state (`tasks_by_state`, or `tasks_running` for `running`).
     State(TaskState),
     /// Finished tasks (`tasks_finished_by_owner` with an owner).
     Finished,
@@ -311,7 +307,7 @@ fn push_merged(
         if i > 0 {
             q.push(" union all ");
         }
-        // Running tasks are a small set found on tasks_lease and sorted, fenced like the
+        // Running tasks are a small set found on tasks_running and sorted, fenced like the
         // small sets of `Driver::Small`; the other walks follow their index in id order.
         let running = matches!(walk, Walk::State(TaskState::Running));
         if running {
