@@ -45,20 +45,59 @@ pub async fn w2(cfg: &Config) -> Result<Vec<Sample>> {
     run(cfg, Drain::noops("W2", cfg)).await
 }
 
+/// W4: the drain of `true` processes, beside the machine's bare rate of spawning them: as
+/// many `true` run by `xargs` with as many at once as the worker's slots, once before and
+/// once after the drain (their mean, so that a drift of the machine falls on both).
 pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
-    run(
-        cfg,
-        Drain {
-            workload: "W4",
-            what: "`true` processes",
-            tasks: cfg.w4_tasks,
-            concurrency: cfg.w4_concurrency,
-            copy: ("copy sked.tasks (command) from stdin", "{true}\n"),
-            processes: true,
-            target: 500.0,
-        },
-    )
+    let d = Drain {
+        workload: "W4",
+        what: "`true` processes",
+        tasks: cfg.w4_tasks,
+        concurrency: cfg.w4_concurrency,
+        copy: ("copy sked.tasks (command) from stdin", "{true}\n"),
+        processes: true,
+        target: 500.0,
+    };
+    pg::with_db(&cfg.database_url, "w4", async |db| {
+        let before = bare_spawns(d.tasks, d.concurrency).await?;
+        let drained = drain_in(cfg, db, &d).await?;
+        let after = bare_spawns(d.tasks, d.concurrency).await?;
+        let bare = (before + after) / 2.0;
+        let mut samples = drained.samples;
+        samples.push(Sample::new(
+            d.workload,
+            format!(
+                "bare fork/exec: seq {} | xargs -P {} -n 1 true (mean of before and after)",
+                d.tasks, d.concurrency
+            ),
+            "tasks/s",
+            bare,
+            None,
+        ));
+        samples.push(Sample::new(
+            d.workload,
+            "drain against bare fork/exec",
+            "%",
+            100.0 * drained.rate / bare,
+            Target::at_least(80.0),
+        ));
+        Ok(samples)
+    })
     .await
+}
+
+/// Processes per second that `seq n | xargs -P c -n 1 true` spawns.
+async fn bare_spawns(n: usize, c: usize) -> Result<f64> {
+    let started = Instant::now();
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("seq {n} | xargs -P {c} -n 1 true"))
+        .status()
+        .await?;
+    if !status.success() {
+        bail!("seq {n} | xargs -P {c} -n 1 true: {status}");
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
 async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
