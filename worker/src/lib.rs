@@ -25,6 +25,7 @@ pub mod process;
 pub mod runner;
 pub mod sanitize;
 pub mod service;
+pub mod spawn;
 
 pub use config::{WorkerArgs, WorkerConfig};
 

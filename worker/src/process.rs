@@ -6,12 +6,13 @@
 //! alive (one that left the group with `setsid`, or was orphaned, included) is killed: the
 //! [`Reaper`] tracks them from the spawn on.
 //!
-//! Between fork and exec the child starts its session (so that nothing descending from a
-//! task is ever in the worker's session), joins its cgroup and sets its rlimits
-//! ([`ChildLimits`]), then drops to the task's user (supplementary groups cleared, then gid,
-//! then uid), then asks to be killed when the worker dies: in that order, because joining a
-//! cgroup and setting limits may need the worker's privileges, and a change of user clears
-//! the parent-death signal.
+//! The child is started by [`crate::spawn`] (sharing the worker's memory until its exec), or
+//! forked where the kernel cannot. Before exec it starts its session (so that nothing
+//! descending from a task is ever in the worker's session), joins its cgroup and sets its
+//! rlimits ([`ChildLimits`]), then drops to the task's user (supplementary groups cleared,
+//! then gid, then uid), then asks to be killed when the worker dies: in that order, because
+//! joining a cgroup and setting limits may need the worker's privileges, and a change of user
+//! clears the parent-death signal.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
@@ -85,59 +86,32 @@ pub async fn run(
     logs: LogSink,
     stop: CancellationToken,
 ) -> std::io::Result<Report> {
-    let (program, args) = spec
-        .argv
-        .split_first()
-        .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(spec.env)
-        .current_dir(spec.dir)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let (limits, user) = (spec.limits, spec.user);
-    // SAFETY: the closure only makes async-signal-safe system calls (setsid, cgroup join,
-    // setrlimit, setgroups/setgid/setuid, prctl) and touches no memory of the parent but its
-    // captures.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Its own session, and so its own process group (pgid = pid).
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            limits.apply_in_child()?;
-            if let Some((uid, gid)) = user
-                && (libc::setgroups(0, std::ptr::null()) == -1
-                    || libc::setgid(gid) == -1
-                    || libc::setuid(uid) == -1)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // If the worker dies (kill -9), its children die with it instead of running on
-            // unsupervised while another worker starts the task again.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let (limits, user) = (spec.limits.clone(), spec.user);
     // SAFETY: geteuid has no preconditions.
     let uid = user.map_or_else(|| unsafe { libc::geteuid() }, |(uid, _)| uid);
-    let (mut child, tracked) = spec.reaper.spawn(uid, || cmd.spawn(), |c| c.id())?;
+    let (mut child, tracked) = spec.reaper.spawn(
+        uid,
+        || match crate::spawn::spawn(
+            spec.argv,
+            spec.env,
+            spec.dir,
+            spec.stdin.is_some(),
+            &limits,
+            user,
+        )? {
+            Some(child) => Ok(Leader::Cloned(child)),
+            // A kernel without CLONE_PIDFD (before Linux 5.2): fork and exec.
+            None => forked(&spec, limits.clone(), user).map(Leader::Forked),
+        },
+        Leader::id,
+    )?;
     let pgid = child.id().map(|pid| pid as i32);
     let watched = spec
         .memory_watch
         .and_then(|(watch, limit)| pgid.map(|pgid| watch.watch(pgid, limit)));
     let budget = Arc::new(Budget::new(spec.max_output));
 
-    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin) {
+    if let (Some(mut pipe), Some(bytes)) = (child.take_stdin(), spec.stdin) {
         // A process that never reads its stdin must not block us: write in the background.
         tokio::spawn(async move {
             let _ = pipe.write_all(&bytes).await;
@@ -145,14 +119,14 @@ pub async fn run(
         });
     }
     let out = tokio::spawn(capture(
-        child.stdout.take(),
+        child.take_stdout(),
         Stream::Stdout,
         logs.clone(),
         spec.tail_bytes,
         budget.clone(),
     ));
     let err = tokio::spawn(capture(
-        child.stderr.take(),
+        child.take_stderr(),
         Stream::Stderr,
         logs,
         spec.tail_bytes,
@@ -227,8 +201,106 @@ pub async fn run(
     })
 }
 
+/// An attempt's leader: started by `clone` sharing the worker's memory until its `execve`
+/// (crate::spawn), or by `fork` where the kernel cannot.
+enum Leader {
+    Cloned(crate::spawn::Child),
+    Forked(tokio::process::Child),
+}
+
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+
+impl Leader {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Leader::Cloned(c) => c.id(),
+            Leader::Forked(c) => c.id(),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Leader::Cloned(c) => c.wait().await,
+            Leader::Forked(c) => c.wait().await,
+        }
+    }
+
+    fn take_stdin(&mut self) -> Option<Writer> {
+        match self {
+            Leader::Cloned(c) => c.stdin.take().map(|p| Box::new(p) as Writer),
+            Leader::Forked(c) => c.stdin.take().map(|p| Box::new(p) as Writer),
+        }
+    }
+
+    fn take_stdout(&mut self) -> Option<Reader> {
+        match self {
+            Leader::Cloned(c) => c.stdout.take().map(|p| Box::new(p) as Reader),
+            Leader::Forked(c) => c.stdout.take().map(|p| Box::new(p) as Reader),
+        }
+    }
+
+    fn take_stderr(&mut self) -> Option<Reader> {
+        match self {
+            Leader::Cloned(c) => c.stderr.take().map(|p| Box::new(p) as Reader),
+            Leader::Forked(c) => c.stderr.take().map(|p| Box::new(p) as Reader),
+        }
+    }
+}
+
+/// Starts the leader with `fork`, the set-up made between fork and exec.
+fn forked(
+    spec: &Spec<'_>,
+    limits: ChildLimits,
+    user: Option<(u32, u32)>,
+) -> std::io::Result<tokio::process::Child> {
+    let (program, args) = spec
+        .argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(spec.env)
+        .current_dir(spec.dir)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: the closure only makes async-signal-safe system calls (setsid, cgroup join,
+    // setrlimit, setgroups/setgid/setuid, prctl) and touches no memory of the parent but its
+    // captures.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Its own session, and so its own process group (pgid = pid).
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limits.apply_in_child()?;
+            if let Some((uid, gid)) = user
+                && (libc::setgroups(0, std::ptr::null()) == -1
+                    || libc::setgid(gid) == -1
+                    || libc::setuid(uid) == -1)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // If the worker dies (kill -9), its children die with it instead of running on
+            // unsupervised while another worker starts the task again.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
 /// SIGTERM to the group, then SIGKILL after the grace period unless the leader exited.
-async fn terminate(child: &mut tokio::process::Child, pgid: Option<i32>, grace: Duration) {
+async fn terminate(child: &mut Leader, pgid: Option<i32>, grace: Duration) {
     let Some(pgid) = pgid else { return };
     signal_group(pgid, libc::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
