@@ -10,7 +10,9 @@
 //! in the order `process.rs` explains).
 //!
 //! The child only makes system calls on memory prepared before the clone: no allocation, no
-//! lock, nothing a thread of the worker could hold. All signals are blocked in the calling
+//! lock, nothing a thread of the worker could hold; it changes its user with the raw system
+//! calls, as libc's wrappers would signal the worker's threads. Its stack is a mapping of its
+//! own below a guard page. All signals are blocked in the calling
 //! thread across the clone; the child sets every handled signal back to its default (its
 //! handler table is its own) and unblocks them just before `execve`, so no handler of the
 //! worker ever runs on the child's stack. A failure before `execve` is written to memory the
@@ -198,11 +200,8 @@ pub fn spawn(
         error: 0,
     });
 
-    // The child's frames are small (no allocation, a few system calls).
-    const STACK: usize = 64 * 1024;
-    let mut stack: Vec<u8> = Vec::with_capacity(STACK);
-    // The stack grows down from its end, 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + STACK) & !15;
+    let stack = Stack::new()?;
+    let top = stack.top();
     let mut pidfd: c_int = -1;
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -213,7 +212,7 @@ pub fn spawn(
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let pid = libc::clone(
             child_main,
-            top as *mut c_void,
+            top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
             (&mut *child_args as *mut ChildArgs).cast(),
             &mut pidfd as *mut c_int,
@@ -248,6 +247,51 @@ pub fn spawn(
         stdout: Some(pipe::Receiver::from_owned_fd(stdout_parent)?),
         stderr: Some(pipe::Receiver::from_owned_fd(stderr_parent)?),
     }))
+}
+
+/// The child's stack: its frames are small (no allocation, a few system calls), and a page
+/// below it faults rather than letting an overflow write into the worker's memory.
+struct Stack {
+    base: *mut c_void,
+}
+
+impl Stack {
+    const SIZE: usize = 64 * 1024;
+    const GUARD: usize = 4096;
+
+    fn new() -> std::io::Result<Stack> {
+        // SAFETY: a new private anonymous mapping; its lowest page is made inaccessible.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                Self::GUARD + Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let stack = Stack { base };
+            if libc::mprotect(base, Self::GUARD, libc::PROT_NONE) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(stack)
+        }
+    }
+
+    /// The stack grows down from its end (16-byte aligned: the mapping is page-aligned).
+    fn top(&self) -> *mut c_void {
+        self.base.wrapping_byte_add(Self::GUARD + Self::SIZE)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `new`, no longer used once the child has exec'd or exited.
+        unsafe { libc::munmap(self.base, Self::GUARD + Self::SIZE) };
+    }
 }
 
 /// (read end, write end), both close-on-exec.
@@ -318,10 +362,14 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
             return fail(a);
         }
+        // The system calls themselves, not libc's wrappers: those change the credentials of
+        // every thread of the process by signalling them, and this child shares the worker's
+        // memory, where libc's list of threads is the worker's. A raw call changes this
+        // process alone, which is the whole child (it is not a thread of the worker).
         if let Some((uid, gid)) = a.user
-            && (libc::setgroups(0, std::ptr::null()) == -1
-                || libc::setgid(gid) == -1
-                || libc::setuid(uid) == -1)
+            && (libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == -1
+                || libc::syscall(libc::SYS_setgid, gid) == -1
+                || libc::syscall(libc::SYS_setuid, uid) == -1)
         {
             return fail(a);
         }
@@ -482,5 +530,43 @@ mod tests {
             "SIGPIPE, which the worker ignores, is not ignored by the task: {out}"
         );
         assert_eq!(lines[2], lines[3], "the shell leads its session: {out}");
+    }
+
+    #[tokio::test]
+    async fn a_child_switched_to_another_user_has_its_uid_gid_and_no_other_group() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: switching users needs root");
+            return;
+        }
+        let dir = tempdir();
+        let argv: Vec<String> = ["sh", "-c", "id -u; id -g; id -G"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let mut child = spawn(
+            &argv,
+            &env,
+            dir.path(),
+            false,
+            &ChildLimits::default(),
+            Some((65534, 65534)),
+        )
+        .unwrap()
+        .expect("this kernel has CLONE_PIDFD");
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        assert!(child.wait().await.unwrap().success());
+        assert_eq!(out, "65534\n65534\n65534\n");
+        // The worker itself keeps its own user.
+        // SAFETY: getuid has no preconditions.
+        assert_eq!(unsafe { libc::getuid() }, 0);
     }
 }
