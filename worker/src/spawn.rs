@@ -127,7 +127,7 @@ const SH: &std::ffi::CStr = c"/bin/sh";
 
 /// Starts `argv` in `dir` with exactly `env`, stdin from a pipe when `stdin` (else
 /// `/dev/null`), stdout and stderr to pipes. `Ok(None)` when this kernel cannot make such a
-/// child (no `CLONE_PIDFD`): the caller starts it another way.
+/// child (no `CLONE_PIDFD`) or a seccomp filter refuses it: the caller starts it another way.
 pub fn spawn(
     argv: &[String],
     env: &BTreeMap<String, String>,
@@ -221,7 +221,8 @@ pub fn spawn(
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if pid < 0 {
             return match error.raw_os_error() {
-                Some(libc::EINVAL) | Some(libc::ENOSYS) => Ok(None),
+                // No CLONE_PIDFD (before Linux 5.2), or a seccomp filter refusing these flags.
+                Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EPERM) => Ok(None),
                 _ => Err(error),
             };
         }
