@@ -136,20 +136,10 @@ fn validate(
                 )));
             }
         }
-        let durations = [
-            ("task.timeout_secs", task.timeout_secs),
-            ("task.backoff_base_secs", task.backoff_base_secs),
-            ("task.backoff_max_secs", task.backoff_max_secs),
-        ];
-        for (field, value) in durations {
-            if let Some(value) = value
-                && !(value.is_finite() && value.abs() <= MAX_SECS)
-            {
-                return Err(Error::InvalidRequest(format!(
-                    "{field} must be a number of seconds of at most 100 years"
-                )));
-            }
-        }
+        crate::tasks::check_durations(task, "task.")?;
+    }
+    for (i, t) in workflow.into_iter().flat_map(|w| &w.tasks).enumerate() {
+        crate::tasks::check_durations(&t.task, &format!("workflow.tasks[{i}]."))?;
     }
     for (field, value) in [
         ("misfire_grace_secs", misfire_grace_secs),

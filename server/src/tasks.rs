@@ -132,6 +132,13 @@ fn in_batch(err: Error, index: usize, len: usize) -> Error {
 /// an interval.
 pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
     may_act_for(principal, task.owner.as_deref(), "submit tasks")?;
+    check_durations(task, "")?;
+    Ok(())
+}
+
+/// A task's durations fit an interval (at most 100 years), and its delay is not negative;
+/// `prefix` names where the task is in the request (`task.`, `workflow.tasks[2].`).
+pub(crate) fn check_durations(task: &SubmitTask, prefix: &str) -> Result<()> {
     let durations = [
         ("delay_secs", task.delay_secs),
         ("timeout_secs", task.timeout_secs),
@@ -143,14 +150,14 @@ pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
             && !(value.is_finite() && value.abs() <= MAX_SECS)
         {
             return Err(Error::InvalidRequest(format!(
-                "{field} must be a number of seconds of at most 100 years"
+                "{prefix}{field} must be a number of seconds of at most 100 years"
             )));
         }
     }
     if task.delay_secs.is_some_and(|d| d < 0.0) {
-        return Err(Error::InvalidRequest(
-            "delay_secs must be zero or more seconds".to_owned(),
-        ));
+        return Err(Error::InvalidRequest(format!(
+            "{prefix}delay_secs must be zero or more seconds"
+        )));
     }
     Ok(())
 }

@@ -92,8 +92,11 @@ async fn the_api_keeps_its_openapi_contract() {
         MAX_EXAMPLES,
         "--seed",
         SEED,
+        // One worker: Hypothesis's caches are shared by schemathesis's worker threads without
+        // a lock, and two workers once ended a run in an internal KeyError (a "Runtime Error"
+        // of the tool, every generated case having passed).
         "--workers",
-        "2",
+        "1",
         "--request-timeout",
         "30",
         "--header",

@@ -670,6 +670,15 @@ async fn an_invalid_change_is_rejected_and_changes_nothing() {
             "jitter_secs",
         ),
         (
+            json!({"workflow": {"tasks": [
+                {"name": "a", "command": ["true"]},
+                {"name": "b", "command": ["true"], "timeout_secs": 3155760001.0_f64},
+            ]}}),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "workflow.tasks[1].timeout_secs must be a number of seconds of at most 100 years",
+        ),
+        (
             json!({"name": "b"}),
             StatusCode::CONFLICT,
             "conflict",
