@@ -132,8 +132,7 @@ fn in_batch(err: Error, index: usize, len: usize) -> Error {
 /// an interval.
 pub(crate) fn validate(principal: &Principal, task: &SubmitTask) -> Result<()> {
     may_act_for(principal, task.owner.as_deref(), "submit tasks")?;
-    check_durations(task, "")?;
-    Ok(())
+    check_durations(task, "")
 }
 
 /// A task's durations fit an interval (at most 100 years), and its delay is not negative;

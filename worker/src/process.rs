@@ -86,9 +86,10 @@ pub async fn run(
     logs: LogSink,
     stop: CancellationToken,
 ) -> std::io::Result<Report> {
-    let (limits, user) = (spec.limits.clone(), spec.user);
     // SAFETY: geteuid has no preconditions.
-    let uid = user.map_or_else(|| unsafe { libc::geteuid() }, |(uid, _)| uid);
+    let uid = spec
+        .user
+        .map_or_else(|| unsafe { libc::geteuid() }, |(uid, _)| uid);
     let (mut child, tracked) = spec.reaper.spawn(
         uid,
         || match crate::spawn::spawn(
@@ -96,12 +97,12 @@ pub async fn run(
             spec.env,
             spec.dir,
             spec.stdin.is_some(),
-            &limits,
-            user,
+            &spec.limits,
+            spec.user,
         )? {
             Some(child) => Ok(Leader::Cloned(child)),
-            // A kernel without CLONE_PIDFD (before Linux 5.2): fork and exec.
-            None => forked(&spec, limits.clone(), user).map(Leader::Forked),
+            // A kernel without CLONE_PIDFD, or a seccomp filter refusing the clone.
+            None => forked(&spec).map(Leader::Forked),
         },
         Leader::id,
     )?;
@@ -249,11 +250,7 @@ impl Leader {
 }
 
 /// Starts the leader with `fork`, the set-up made between fork and exec.
-fn forked(
-    spec: &Spec<'_>,
-    limits: ChildLimits,
-    user: Option<(u32, u32)>,
-) -> std::io::Result<tokio::process::Child> {
+fn forked(spec: &Spec<'_>) -> std::io::Result<tokio::process::Child> {
     let (program, args) = spec
         .argv
         .split_first()
@@ -271,6 +268,7 @@ fn forked(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    let (limits, user) = (spec.limits.clone(), spec.user);
     // SAFETY: the closure only makes async-signal-safe system calls (setsid, cgroup join,
     // setrlimit, setgroups/setgid/setuid, prctl) and touches no memory of the parent but its
     // captures.

@@ -106,7 +106,7 @@ impl Drop for Child {
 }
 
 /// Everything the child reads, made before the clone.
-struct ChildArgs {
+struct ChildArgs<'a> {
     stdin: c_int,
     stdout: c_int,
     stderr: c_int,
@@ -117,7 +117,7 @@ struct ChildArgs {
     /// `/bin/sh`, a slot for the candidate, then argv[1..]: for `ENOEXEC`.
     sh_argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
-    limits: ChildLimits,
+    limits: &'a ChildLimits,
     user: Option<(u32, u32)>,
     /// The errno of the step that failed, written by the child.
     error: c_int,
@@ -186,7 +186,7 @@ pub fn spawn(
     let mut envp: Vec<*const libc::c_char> = vars.iter().map(|v| v.as_ptr()).collect();
     envp.push(std::ptr::null());
 
-    let mut child_args = Box::new(ChildArgs {
+    let mut child_args = ChildArgs {
         stdin: stdin_child.as_raw_fd(),
         stdout: stdout_child.as_raw_fd(),
         stderr: stderr_child.as_raw_fd(),
@@ -195,10 +195,10 @@ pub fn spawn(
         argv: argv_ptrs,
         sh_argv,
         envp,
-        limits: limits.clone(),
+        limits,
         user,
         error: 0,
-    });
+    };
 
     let stack = Stack::new()?;
     let top = stack.top();
@@ -214,7 +214,7 @@ pub fn spawn(
             child_main,
             top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            (&mut *child_args as *mut ChildArgs).cast(),
+            (&mut child_args as *mut ChildArgs).cast(),
             &mut pidfd as *mut c_int,
         );
         let error = std::io::Error::last_os_error();
@@ -313,7 +313,7 @@ fn open_dev_null() -> std::io::Result<OwnedFd> {
 /// The child: system calls only, on memory the parent prepared (see the module's note).
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's ChildArgs, alive until this child execs or exits.
-    let a = unsafe { &mut *(arg as *mut ChildArgs) };
+    let a = unsafe { &mut *(arg as *mut ChildArgs<'_>) };
     // SAFETY: system calls on valid descriptors, paths and arrays prepared by the parent.
     unsafe {
         let fail = |a: &mut ChildArgs| -> c_int {
@@ -434,17 +434,18 @@ mod tests {
         TempDir(path)
     }
 
-    async fn run(
+    async fn run_as(
         argv: &[&str],
         env: &[(&str, &str)],
         dir: &Path,
+        user: Option<(u32, u32)>,
     ) -> std::io::Result<(ExitStatus, String)> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         let env: BTreeMap<String, String> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let mut child = spawn(&argv, &env, dir, false, &ChildLimits::default(), None)?
+        let mut child = spawn(&argv, &env, dir, false, &ChildLimits::default(), user)?
             .expect("this kernel has CLONE_PIDFD");
         let mut out = String::new();
         child
@@ -454,6 +455,14 @@ mod tests {
             .read_to_string(&mut out)
             .await?;
         Ok((child.wait().await?, out))
+    }
+
+    async fn run(
+        argv: &[&str],
+        env: &[(&str, &str)],
+        dir: &Path,
+    ) -> std::io::Result<(ExitStatus, String)> {
+        run_as(argv, env, dir, None).await
     }
 
     #[tokio::test]
@@ -541,30 +550,15 @@ mod tests {
             return;
         }
         let dir = tempdir();
-        let argv: Vec<String> = ["sh", "-c", "id -u; id -g; id -G"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-        let mut child = spawn(
-            &argv,
-            &env,
+        let (status, out) = run_as(
+            &["sh", "-c", "id -u; id -g; id -G"],
+            &[("PATH", "/usr/bin:/bin")],
             dir.path(),
-            false,
-            &ChildLimits::default(),
             Some((65534, 65534)),
         )
-        .unwrap()
-        .expect("this kernel has CLONE_PIDFD");
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .await
-            .unwrap();
-        assert!(child.wait().await.unwrap().success());
+        .await
+        .unwrap();
+        assert!(status.success());
         assert_eq!(out, "65534\n65534\n65534\n");
         // The worker itself keeps its own user.
         // SAFETY: getuid has no preconditions.
