@@ -174,6 +174,10 @@ pub struct Cli {
     /// Seconds W12 waits after the release before its last drain.
     #[arg(long, default_value_t = 60)]
     pub w12_recover_secs: u64,
+    /// W12 starts a drain while the snapshot is held every this many seconds, so that tasks
+    /// flow at a steady rate (`--tasks` per period); 0 drains back to back, at full rate.
+    #[arg(long, default_value_t = 0)]
+    pub w12_every_secs: u64,
     /// Finished tasks past their retention that W13's prune deletes beside its drain.
     #[arg(long, default_value_t = 10_000_000)]
     pub w13_history: usize,
@@ -239,6 +243,7 @@ pub struct Config {
     pub w11_history: usize,
     pub w12_hold: Duration,
     pub w12_recover: Duration,
+    pub w12_every: Duration,
     pub w13_history: usize,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
@@ -360,11 +365,14 @@ impl Cli {
                 self.w13_history
             ));
         }
-        if !(1..=86_400).contains(&self.w12_hold_secs) || self.w12_recover_secs > 86_400 {
+        if !(1..=86_400).contains(&self.w12_hold_secs)
+            || self.w12_recover_secs > 86_400
+            || self.w12_every_secs > 86_400
+        {
             return Err(format!(
-                "--w12-hold-secs must be between 1 and 86400 and --w12-recover-secs at most \
-                 86400, got {} and {}",
-                self.w12_hold_secs, self.w12_recover_secs
+                "--w12-hold-secs must be between 1 and 86400, --w12-recover-secs and \
+                 --w12-every-secs at most 86400, got {}, {} and {}",
+                self.w12_hold_secs, self.w12_recover_secs, self.w12_every_secs
             ));
         }
         if !(1..=100_000).contains(&self.graphile_local_queue)
@@ -412,6 +420,7 @@ impl Cli {
             w11_history: self.w11_history,
             w12_hold: Duration::from_secs(self.w12_hold_secs),
             w12_recover: Duration::from_secs(self.w12_recover_secs),
+            w12_every: Duration::from_secs(self.w12_every_secs),
             w13_history: self.w13_history,
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,

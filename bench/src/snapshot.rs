@@ -2,7 +2,9 @@
 //! in a transaction keeps every row version made dead after its snapshot, so vacuum can
 //! remove none of what the drains leave. W2's drain on a fresh table; then drain after drain
 //! while one connection holds a `REPEATABLE READ` snapshot for `--w12-hold-secs`; then a
-//! drain at once after the release and one `--w12-recover-secs` later. Each drain's rate is
+//! drain at once after the release and one `--w12-recover-secs` later. With
+//! `--w12-every-secs` the drains while held start that far apart, a steady flow of `--tasks`
+//! per period, instead of back to back. Each drain's rate is
 //! reported against the first, with the dead row versions and the indexes' size. Targets:
 //! every drain while held at least 50 % of the first, the drain after the recovery time at
 //! least 90 %.
@@ -32,6 +34,7 @@ async fn bloat(db: &BenchDb) -> Result<(i64, f64)> {
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     pg::with_db(&cfg.database_url, "w12", async |db| {
         let d = Drain::noops(W, cfg);
+        let n = cfg.tasks;
         let first = drain::drain_in(cfg, db, &d).await?.rate;
         let (_, indexes_before) = bloat(db).await?;
 
@@ -45,8 +48,14 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
         let held = Instant::now();
         let mut rates = Vec::new();
         while held.elapsed() < cfg.w12_hold {
+            let started = Instant::now();
             rates.push(drain::drain_in(cfg, db, &d).await?.rate);
+            let next = started + cfg.w12_every;
+            if next < held + cfg.w12_hold {
+                tokio::time::sleep_until(next).await;
+            }
         }
+        let flow = (rates.len() * n) as f64 / held.elapsed().as_secs_f64();
         let (dead, indexes_held) = bloat(db).await?;
         holder.execute("rollback").await?;
         holder.close().await?;
@@ -58,7 +67,6 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
         let pct = |rate: f64| rate / first * 100.0;
         let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
         let last = rates.last().copied().unwrap_or(f64::NAN);
-        let n = cfg.tasks;
         let hold = cfg.w12_hold.as_secs();
         Ok(vec![
             Sample::new(
@@ -73,6 +81,13 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
                 format!("drains while a snapshot is held for {hold} s"),
                 "drains",
                 rates.len() as f64,
+                None,
+            ),
+            Sample::new(
+                W,
+                "held: tasks that flowed, per second of the hold",
+                "tasks/s",
+                flow,
                 None,
             ),
             Sample::new(
