@@ -139,13 +139,17 @@ declare
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
     'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune',
     'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention'];
+  -- Functions a submitter and the server call that run as the owner: they check themselves
+  -- that the caller may read the row they name (sked.caller_may_read), as they lock it.
+  await_calls text[] := array['task_await', 'workflow_await'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
     'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json', 'tasks_insert',
     'task_copy', 'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
     'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
-    'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles'];
+    'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',
+    'task_channel', 'workflow_channel'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
@@ -180,12 +184,14 @@ begin
   for f in
     select p.oid::regprocedure from pg_proc p
      where p.pronamespace = 'sked'::regnamespace
-       and (p.prorettype = 'trigger'::regtype or p.proname = any (worker_calls || server_calls))
+       and (p.prorettype = 'trigger'::regtype
+            or p.proname = any (worker_calls || server_calls || await_calls))
   loop
     execute format('alter function %s security definer set search_path = sked, pg_temp', f);
   end loop;
 
-  foreach name in array worker_calls || server_calls || submit_calls || server_own_rights loop
+  foreach name in array worker_calls || server_calls || await_calls || submit_calls
+                        || server_own_rights loop
     if not exists (select 1 from pg_proc p
                     where p.pronamespace = 'sked'::regnamespace and p.proname = name) then
       raise exception 'sql/roles.sql grants sked.%, which does not exist: update its lists', name;
@@ -195,8 +201,9 @@ begin
     select p.oid::regprocedure, r.role
       from pg_proc p
       join (select unnest(worker_calls), 'sked_worker'
-            union all select unnest(server_calls || server_own_rights || submit_calls), 'sked_server'
-            union all select unnest(submit_calls), 'sked_submitter') r(proname, role)
+            union all select unnest(server_calls || server_own_rights || submit_calls
+                                    || await_calls), 'sked_server'
+            union all select unnest(submit_calls || await_calls), 'sked_submitter') r(proname, role)
         on r.proname = p.proname
      where p.pronamespace = 'sked'::regnamespace
   loop

@@ -18,6 +18,10 @@ mod schedules;
 mod services;
 pub use schedules::ScheduleQuery;
 
+/// The longest wait one request asks for: below the client's timeout of a request (60 s),
+/// and the server's bound (300 s). Longer waits are several requests.
+pub const MAX_WAIT: Duration = Duration::from_secs(50);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The API answered with an error.
@@ -194,6 +198,16 @@ impl Client {
         self.get(&format!("/tasks/{id}")).await
     }
 
+    /// `GET /api/v1/tasks/{id}?wait=`: the task once it is in a final state, or as it is
+    /// when `wait` (at most [`MAX_WAIT`]) is over.
+    pub async fn task_waiting(&self, id: Uuid, wait: Duration) -> Result<TaskDetail, ClientError> {
+        self.get(&format!(
+            "/tasks/{id}?wait={}ms",
+            wait.min(MAX_WAIT).as_millis()
+        ))
+        .await
+    }
+
     /// `GET /api/v1/tasks/{id}/logs?after=&limit=`: chunks after chunk id `after`, oldest first.
     pub async fn logs(
         &self,
@@ -257,6 +271,20 @@ impl Client {
     /// `GET /api/v1/workflows/{id}`.
     pub async fn workflow(&self, id: Uuid) -> Result<WorkflowDetail, ClientError> {
         self.get(&format!("/workflows/{id}")).await
+    }
+
+    /// `GET /api/v1/workflows/{id}?wait=`: the workflow once it is in a final state, or as
+    /// it is when `wait` (at most [`MAX_WAIT`]) is over.
+    pub async fn workflow_waiting(
+        &self,
+        id: Uuid,
+        wait: Duration,
+    ) -> Result<WorkflowDetail, ClientError> {
+        self.get(&format!(
+            "/workflows/{id}?wait={}ms",
+            wait.min(MAX_WAIT).as_millis()
+        ))
+        .await
     }
 
     /// `POST /api/v1/workflows/{id}/cancel`.

@@ -12,7 +12,7 @@ use sked::app::{self, DatabaseArgs, DevCommand, ServerCommand, WorkerCommand};
 use cli::args::ShowArgs;
 use cli::commands::{ListArgs, LogsArgs, ResubmitArgs, SubmitArgs, TaskIdArgs, TokenCommand};
 use cli::schedules::{CronCommand, ScheduleCommand};
-use cli::{commands, queues, schedules, services, workflows};
+use cli::{commands, queues, schedules, services, wait, workflows};
 
 /// sked: a task scheduler that uses PostgreSQL as its only moving part.
 #[derive(Debug, Parser)]
@@ -38,6 +38,8 @@ enum Command {
     Show(ShowArgs),
     /// Print a task's output (stdout and stderr); --follow until the task is finished.
     Logs(LogsArgs),
+    /// Wait until tasks or workflows are finished; the exit status says how they ended.
+    Wait(wait::WaitArgs),
     /// Cancel a task (a running one is stopped by its worker).
     Cancel(TaskIdArgs),
     /// Run a finished task again.
@@ -86,6 +88,12 @@ async fn main() -> ExitCode {
         Command::List(args) => commands::list(args).await,
         Command::Show(args) => commands::show(args).await,
         Command::Logs(args) => commands::logs(args).await,
+        Command::Wait(args) => {
+            return wait::wait(args).await.unwrap_or_else(|err| {
+                eprintln!("error: {err:#}");
+                ExitCode::FAILURE
+            });
+        }
         Command::Cancel(args) => commands::cancel(args).await,
         Command::Retry(args) => commands::retry(args).await,
         Command::Services(args) => services::list(args).await,

@@ -40,6 +40,9 @@ pub enum Workload {
     /// Retention beside the hot path: a drain while the prune deletes `--w13-history`
     /// finished tasks past their retention (10 million by default; run only when named).
     W13,
+    /// Await latency: from a task's finish to the moment an application awaiting it (by SQL
+    /// and by a REST long poll) knows its state, `--w14-rounds` times each.
+    W14,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -62,6 +65,7 @@ impl Workload {
             Workload::W11 => "W11",
             Workload::W12 => "W12",
             Workload::W13 => "W13",
+            Workload::W14 => "W14",
             Workload::Peer => "peer",
         }
     }
@@ -73,7 +77,7 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w13, peer); all but w9, w11, w12, w13 and peer when none is
+    /// Workloads to run (w1 … w14, peer); all but w9, w11, w12, w13 and peer when none is
     /// named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
     /// minutes, peer installs graphile-worker with npm).
     #[arg(value_enum)]
@@ -181,6 +185,9 @@ pub struct Cli {
     /// Finished tasks past their retention that W13's prune deletes beside its drain.
     #[arg(long, default_value_t = 10_000_000)]
     pub w13_history: usize,
+    /// Tasks W14 awaits by SQL, and as many by REST.
+    #[arg(long, default_value_t = 1_000)]
+    pub w14_rounds: usize,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -245,6 +252,7 @@ pub struct Config {
     pub w12_recover: Duration,
     pub w12_every: Duration,
     pub w13_history: usize,
+    pub w14_rounds: usize,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -271,6 +279,7 @@ impl Cli {
                 Workload::W7,
                 Workload::W8,
                 Workload::W10,
+                Workload::W14,
             ];
         }
         workloads.sort();
@@ -359,6 +368,12 @@ impl Cli {
                 self.w11_history
             ));
         }
+        if !(1..=1_000_000).contains(&self.w14_rounds) {
+            return Err(format!(
+                "--w14-rounds must be between 1 and 1000000, got {}",
+                self.w14_rounds
+            ));
+        }
         if !(1..=100_000_000).contains(&self.w13_history) {
             return Err(format!(
                 "--w13-history must be between 1 and 100000000, got {}",
@@ -422,6 +437,7 @@ impl Cli {
             w12_recover: Duration::from_secs(self.w12_recover_secs),
             w12_every: Duration::from_secs(self.w12_every_secs),
             w13_history: self.w13_history,
+            w14_rounds: self.w14_rounds,
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,
@@ -455,9 +471,12 @@ impl Config {
 
     /// True when a chosen workload starts a worker process.
     pub fn needs_worker(&self) -> bool {
-        self.workloads
-            .iter()
-            .any(|w| !matches!(w, Workload::W1 | Workload::W8 | Workload::W9))
+        self.workloads.iter().any(|w| {
+            !matches!(
+                w,
+                Workload::W1 | Workload::W8 | Workload::W9 | Workload::W14
+            )
+        })
     }
 }
 

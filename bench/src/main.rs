@@ -3,6 +3,7 @@
 //! and writes the JSON to `bench/results/<timestamp>.json`. See `bench/README.md`.
 
 mod api;
+mod awaits;
 mod config;
 mod dashboard;
 mod delayed;
@@ -76,6 +77,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W11 => history::run(&cfg).await,
                 Workload::W12 => snapshot::run(&cfg).await,
                 Workload::W13 => retention::run(&cfg).await,
+                Workload::W14 => awaits::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

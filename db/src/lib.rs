@@ -5,6 +5,7 @@
 //! Servers and workers call [`check_schema`] at start and refuse to run against a database
 //! whose schema is older or newer than the one compiled into them.
 
+pub mod awaits;
 pub mod error;
 pub mod listen;
 pub mod listing;
@@ -51,6 +52,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/events.sql", include_str!("../../sql/events.sql")),
     ("sql/worker_io.sql", include_str!("../../sql/worker_io.sql")),
     ("sql/quotas.sql", include_str!("../../sql/quotas.sql")),
+    ("sql/awaits.sql", include_str!("../../sql/awaits.sql")),
     // Last: it sets the rights of every function above (see the file's opening comment).
     ("sql/roles.sql", include_str!("../../sql/roles.sql")),
 ];

@@ -72,6 +72,10 @@ impl Error {
         Error::NotFound("no such task".to_owned())
     }
 
+    pub fn not_found_workflow() -> Error {
+        Error::NotFound("no such workflow".to_owned())
+    }
+
     /// The status code and stable code of this error.
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {

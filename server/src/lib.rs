@@ -29,6 +29,7 @@
 //! `quota_exceeded`, `rejected`, `conflict`, `already_finished`, `not_finished`,
 //! `method_not_allowed`, `unavailable` or `internal`.
 
+mod awaits;
 mod error;
 mod events;
 mod extract;
@@ -45,6 +46,7 @@ mod workflows;
 
 use std::net::SocketAddr;
 
+use awaits::Awaits;
 use axum::Router;
 use axum::handler::Handler;
 use axum::routing::get;
@@ -84,6 +86,12 @@ pub struct ServerArgs {
           default_value_t = DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
           value_parser = clap::value_parser!(u64).range(0..=MAX_ROWS_PER_OWNER_PER_MINUTE))]
     pub max_rows_per_owner_per_minute: u64,
+    /// The longest the server holds a read that waits for a final state (`GET
+    /// /api/v1/tasks/{id}?wait=30s`) before it answers with the state then: seconds or a
+    /// duration (`50s`, `2m`), at most 300 s. Keep it under the idle timeout of proxies in
+    /// front of the server (often 60 s).
+    #[arg(long, env = "SKED_MAX_WAIT", default_value = "50s", value_parser = parse_max_wait)]
+    pub max_wait: std::time::Duration,
     /// Replaced by the retention stored in the database, which every server applies
     /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
     /// saying so, so that a server started with it does not run with a retention it did not
@@ -91,6 +99,18 @@ pub struct ServerArgs {
     #[arg(long = "retention-days", env = "SKED_RETENTION_DAYS", value_name = "DAYS",
           hide = true, value_parser = retention_days_replaced)]
     pub retention_days: Option<std::convert::Infallible>,
+}
+
+/// Reads `--max-wait`: a positive duration of at most [`awaits::MAX_WAIT`].
+fn parse_max_wait(s: &str) -> Result<std::time::Duration, String> {
+    let secs = sked_types::duration::parse_duration(s, "--max-wait", f64::MIN_POSITIVE)?;
+    if secs > awaits::MAX_WAIT.as_secs_f64() {
+        return Err(format!(
+            "--max-wait must be at most {} seconds, got {s}",
+            awaits::MAX_WAIT.as_secs()
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// Refuses `--retention-days`, saying what replaced it.
@@ -110,6 +130,7 @@ impl ServerArgs {
         Quotas {
             max_rows_per_request: self.max_rows_per_request,
             max_rows_per_owner_per_minute: self.max_rows_per_owner_per_minute,
+            max_wait: self.max_wait,
         }
     }
 }
@@ -122,6 +143,8 @@ pub struct AppState {
     /// `None` in a router without a running hub, which refuses `/api/v1/events`.
     pub(crate) events: Option<Hub>,
     pub(crate) quotas: Quotas,
+    /// The long polls of reads that wait for a final state.
+    pub(crate) awaits: Awaits,
 }
 
 /// The API router over a pool, without live events (those need [`serve`], which runs their
@@ -137,7 +160,18 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
 
 /// The API router over a pool, with live events from `events` when given and `quotas`.
 pub fn router_with(pool: PgPool, events: Option<Hub>, quotas: Quotas) -> Router {
+    router_stopping(pool, events, quotas, CancellationToken::new())
+}
+
+/// [`router_with`] whose long polls end when `stop` is cancelled.
+fn router_stopping(
+    pool: PgPool,
+    events: Option<Hub>,
+    quotas: Quotas,
+    stop: CancellationToken,
+) -> Router {
     let (api, _) = openapi::api().split_for_parts();
+    let awaits = Awaits::new(pool.clone(), quotas.max_wait, stop);
     api
         // Live events are a websocket, which OpenAPI 3 does not describe.
         .route("/api/v1/events", get(events::events))
@@ -149,6 +183,7 @@ pub fn router_with(pool: PgPool, events: Option<Hub>, quotas: Quotas) -> Router 
             pool,
             events,
             quotas,
+            awaits,
         })
 }
 
@@ -217,7 +252,10 @@ pub async fn serve_configured(
     // hub stops with the server, and closes the sockets of its clients.
     let hub = Hub::new(pool.clone(), events, shutdown.child_token());
     let mut hub_service = tokio::spawn(hub.clone().run());
-    let served = axum::serve(listener, router_with(pool, Some(hub.clone()), quotas))
+    // Long polls answer at once when the server stops, so that the graceful shutdown, which
+    // waits for the requests in flight, does not wait for them.
+    let router = router_stopping(pool, Some(hub.clone()), quotas, shutdown.child_token());
+    let served = axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
     upkeep_stop.cancel();

@@ -200,6 +200,16 @@ fn other_rules(doc: &mut serde_json::Value) {
             property["description"] = description;
         }
     }
+    // What `?wait=` reads (`awaits::parse_wait`).
+    for path in ["/api/v1/tasks/{id}", "/api/v1/workflows/{id}"] {
+        let parameters = doc["paths"][path]["get"]["parameters"]
+            .as_array_mut()
+            .into_iter()
+            .flatten();
+        for parameter in parameters.filter(|p| p["name"] == "wait") {
+            parameter["schema"]["pattern"] = json!(crate::awaits::WAIT_PATTERN);
+        }
+    }
     let preview = doc["paths"]["/api/v1/cron/preview"]["get"]["parameters"]
         .as_array_mut()
         .into_iter()
@@ -706,6 +716,20 @@ mod tests {
                     + pattern.matches(&format!("|{})", state.as_str())).count(),
                 2,
                 "both alternations of {pattern} name {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn waits_are_declared_with_the_pattern_the_server_reads() {
+        let doc = document();
+        for path in ["/api/v1/tasks/{id}", "/api/v1/workflows/{id}"] {
+            let parameters = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+            let wait = parameters.iter().find(|p| p["name"] == "wait").unwrap();
+            assert_eq!(
+                wait["schema"]["pattern"],
+                crate::awaits::WAIT_PATTERN,
+                "{path}"
             );
         }
     }

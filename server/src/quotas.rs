@@ -30,13 +30,16 @@ pub const DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE: u64 = 100_000;
 pub const MAX_ROWS_PER_OWNER_PER_MINUTE: u64 = 1_000_000_000;
 
 /// The server's quotas (`sked server --max-rows-per-request`,
-/// `--max-rows-per-owner-per-minute`).
+/// `--max-rows-per-owner-per-minute`), and the longest it holds a long poll (`--max-wait`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     pub max_rows_per_request: u64,
     /// The task rows a user token's owner may create per minute, over every server: a token
     /// bucket of this many rows, refilled at this many per minute. 0: no limit.
     pub max_rows_per_owner_per_minute: u64,
+    /// The longest a read that waits for a final state (`?wait=`) is held before the server
+    /// answers (`--max-wait`).
+    pub max_wait: std::time::Duration,
 }
 
 impl Default for Quotas {
@@ -44,6 +47,7 @@ impl Default for Quotas {
         Quotas {
             max_rows_per_request: DEFAULT_MAX_ROWS_PER_REQUEST,
             max_rows_per_owner_per_minute: DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
+            max_wait: crate::awaits::DEFAULT_MAX_WAIT,
         }
     }
 }

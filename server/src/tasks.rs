@@ -21,6 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::awaits::{Awaited, WaitParams};
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchTask, OwnerForbidden, QuotaExceeded, TaskId};
@@ -38,7 +39,7 @@ pub const MAX_PAGE: i64 = 500;
 pub const DEFAULT_LOG_CHUNKS: i64 = 1_000;
 pub const MAX_LOG_CHUNKS: i64 = 10_000;
 /// The longest duration a submission or a schedule may give, in seconds (100 years).
-pub(crate) const MAX_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+pub(crate) use sked_types::duration::MAX_SECS;
 
 /// Submit one task.
 ///
@@ -337,11 +338,15 @@ async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Resu
 /// `SECRET`, `TOKEN`, `PASS`, `KEY`, `AUTH`, `CREDENTIAL`, `PRIVATE`, `DSN`, `CERT`, `SESSION`,
 /// `COOKIE`, `SIGNATURE` or `SALT` (ignoring case) reads `••••••`, and so does the password of
 /// a `scheme://user:password@host` URL in any other value. The worker gets the real values.
+///
+/// With `wait` (`?wait=30s`) the answer waits until the task is in a final state
+/// (`succeeded`, `failed`, `cancelled`, `upstream_failed` or `skipped`), at most that long,
+/// without polling: a long poll (`docs/api.md`, "Awaiting a result").
 #[utoipa::path(
     get, path = "/api/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
-    params(TaskId),
+    params(TaskId, WaitParams),
     responses(
-        (status = 200, description = "The task and its attempts, oldest first", body = TaskDetail),
+        (status = 200, description = "The task and its attempts, oldest first (with `wait`: once final, or its state when the wait ended)", body = TaskDetail),
         NoSuchTask,
     ),
     security(("bearer" = [])),
@@ -350,8 +355,16 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
+    Query(wait): Query<WaitParams>,
 ) -> Result<Shown<TaskDetail>> {
-    let row = visible_task(&state, &principal, id).await?;
+    let wait = wait.duration()?;
+    let mut row = visible_task(&state, &principal, id).await?;
+    if let Some(wait) = wait
+        && !row.state.is_final()
+        && state.awaits.wait(Awaited::Task(id), wait).await?
+    {
+        row = visible_task(&state, &principal, id).await?;
+    }
     let attempts = sked_db::task::attempts(&state.pool, id).await?;
     let waiting_reason = match row.state {
         TaskState::Blocked | TaskState::Waiting | TaskState::Retry => {

@@ -17,6 +17,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::awaits::{Awaited, WaitParams};
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchWorkflow, OwnerForbidden, QuotaExceeded, WorkflowId};
@@ -139,24 +140,24 @@ pub async fn list(
     }))
 }
 
-fn not_found() -> Error {
-    Error::NotFound("no such workflow".to_owned())
-}
-
 /// The workflow `id` if it exists and the principal may see it.
 async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<WorkflowRow> {
     sked_db::workflow::get(&state.pool, id)
         .await?
         .filter(|row| principal.may_access(&row.owner))
-        .ok_or_else(not_found)
+        .ok_or_else(Error::not_found_workflow)
 }
 
 /// Read a workflow with its tasks (in submission order, with their states) and edges.
+///
+/// With `wait` (`?wait=30s`) the answer waits until the workflow is in a final state
+/// (`succeeded`, `failed` or `cancelled`), at most that long, without polling: a long poll
+/// (`docs/api.md`, "Awaiting a result").
 #[utoipa::path(
     get, path = "/api/v1/workflows/{id}", operation_id = "get_workflow", tag = "workflows",
-    params(WorkflowId),
+    params(WorkflowId, WaitParams),
     responses(
-        (status = 200, description = "The workflow, its tasks and its edges", body = WorkflowDetail),
+        (status = 200, description = "The workflow, its tasks and its edges (with `wait`: once final, or its state when the wait ended)", body = WorkflowDetail),
         NoSuchWorkflow,
     ),
     security(("bearer" = [])),
@@ -165,8 +166,16 @@ pub async fn detail(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<Uuid>,
+    Query(wait): Query<WaitParams>,
 ) -> Result<Shown<WorkflowDetail>> {
-    let row = visible(&state, &principal, id).await?;
+    let wait = wait.duration()?;
+    let mut row = visible(&state, &principal, id).await?;
+    if let Some(wait) = wait
+        && row.state == WorkflowState::Running
+        && state.awaits.wait(Awaited::Workflow(id), wait).await?
+    {
+        row = visible(&state, &principal, id).await?;
+    }
     let tasks = sked_db::workflow::tasks(&state.pool, id).await?;
     let edges = sked_db::workflow::edges(&state.pool, id).await?;
     Ok(Shown(WorkflowDetail {
@@ -201,7 +210,7 @@ pub async fn cancel(
     }
     let after = sked_db::workflow::cancel(&state.pool, id)
         .await?
-        .ok_or_else(not_found)?;
+        .ok_or_else(Error::not_found_workflow)?;
     Ok(axum::Json(WorkflowChange {
         id,
         state: after,
@@ -231,7 +240,7 @@ pub async fn retry(
     visible(&state, &principal, id).await?;
     let rerun = sked_db::workflow::retry(&state.pool, id)
         .await?
-        .ok_or_else(not_found)?;
+        .ok_or_else(Error::not_found_workflow)?;
     if rerun == 0 {
         return Err(Error::Conflict(
             "no task of the workflow failed or was cancelled: nothing to re-run".to_owned(),

@@ -11,5 +11,6 @@ pub mod queues;
 pub mod schedules;
 pub mod services;
 pub mod units;
+pub mod wait;
 pub mod when;
 pub mod workflows;

@@ -3,6 +3,7 @@
 
 mod api;
 mod architecture;
+mod awaits;
 mod browser;
 mod cli;
 mod dashboard;

@@ -73,10 +73,19 @@ async fn the_api_keeps_its_openapi_contract() {
         listener.local_addr().unwrap()
     );
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(sked_server::serve(
+    // Its tasks wait for a worker that never comes: a long poll of one (`?wait=`) answers
+    // after 100 ms, not the 50 s of the default, which is longer than a request may take.
+    let quotas = sked_server::Quotas {
+        max_wait: Duration::from_millis(100),
+        ..sked_server::Quotas::default()
+    };
+    let server = tokio::spawn(sked_server::serve_configured(
         db.pool.clone(),
         listener,
         shutdown.clone(),
+        sked_server::EventsConfig::default(),
+        quotas,
+        sked_server::upkeep(&db.pool),
     ));
 
     let args = [
