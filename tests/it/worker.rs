@@ -422,6 +422,54 @@ async fn an_output_file_is_stored_as_the_output_artifact() {
 }
 
 #[tokio::test]
+async fn a_last_stdout_line_that_is_almost_json_is_pointed_out_in_the_log() {
+    let db = TestDb::new().await;
+    let worker = start_worker(&db, config(&["default"]));
+    let broken = insert(
+        &db.pool,
+        r#"(command) values (array['sh','-c','echo starting; echo "{\"rows\": 3"'])"#,
+    )
+    .await;
+    let json = insert(
+        &db.pool,
+        r#"(command) values (array['sh','-c','echo starting; echo "{\"rows\": 3}"'])"#,
+    )
+    .await;
+    let text = insert(&db.pool, "(command) values (array['echo','done'])").await;
+    for id in [broken, json, text] {
+        wait_for(&db.pool, id, &["succeeded"], 10 * SECS).await;
+    }
+    let read = |id: Uuid| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (Option<serde_json::Value>, Option<String>, Option<String>)>(
+                "select output, stderr_tail,
+                        (select string_agg(data, '' order by l.id) from sked.task_logs l
+                          where l.task_id = t.id and l.stream = 'stderr')
+                   from sked.tasks t where id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (output, tail, log) = read(broken).await;
+    assert_eq!(output, None);
+    let hint = "[sked: the last line of stdout looks like JSON but is not";
+    assert!(tail.as_deref().unwrap_or("").contains(hint), "{tail:?}");
+    assert!(log.as_deref().unwrap_or("").contains(hint), "{log:?}");
+    assert!(log.unwrap().contains("$SKED_OUTPUT"));
+    let (output, tail, log) = read(json).await;
+    assert_eq!(output, Some(serde_json::json!({"rows": 3})));
+    assert!(!tail.unwrap_or_default().contains("[sked:") && log.is_none());
+    let (output, tail, log) = read(text).await;
+    assert_eq!(output, None);
+    assert!(!tail.unwrap_or_default().contains("[sked:") && log.is_none());
+    worker.shutdown().await;
+}
+
+#[tokio::test]
 async fn builtin_noop_and_sleep_run_in_process() {
     let db = TestDb::new().await;
     let worker = start_worker(&db, config(&["default"]));

@@ -255,6 +255,17 @@ pub(crate) async fn run_command(
     {
         let stdout = finished.stdout_tail.as_deref().unwrap_or_default();
         finished.output = read_output(dir.path(), stdout)?;
+        if finished.output.is_none()
+            && let Some(hint) = output_hint(stdout, ctx.tail_bytes)
+        {
+            // Said where the task's owner looks: its log and the tail of its stderr.
+            sink.send(crate::logs::Stream::Stderr, hint.clone()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), sink.flush()).await;
+            finished
+                .stderr_tail
+                .get_or_insert_with(String::new)
+                .push_str(&hint);
+        }
         if let Some(output) = &task.output_path {
             finished.output_sha256 = Some(upload_output(ctx, dir.path(), output).await?);
         }
@@ -289,13 +300,33 @@ fn read_output(
         Err(Refused::Missing) => {}
         Err(refused) => return Err(format!("the task's output ($SKED_OUTPUT) {refused}")),
     }
-    let last = stdout_tail
+    Ok(serde_json::from_str(last_line(stdout_tail)).ok())
+}
+
+/// The last line of a stdout tail, trimmed.
+fn last_line(stdout_tail: &str) -> &str {
+    stdout_tail
         .trim_end()
         .rsplit('\n')
         .next()
         .unwrap_or("")
-        .trim();
-    Ok(serde_json::from_str(last).ok())
+        .trim()
+}
+
+/// A line for the log of a successful attempt that left no output although the last line
+/// of its stdout looks like a JSON object or array (it begins or ends like one): a document
+/// with an error, or one longer than the `tail_bytes` kept of stdout, whose start was cut.
+fn output_hint(stdout_tail: &str, tail_bytes: usize) -> Option<String> {
+    let last = last_line(stdout_tail);
+    let looks = last.starts_with(['{', '[']) || last.ends_with(['}', ']']);
+    let error = serde_json::from_str::<serde_json::Value>(last).err()?;
+    looks.then(|| {
+        format!(
+            "[sked: the last line of stdout looks like JSON but is not ({error}), so the task's \
+             output is null; a document longer than the {tail_bytes} bytes kept of stdout is \
+             cut: write it to the file $SKED_OUTPUT instead]\n"
+        )
+    })
 }
 
 /// Stores the file the task promised to write as its output artifact, read confined to the
@@ -323,4 +354,40 @@ async fn read_confined(dir: &std::path::Path, path: &str, cap: u64) -> Result<Ve
     tokio::task::spawn_blocking(move || confined::read_beneath(&dir, &path, cap))
         .await
         .map_err(|e| Refused::Io(std::io::Error::other(e)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_last_line_that_looks_like_json_but_is_not_is_pointed_out() {
+        for broken in [
+            "{\"rows\": 3",
+            "[1, 2",
+            "rows\": 3}",
+            "{'rows': 3}",
+            "log line\n{\"cut\": ",
+        ] {
+            let hint = output_hint(broken, 4096).unwrap_or_else(|| panic!("{broken:?}"));
+            assert!(
+                hint.starts_with("[sked: the last line of stdout looks like JSON"),
+                "{hint}"
+            );
+            assert!(
+                hint.contains("4096 bytes") && hint.ends_with("]\n"),
+                "{hint}"
+            );
+        }
+        for fine in [
+            "",
+            "done",
+            "{\"rows\": 3}",
+            "42",
+            "copied 3 files\n[1, 2]",
+            "a {b} c",
+        ] {
+            assert_eq!(output_hint(fine, 4096), None, "{fine:?}");
+        }
+    }
 }
