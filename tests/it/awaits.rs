@@ -502,3 +502,49 @@ async fn a_stopping_server_answers_its_long_polls_at_once() {
         stopping.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_long_poll_outlives_the_loss_of_the_servers_listen_connection() {
+    let api = std::sync::Arc::new(Api::new().await);
+    let id = insert(
+        &api.db.pool,
+        "(command, queue) values ('{true}', 'nobody-serves')",
+    )
+    .await;
+    let poll = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.get(&format!("/api/v1/tasks/{id}?wait=60s"), &api.admin)
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while registrations(&api.db.pool).await == 0 {
+        assert!(Instant::now() < deadline, "the long poll never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The server's LISTEN connection dies, and the task ends before it is back: its
+    // notification is lost, and the poll learns the state when the connection returns.
+    let killed: i64 = sqlx::query_scalar(
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity
+          where datname = current_database() and query ilike 'listen %sked_task_%'",
+    )
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        killed, 1,
+        "one LISTEN connection serves the server's long polls"
+    );
+    sqlx::query("select sked.task_cancel($1)")
+        .bind(id)
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), poll)
+        .await
+        .expect("the poll answers once the connection is back")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["state"], "cancelled");
+}
