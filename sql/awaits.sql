@@ -61,36 +61,51 @@ language sql as $$
                    order by e.expires_at limit 100 for update skip locked)
 $$;
 
--- Registers a wait for task `p_id` for `p_for` (call again before then to wait longer) and,
--- unless `p_listen` is false, LISTENs on its channel in this session (effective at commit,
--- with the registration). Returns its state and whether that state is final; a final state
--- registers nothing. A task that does not exist, or that the caller may not read, is an
--- error (no_data_found, "no such task"), the same for both.
+-- What sked.task_await and sked.workflow_await share, after each has read its row FOR SHARE:
+-- the row's `p_owner` must be readable by the caller (else `p_missing`, the same error as for
+-- a missing row); when `p_unfinished`, the wait on `p_channel` is registered for `p_for` and,
+-- unless `p_listen` is false, LISTENed on.
+create or replace function sked.awaits_register(
+  p_function text, p_id uuid, p_found boolean, p_owner text, p_missing text,
+  p_unfinished boolean, p_channel text, p_listen boolean, p_for interval)
+returns void
+language plpgsql as $$
+begin
+  if p_for is null or p_for <= interval '0' or p_for > interval '1 day' then
+    raise exception '%: p_for must be more than 0 and at most 1 day, got %', p_function, p_for
+      using errcode = 'invalid_parameter_value';
+  end if;
+  if not p_found or not sked.caller_may_read(p_owner) then
+    raise exception '%: %', p_missing, p_id using errcode = 'no_data_found';
+  end if;
+  if p_unfinished then
+    perform sked.awaits_forget_expired(now());
+    insert into sked.awaits (id, expires_at) values (p_id, now() + p_for)
+    on conflict (id) do update set expires_at = greatest(sked.awaits.expires_at, excluded.expires_at);
+    if coalesce(p_listen, true) then
+      execute format('listen %I', p_channel);
+    end if;
+  end if;
+end
+$$;
+
+-- Registers a wait for task `p_id` for `p_for` (more than 0, at most a day; call again
+-- before then to wait longer) and, unless `p_listen` is false, LISTENs on its channel in this
+-- session (effective at commit, with the registration). Returns its state and whether that
+-- state is final; a final state registers nothing. A task that does not exist, or that the
+-- caller may not read, is an error (no_data_found, "no such task"), the same for both.
 create or replace function sked.task_await(
   p_id uuid, p_listen boolean default true, p_for interval default interval '10 minutes')
 returns table (state text, finished boolean)
 language plpgsql as $$
 declare
-  s text;
-  o text;
+  t record;
 begin
-  if p_for is null or p_for <= interval '0' or p_for > interval '1 day' then
-    raise exception 'sked.task_await: p_for must be more than 0 and at most 1 day, got %', p_for
-      using errcode = 'invalid_parameter_value';
-  end if;
-  select t.state, t.owner into s, o from sked.tasks t where t.id = p_id for share;
-  if not found or not sked.caller_may_read(o) then
-    raise exception 'no such task: %', p_id using errcode = 'no_data_found';
-  end if;
-  if sked.state_is_unfinished(s) then
-    perform sked.awaits_forget_expired(now());
-    insert into sked.awaits (id, expires_at) values (p_id, now() + p_for)
-    on conflict (id) do update set expires_at = greatest(sked.awaits.expires_at, excluded.expires_at);
-    if coalesce(p_listen, true) then
-      execute format('listen %I', sked.task_channel(p_id));
-    end if;
-  end if;
-  return query select s, not sked.state_is_unfinished(s);
+  select s.state, s.owner into t from sked.tasks s where s.id = p_id for share;
+  perform sked.awaits_register('sked.task_await', p_id, found, t.owner, 'no such task',
+                               sked.state_is_unfinished(t.state), sked.task_channel(p_id),
+                               p_listen, p_for);
+  return query select t.state, not sked.state_is_unfinished(t.state);
 end
 $$;
 
@@ -101,26 +116,13 @@ create or replace function sked.workflow_await(
 returns table (state text, finished boolean)
 language plpgsql as $$
 declare
-  s text;
-  o text;
+  w record;
 begin
-  if p_for is null or p_for <= interval '0' or p_for > interval '1 day' then
-    raise exception 'sked.workflow_await: p_for must be more than 0 and at most 1 day, got %', p_for
-      using errcode = 'invalid_parameter_value';
-  end if;
-  select w.state, w.owner into s, o from sked.workflows w where w.id = p_id for share;
-  if not found or not sked.caller_may_read(o) then
-    raise exception 'no such workflow: %', p_id using errcode = 'no_data_found';
-  end if;
-  if s = 'running' then
-    perform sked.awaits_forget_expired(now());
-    insert into sked.awaits (id, expires_at) values (p_id, now() + p_for)
-    on conflict (id) do update set expires_at = greatest(sked.awaits.expires_at, excluded.expires_at);
-    if coalesce(p_listen, true) then
-      execute format('listen %I', sked.workflow_channel(p_id));
-    end if;
-  end if;
-  return query select s, s <> 'running';
+  select s.state, s.owner into w from sked.workflows s where s.id = p_id for share;
+  perform sked.awaits_register('sked.workflow_await', p_id, found, w.owner, 'no such workflow',
+                               w.state = 'running', sked.workflow_channel(p_id), p_listen,
+                               p_for);
+  return query select w.state, w.state <> 'running';
 end
 $$;
 
