@@ -1,18 +1,18 @@
 //! Awaiting a task or a workflow (`sql/awaits.sql`): the channel its final state is announced
 //! on, and the registration that makes the database announce it.
 //!
-//! A waiter LISTENs on the channel first, then registers (`register_task`,
-//! `register_workflow`), which also reads the state: a final state ends the wait at once,
+//! A waiter LISTENs on the channel first, then registers ([`Awaited::register`]), which
+//! also reads the state: a final state ends the wait at once,
 //! otherwise the notification (or a renewed registration's read) does. Waiting holds no
 //! connection of the pool.
 
 use std::time::Duration;
 
 use sqlx::PgExecutor;
-use sqlx::postgres::types::PgInterval;
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::worker::pg_interval;
 
 /// `sked.task_channel`: where task `id`'s final state is announced to those awaiting it.
 pub fn task_channel(id: Uuid) -> String {
@@ -27,6 +27,13 @@ pub fn workflow_channel(id: Uuid) -> String {
 /// The longest registration `sked.task_await` accepts.
 pub const MAX_REGISTRATION: Duration = Duration::from_secs(86_400);
 
+/// What is awaited: a task or a workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    Task(Uuid),
+    Workflow(Uuid),
+}
+
 /// What a registration read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
@@ -36,61 +43,37 @@ pub struct Registered {
     pub finished: bool,
 }
 
-fn interval(d: Duration) -> PgInterval {
-    let d = d.clamp(Duration::from_millis(1), MAX_REGISTRATION);
-    PgInterval {
-        months: 0,
-        days: 0,
-        microseconds: d.as_micros() as i64,
+impl Awaited {
+    /// The channel its final state is announced on ([`task_channel`], [`workflow_channel`]).
+    pub fn channel(self) -> String {
+        match self {
+            Awaited::Task(id) => task_channel(id),
+            Awaited::Workflow(id) => workflow_channel(id),
+        }
     }
-}
 
-/// `sked.task_await(id, false, for)`: registers a wait for task `id` for `for` (the caller
-/// LISTENs itself, on [`task_channel`]) and reads its state; `None` when there is no such task
-/// (or the database role may not read it).
-pub async fn register_task(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    r#for: Duration,
-) -> Result<Option<Registered>> {
-    register(
-        db,
-        "select * from sked.task_await($1, false, $2)",
-        id,
-        r#for,
-    )
-    .await
-}
-
-/// [`register_task`] for a workflow (`sked.workflow_await`).
-pub async fn register_workflow(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    r#for: Duration,
-) -> Result<Option<Registered>> {
-    register(
-        db,
-        "select * from sked.workflow_await($1, false, $2)",
-        id,
-        r#for,
-    )
-    .await
-}
-
-async fn register(
-    db: impl PgExecutor<'_>,
-    sql: &'static str,
-    id: Uuid,
-    r#for: Duration,
-) -> Result<Option<Registered>> {
-    match sqlx::query_as::<_, (String, bool)>(sql)
-        .bind(id)
-        .bind(interval(r#for))
-        .fetch_one(db)
-        .await
-    {
-        Ok((state, finished)) => Ok(Some(Registered { state, finished })),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("P0002") => Ok(None),
-        Err(e) => Err(e.into()),
+    /// `sked.task_await(id, false, for)` or `sked.workflow_await`: registers a wait for
+    /// `for` (the caller LISTENs itself, on [`Awaited::channel`]) and reads the state;
+    /// `None` when there is no such task or workflow (or the database role may not read it).
+    pub async fn register(
+        self,
+        db: impl PgExecutor<'_>,
+        r#for: Duration,
+    ) -> Result<Option<Registered>> {
+        let (sql, id) = match self {
+            Awaited::Task(id) => ("select * from sked.task_await($1, false, $2)", id),
+            Awaited::Workflow(id) => ("select * from sked.workflow_await($1, false, $2)", id),
+        };
+        let r#for = r#for.clamp(Duration::from_millis(1), MAX_REGISTRATION);
+        match sqlx::query_as::<_, (String, bool)>(sql)
+            .bind(id)
+            .bind(pg_interval(r#for))
+            .fetch_one(db)
+            .await
+        {
+            Ok((state, finished)) => Ok(Some(Registered { state, finished })),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("P0002") => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 }

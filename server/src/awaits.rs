@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
-use uuid::Uuid;
+
+use sked_db::awaits::Awaited;
 
 use crate::error::{Error, Result};
 
@@ -104,22 +105,6 @@ enum Command {
     Unlisten(String),
 }
 
-/// What is awaited.
-#[derive(Debug, Clone, Copy)]
-pub enum Awaited {
-    Task(Uuid),
-    Workflow(Uuid),
-}
-
-impl Awaited {
-    fn channel(self) -> String {
-        match self {
-            Awaited::Task(id) => sked_db::awaits::task_channel(id),
-            Awaited::Workflow(id) => sked_db::awaits::workflow_channel(id),
-        }
-    }
-}
-
 impl std::fmt::Debug for Awaits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let channels = self.inner.channels.lock().unwrap().len();
@@ -152,20 +137,13 @@ impl Awaits {
         let mut subscription = self.subscribe(what.channel()).await?;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let registered = match what {
-                Awaited::Task(id) => {
-                    sked_db::awaits::register_task(&self.inner.pool, id, left + REGISTRATION_MARGIN)
-                        .await?
-                        .ok_or_else(Error::not_found_task)?
-                }
-                Awaited::Workflow(id) => sked_db::awaits::register_workflow(
-                    &self.inner.pool,
-                    id,
-                    left + REGISTRATION_MARGIN,
-                )
+            let registered = what
+                .register(&self.inner.pool, left + REGISTRATION_MARGIN)
                 .await?
-                .ok_or_else(Error::not_found_workflow)?,
-            };
+                .ok_or_else(|| match what {
+                    Awaited::Task(_) => Error::not_found_task(),
+                    Awaited::Workflow(_) => Error::not_found_workflow(),
+                })?;
             if registered.finished {
                 return Ok(true);
             }
@@ -180,29 +158,14 @@ impl Awaits {
     /// Rings on `channel` from the moment this returns (its LISTEN is in effect) until the
     /// subscription is dropped.
     async fn subscribe(&self, channel: String) -> Result<Subscription> {
-        let (rung, listening) = {
+        let rung = {
             let mut channels = self.inner.channels.lock().unwrap();
-            match channels.get_mut(&channel) {
-                Some(c) => {
-                    c.waiters += 1;
-                    (c.rung.subscribe(), None)
-                }
-                None => {
-                    let (tx, rx) = watch::channel(0);
-                    channels.insert(
-                        channel.clone(),
-                        Channel {
-                            waiters: 1,
-                            rung: tx,
-                        },
-                    );
-                    let (ack, acked) = oneshot::channel();
-                    self.commands()
-                        .send(Command::Listen(channel.clone(), ack))
-                        .ok();
-                    (rx, Some(acked))
-                }
-            }
+            let c = channels.entry(channel.clone()).or_insert_with(|| Channel {
+                waiters: 0,
+                rung: watch::channel(0).0,
+            });
+            c.waiters += 1;
+            c.rung.subscribe()
         };
         // From here on, dropping the subscription gives the channel back.
         let subscription = Subscription {
@@ -210,26 +173,17 @@ impl Awaits {
             channel,
             rung,
         };
-        if let Some(acked) = listening {
-            match acked.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(unavailable(e)),
-                Err(_) => return Err(unavailable("the LISTEN connection ended".into())),
-            }
-        } else {
-            // Another waiter asked for the LISTEN: in effect once its command was carried out,
-            // which a second command, queued behind it, tells.
-            let (ack, acked) = oneshot::channel();
-            self.commands()
-                .send(Command::Listen(subscription.channel.clone(), ack))
-                .ok();
-            match acked.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(unavailable(e)),
-                Err(_) => return Err(unavailable("the LISTEN connection ended".into())),
-            }
+        // Answered once the channel is listened on: by this command, or by the one of the
+        // waiter that asked first, queued before it.
+        let (ack, acked) = oneshot::channel();
+        self.commands()
+            .send(Command::Listen(subscription.channel.clone(), ack))
+            .ok();
+        match acked.await {
+            Ok(Ok(())) => Ok(subscription),
+            Ok(Err(e)) => Err(unavailable(e)),
+            Err(_) => Err(unavailable("the LISTEN connection ended".into())),
         }
-        Ok(subscription)
     }
 
     fn commands(&self) -> &mpsc::UnboundedSender<Command> {

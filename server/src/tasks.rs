@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde::Serialize;
+use sked_db::awaits::Awaited;
 use sked_db::listing::{ListFilter, ListPage};
 use sked_db::task::TaskRow;
 use sked_db::token::Principal;
@@ -21,7 +22,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::awaits::{Awaited, WaitParams};
+use crate::awaits::WaitParams;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchTask, OwnerForbidden, QuotaExceeded, TaskId};

@@ -6,6 +6,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
+use sked_db::awaits::Awaited;
 use sked_db::task::TaskRow;
 use sked_db::token::Principal;
 use sked_db::workflow::{ListFilter, WorkflowRow};
@@ -17,7 +18,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::awaits::{Awaited, WaitParams};
+use crate::awaits::WaitParams;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchWorkflow, OwnerForbidden, QuotaExceeded, WorkflowId};

@@ -8,6 +8,7 @@ use anyhow::bail;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use sked::client::{Client, ClientError, MAX_WAIT};
+use sked_types::{TaskState, WorkflowState};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -92,41 +93,61 @@ async fn wait_one(client: &Client, id: Uuid, deadline: Option<Instant>) -> anyho
             .min(MAX_WAIT)
     };
     match client.task_waiting(id, left()).await {
-        Ok(mut task) => loop {
-            let state = task.task.state;
-            if state.is_final() || left().is_zero() {
-                return Ok(Ended {
-                    id,
-                    state: state.to_string(),
-                    finished: state.is_final(),
-                    succeeded: state == sked_types::TaskState::Succeeded,
-                    json: serde_json::to_value(&task)?,
-                });
-            }
-            task = client.task_waiting(id, left()).await?;
-        },
+        Ok(task) => {
+            let poll = |wait| client.task_waiting(id, wait);
+            return follow(id, task, left, poll, |t| {
+                let state = t.task.state;
+                (
+                    state.to_string(),
+                    state.is_final(),
+                    state == TaskState::Succeeded,
+                )
+            })
+            .await;
+        }
         Err(ClientError::Api { status: 404, .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let mut workflow = match client.workflow_waiting(id, left()).await {
+    let workflow = match client.workflow_waiting(id, left()).await {
         Ok(w) => w,
         Err(ClientError::Api { status: 404, .. }) => {
             bail!("no task or workflow {id} (or not one of yours)")
         }
         Err(e) => return Err(e.into()),
     };
+    let poll = |wait| client.workflow_waiting(id, wait);
+    follow(id, workflow, left, poll, |w| {
+        let state = w.workflow.state;
+        let finished = state != WorkflowState::Running;
+        (
+            state.to_string(),
+            finished,
+            state == WorkflowState::Succeeded,
+        )
+    })
+    .await
+}
+
+/// Asks `poll` again, for what is `left` of the wait, until the answer's `outcome` (its state,
+/// whether final, whether succeeded) is final or nothing is left.
+async fn follow<T: serde::Serialize, F: Future<Output = Result<T, ClientError>>>(
+    id: Uuid,
+    mut answer: T,
+    left: impl Fn() -> Duration,
+    poll: impl Fn(Duration) -> F,
+    outcome: impl Fn(&T) -> (String, bool, bool),
+) -> anyhow::Result<Ended> {
     loop {
-        let state = workflow.workflow.state;
-        let finished = state != sked_types::WorkflowState::Running;
+        let (state, finished, succeeded) = outcome(&answer);
         if finished || left().is_zero() {
             return Ok(Ended {
                 id,
-                state: state.to_string(),
+                state,
                 finished,
-                succeeded: state == sked_types::WorkflowState::Succeeded,
-                json: serde_json::to_value(&workflow)?,
+                succeeded,
+                json: serde_json::to_value(&answer)?,
             });
         }
-        workflow = client.workflow_waiting(id, left()).await?;
+        answer = poll(left()).await?;
     }
 }
