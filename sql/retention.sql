@@ -50,11 +50,14 @@ create or replace trigger retention_settings_keep_row_on_truncate
 -- Changes the cluster's retention: a null argument keeps its setting. p_enabled false turns
 -- retention off entirely (nothing is deleted, whatever the queues say); p_retention is how
 -- long finished tasks are kept, p_keep_failed how long failed ones are (at least as long as
--- the retention): each 1 hour to 36500 days. A bad value raises check_violation naming the
--- rule, and changes nothing. Returns the settings.
+-- the retention), p_keep_keys how long an idempotency key outlives the task it
+-- names (sql/tasks.sql, "Idempotency keys"): each 1 hour to 36500 days. A bad value raises
+-- check_violation naming the rule, and changes nothing. Returns the settings.
+drop function if exists sked.retention_set(boolean, interval, interval, timestamptz);
 create or replace function sked.retention_set(
   p_enabled boolean default null, p_retention interval default null,
-  p_keep_failed interval default null, p_now timestamptz default now())
+  p_keep_failed interval default null, p_keep_keys interval default null,
+  p_now timestamptz default now())
 returns sked.retention_settings
 language plpgsql as $$
 declare
@@ -62,10 +65,13 @@ declare
 begin
   perform sked.retention_check('retention_settings', 'retention', p_retention);
   perform sked.retention_check('retention_settings', 'keep_failed', p_keep_failed);
+  perform sked.retention_check('retention_settings', 'keep_keys',
+                               p_keep_keys);
   update sked.retention_settings s
      set enabled = coalesce(p_enabled, s.enabled),
          retention = coalesce(p_retention, s.retention),
          keep_failed = coalesce(p_keep_failed, s.keep_failed),
+         keep_keys = coalesce(p_keep_keys, s.keep_keys),
          updated_at = p_now
   returning * into r;
   return r;

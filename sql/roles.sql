@@ -138,10 +138,12 @@ declare
     'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
     'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune',
-    'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention'];
+    'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention',
+    'idempotency_keys_prune'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
-  -- that the caller may read the row they name (sked.caller_may_read), as they lock it.
-  await_calls text[] := array['task_await', 'workflow_await'];
+  -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
+  -- awaiting, and the idempotency keys a submission takes (called by sked.tasks_insert).
+  await_calls text[] := array['task_await', 'workflow_await', 'idempotency_keys_claim'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[

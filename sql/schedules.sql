@@ -517,8 +517,8 @@ $$;
 
 -- Checks a task template by submitting it in a subtransaction that is always rolled back, so
 -- that a template is held to exactly the rules of a submitted task. Its keys are the fields
--- of a task (sked.task_fields()) but the schedule's own (run_at, delay, owner) and those of a
--- service.
+-- of a task (sked.task_fields()) but the schedule's own (run_at, delay, owner), an
+-- idempotency key (which names one task, and a schedule makes many) and those of a service.
 create or replace function sked.schedule_check_template(s sked.schedules) returns void
 language plpgsql as $$
 declare
@@ -529,9 +529,10 @@ begin
     select string_agg(k, ', ' order by k) into bad
       from jsonb_object_keys(s.task) k
      where k <> all (sked.task_fields())
-        or k in ('run_at', 'delay', 'owner', 'replicas', 'restart_policy', 'health_check');
+        or k in ('run_at', 'delay', 'owner', 'idempotency_key', 'replicas', 'restart_policy',
+                 'health_check');
     if bad is not null then
-      raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner)',
+      raise exception 'schedule %: the task template has unknown or unsettable keys: % (the schedule sets run_at, delay and owner; an idempotency key would name its first task only)',
         quote_literal(s.name), bad
         using errcode = 'check_violation', constraint = 'schedules_task_template_must_be_valid';
     end if;

@@ -134,6 +134,175 @@ create or replace trigger tasks_after_insert_notify
   for each statement execute function sked.tasks_after_insert_notify();
 
 -- ---------------------------------------------------------------------------------------------
+-- Idempotency keys
+-- ---------------------------------------------------------------------------------------------
+--
+-- The rule (docs/sql.md, "Idempotency keys"): an owner's idempotency key names one task, the
+-- first submitted with it, for as long as that task is kept, whatever state it reaches, and
+-- for retention_settings.keep_keys after it is deleted. Submitting again with the
+-- key and the same definition (sked.task_definition: the fields but the owner, the key and
+-- when it runs) inserts nothing and answers with that task (`created` false); with another
+-- definition it raises unique_violation, tasks_idempotency_key_names_another_definition. A
+-- plain INSERT (or COPY) of a task whose key names another task raises unique_violation,
+-- tasks_idempotency_key_names_another_task. The keys are rows of sked.idempotency_keys
+-- (migrations/20261226000001_idempotency_keys.sql), read and written only by the functions
+-- below, which run with their owner's rights.
+
+-- Gives each row of `rows` that has an idempotency key the task its key names: the row's own
+-- (`created`) when the key was free (never given, or forgotten: past its forget_at), else
+-- the task that holds it; the first of several rows with one key in `rows` takes it. Raises
+-- unique_violation (tasks_idempotency_key_names_another_definition) when a key names a task
+-- of another definition, and insufficient_privilege for a row of an owner the caller may not
+-- act for. Answers the rows with a key, by their place in `rows` (`ord`, from 1).
+--
+-- Concurrent submissions of one key: the second waits for the first's transaction; if that
+-- commits, the second reads the key it wrote (the second statement below reads what has
+-- committed by its start, under READ COMMITTED; a REPEATABLE READ transaction gets a
+-- serialization failure instead, to retry), if it rolls back, the second takes the key.
+create or replace function sked.idempotency_keys_claim(rows sked.tasks[])
+returns table (ord integer, id uuid, created boolean)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  keyed constant sked.tasks[] := array(select r from unnest(rows) r
+                                        where r.idempotency_key is not null);
+  places constant integer[] := array(select k from generate_subscripts(rows, 1) k
+                                      where (rows[k]).idempotency_key is not null order by k);
+  definitions uuid[];
+  bad record;
+begin
+  if cardinality(keyed) = 0 then
+    return;
+  end if;
+  select r.owner into bad from unnest(keyed) r where not sked.caller_may_read(r.owner) limit 1;
+  if found then
+    raise exception 'sked.tasks: this role may not submit tasks owned by %', bad.owner
+      using errcode = 'insufficient_privilege';
+  end if;
+  definitions := array(select sked.task_definition(r) from unnest(keyed) r);
+  insert into sked.idempotency_keys as x (owner, key, task_id, definition, created_at)
+  select distinct on ((keyed[j]).owner, (keyed[j]).idempotency_key)
+         (keyed[j]).owner, (keyed[j]).idempotency_key, (keyed[j]).id, definitions[j], now()
+    from generate_subscripts(keyed, 1) j
+   order by (keyed[j]).owner, (keyed[j]).idempotency_key, j
+  on conflict (owner, key) do update
+     set task_id = excluded.task_id, definition = excluded.definition,
+         created_at = excluded.created_at, forget_at = null
+   where x.forget_at <= now();
+  -- A statement of its own, to read keys that a concurrent transaction committed.
+  select x.task_id into bad
+    from generate_subscripts(keyed, 1) j
+    join sked.idempotency_keys x
+      on x.owner = (keyed[j]).owner and x.key = (keyed[j]).idempotency_key
+   where x.definition <> definitions[j]
+   limit 1;
+  if found then
+    raise exception 'sked.tasks: the idempotency key names a task with another definition'
+      using errcode = 'unique_violation',
+            constraint = 'tasks_idempotency_key_names_another_definition',
+            table = 'tasks', schema = 'sked',
+            detail = format('The key names task %s.', bad.task_id),
+            hint = 'Submit that task''s fields again to be answered with it, or use another key.';
+  end if;
+  return query
+  select places[j], x.task_id, x.task_id = (keyed[j]).id
+    from generate_subscripts(keyed, 1) j
+    join sked.idempotency_keys x
+      on x.owner = (keyed[j]).owner and x.key = (keyed[j]).idempotency_key
+   order by j;
+end
+$$;
+
+-- Inserted tasks with a key take it: those of a submit function have taken it already; a
+-- plain INSERT's, whose key names another task, are refused.
+create or replace function sked.tasks_after_insert_keys() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  if exists (select 1 from sked.idempotency_keys_claim(
+                              array(select n::sked.tasks from new_rows n
+                                     where n.idempotency_key is not null)) c
+              where not c.created) then
+    raise exception 'sked.tasks: the idempotency key names another task'
+      using errcode = 'unique_violation',
+            constraint = 'tasks_idempotency_key_names_another_task',
+            table = 'tasks', schema = 'sked',
+            hint = 'sked.tasks_submit answers with the task a key names instead of inserting.';
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_insert_keys
+  after insert on sked.tasks
+  referencing new table as new_rows
+  for each statement execute function sked.tasks_after_insert_keys();
+
+-- A task's key and owner stay what they were when it took the key.
+create or replace function sked.tasks_before_update_keys() returns trigger
+language plpgsql as $$
+begin
+  if new.idempotency_key is distinct from old.idempotency_key
+     or (old.idempotency_key is not null and new.owner is distinct from old.owner) then
+    raise exception 'sked.tasks: a task''s idempotency key, and the owner of a task with one, cannot change'
+      using errcode = 'check_violation', constraint = 'tasks_idempotency_key_is_fixed',
+            table = 'tasks', schema = 'sked';
+  end if;
+  return new;
+end
+$$;
+
+create or replace trigger tasks_before_update_keys
+  before update of idempotency_key, owner on sked.tasks
+  for each row execute function sked.tasks_before_update_keys();
+
+-- A deleted task's key is forgotten after keep_keys.
+create or replace function sked.tasks_after_delete_keys() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  if exists (select 1 from old_rows o where o.idempotency_key is not null) then
+    update sked.idempotency_keys x
+       set forget_at = now() + (select s.keep_keys from sked.retention_settings s)
+      from old_rows o
+     where o.idempotency_key is not null and x.owner = o.owner
+       and x.key = o.idempotency_key and x.task_id = o.id and x.forget_at is null;
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_delete_keys
+  after delete on sked.tasks
+  referencing old table as old_rows
+  for each statement execute function sked.tasks_after_delete_keys();
+
+create or replace function sked.tasks_after_truncate_keys() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  update sked.idempotency_keys x
+     set forget_at = now() + (select s.keep_keys from sked.retention_settings s)
+   where x.forget_at is null;
+  return null;
+end
+$$;
+
+create or replace trigger tasks_after_truncate_keys
+  after truncate on sked.tasks
+  for each statement execute function sked.tasks_after_truncate_keys();
+
+-- Deletes up to p_limit keys past their forget_at; returns how many. Keys past it are free
+-- to be given again before this deletes them (sked.idempotency_keys_claim).
+create or replace function sked.idempotency_keys_prune(
+  p_limit integer default 10000, p_now timestamptz default now())
+returns integer
+language sql security definer set search_path = pg_catalog, pg_temp as $$
+  with gone as (
+    delete from sked.idempotency_keys x
+     where (x.owner, x.key) in (select f.owner, f.key from sked.idempotency_keys f
+                                 where f.forget_at < p_now order by f.forget_at limit p_limit)
+    returning 1)
+  select count(*)::integer from gone
+$$;
+
+-- ---------------------------------------------------------------------------------------------
 -- The fields of a task
 -- ---------------------------------------------------------------------------------------------
 --
@@ -152,9 +321,9 @@ create or replace trigger tasks_after_insert_notify
 -- From the list and the table as it is, every migrate makes:
 --   sked.task_submit(<fields>)      one task by named arguments; returns its id. An argument
 --                                   left out or null takes the table's default. With an
---                                   idempotency key that an unfinished task of the same
---                                   owner holds, it returns that task's id and inserts
---                                   nothing. `shards` (1 to 10000) or `broadcast` make a
+--                                   idempotency key that names a task already, it returns
+--                                   that task's id and inserts nothing (sked.tasks_submit
+--                                   also says whether it created). `shards` (1 to 10000) or `broadcast` make a
 --                                   sharded task (docs/shards.md); `cpu_millis` and
 --                                   `memory_mb` request capacity (docs/runtime.md),
 --                                   `max_output_bytes` caps stdout and stderr, `run_as` names
@@ -367,54 +536,46 @@ begin
 
   -- The insert every way in ends in. Copies of services, which only sked's own functions
   -- make from their service's row, go in `whole`: those functions run as the schema's owner
-  -- (shards, copies of their parent's every column too, go in by sked.shards_insert). A submission inserts the submitted columns, by the caller's rights
-  -- (row-level security decides whose it may be); a task with an idempotency key that an
-  -- unfinished task of its owner holds is not inserted, and answers with that task's id (one
-  -- inserted earlier by the same call, or one in the table). Answers the ids in the order
-  -- of `rows`.
+  -- (shards, copies of their parent's every column too, go in by sked.shards_insert). A
+  -- submission inserts the submitted columns, by the caller's rights (row-level security
+  -- decides whose it may be). A task whose idempotency key names a task already (see
+  -- "Idempotency keys" above) is not inserted: it answers with that task's id and `created`
+  -- false. Answers in the order of `rows`.
+  if pg_get_function_result(to_regprocedure('sked.tasks_insert(sked.tasks[], boolean)'))
+     <> 'TABLE(id uuid, created boolean)' then
+    drop function sked.tasks_insert(sked.tasks[], boolean);
+  end if;
   execute format($f$
     create or replace function sked.tasks_insert(rows sked.tasks[], whole boolean default false)
-    returns table (id uuid)
+    returns table (id uuid, created boolean)
     language plpgsql
     set jit = off -- planned for the rows given, a batch's plan would cost enough to be compiled
     as $b$
     begin
       if whole then
-        return query insert into sked.tasks as t select * from unnest(rows) returning t.id;
+        return query insert into sked.tasks as t select * from unnest(rows) returning t.id, true;
         return;
       end if;
-      -- Tasks without an idempotency key cannot conflict: a plain insert, cheaper than the
-      -- speculative insertion that ON CONFLICT needs for every row.
+      -- Tasks without an idempotency key: a plain insert.
       if not exists (select 1 from unnest(rows) i where i.idempotency_key is not null) then
         return query insert into sked.tasks as t (%1$s) select %2$s from unnest(rows) i
-                     returning t.id;
+                     returning t.id, true;
         return;
       end if;
       return query
       with input as (
         select * from unnest(rows) with ordinality
-      ), plain as (
+      ), claimed as materialized (
+        select * from sked.idempotency_keys_claim(rows)
+      ), inserted as (
         insert into sked.tasks (%1$s)
-        select %2$s from input i where i.idempotency_key is null order by i.ordinality
-      ), keyed as (
-        insert into sked.tasks as t (%1$s)
-        select %2$s from input i where i.idempotency_key is not null order by i.ordinality
-        on conflict (owner, idempotency_key)
-          where idempotency_key is not null and state in ('blocked', 'waiting', 'running', 'retry')
-          do nothing
-        returning t.id, t.owner, t.idempotency_key
+        select %2$s from input i
+         where i.idempotency_key is null
+            or exists (select 1 from claimed c where c.ord = i.ordinality and c.created)
+         order by i.ordinality
       )
-      select case
-               when i.idempotency_key is null then i.id
-               else coalesce(
-                 (select d.id from keyed d where d.id = i.id),
-                 (select d.id from keyed d
-                   where d.owner = i.owner and d.idempotency_key = i.idempotency_key),
-                 (select t.id from sked.tasks t
-                   where t.owner = i.owner and t.idempotency_key = i.idempotency_key
-                     and t.state in ('blocked', 'waiting', 'running', 'retry')))
-             end
-        from input i
+      select coalesce(c.id, i.id), coalesce(c.created, true)
+        from input i left join claimed c on c.ord = i.ordinality
        order by i.ordinality;
     end
     $b$
@@ -456,18 +617,29 @@ language sql volatile as $$
 $$;
 
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
--- fields (the arguments of sked.task_submit); returns the ids in input order. Missing keys
--- take the defaults; `owner_` applies to objects that name no owner. All or nothing: one
--- bad task rejects the whole batch. Idempotency keys are honoured as in task_submit.
+-- fields (the arguments of sked.task_submit); returns, in input order, each task's id and
+-- whether it was created: false when its idempotency key names a task already, which it
+-- answers with (see "Idempotency keys" above). Missing keys take the defaults; `owner_`
+-- applies to objects that name no owner. All or nothing: one bad task rejects the whole
+-- batch.
+do $do$
+begin
+  if pg_get_function_result(to_regprocedure('sked.tasks_submit(jsonb, text)'))
+     <> 'TABLE(id uuid, created boolean)' then
+    drop function sked.tasks_submit(jsonb, text);
+  end if;
+end
+$do$;
 create or replace function sked.tasks_submit(tasks jsonb, owner_ text default current_user)
-returns table (id uuid)
+returns table (id uuid, created boolean)
 language plpgsql as $$
 begin
   if jsonb_typeof(tasks) is distinct from 'array' then
     raise exception 'sked.tasks_submit expects a JSON array of task objects'
       using errcode = '22023';
   end if;
-  return query select i.id from sked.tasks_insert(sked.tasks_from_json(tasks, owner_, now())) i;
+  return query select i.id, i.created
+                 from sked.tasks_insert(sked.tasks_from_json(tasks, owner_, now())) i;
 end
 $$;
 
@@ -584,8 +756,8 @@ create or replace function sked.task_resubmit(
   p_id uuid, p_owner text default current_user, p_now timestamptz default now())
 returns uuid
 language sql as $$
-  select sked.tasks_insert(array[sked.task_copy(sked.task_resubmittable(t), jsonb_build_object(
-           'owner', p_owner, 'next_run_at', p_now, 'idempotency_key', null))])
+  select (select i.id from sked.tasks_insert(array[sked.task_copy(sked.task_resubmittable(t),
+            jsonb_build_object('owner', p_owner, 'next_run_at', p_now, 'idempotency_key', null))]) i)
     from sked.tasks t where t.id = p_id
 $$;
 

@@ -166,7 +166,9 @@ async fn sql_bulk(db: &BenchDb, n: usize, batch: usize) -> Result<f64> {
     let mut left = n;
     while left > 0 {
         let k = left.min(batch);
-        let ids = sked_db::task::submit(&pool, &tasks[..k], "bench").await?;
+        let ids = sked_db::task::submit(&pool, &tasks[..k], "bench")
+            .await?
+            .ids;
         if ids.len() != k {
             bail!(
                 "sked_db::task::submit returned {} ids for {k} tasks",

@@ -12,17 +12,26 @@ use crate::Result;
 /// The columns of the settings an answer shows.
 const SETTINGS: &str = "enabled, extract(epoch from retention)::float8,
                         extract(epoch from keep_failed)::float8,
-                        extract(epoch from sked.artifact_grace())::float8, updated_at";
+                        extract(epoch from sked.artifact_grace())::float8,
+                        extract(epoch from keep_keys)::float8, updated_at";
 
-type Row = (bool, f64, f64, f64, DateTime<Utc>);
+type Row = (bool, f64, f64, f64, f64, DateTime<Utc>);
 
 fn settings(row: Row) -> Retention {
-    let (enabled, retention_secs, keep_failed_secs, artifact_grace_secs, updated_at) = row;
+    let (
+        enabled,
+        retention_secs,
+        keep_failed_secs,
+        artifact_grace_secs,
+        keep_keys_secs,
+        updated_at,
+    ) = row;
     Retention {
         enabled,
         retention_secs,
         keep_failed_secs,
         artifact_grace_secs,
+        keep_keys_secs,
         updated_at,
     }
 }
@@ -40,12 +49,14 @@ pub async fn get(pool: &PgPool) -> Result<Retention> {
 pub async fn set(pool: &PgPool, change: &RetentionChange) -> Result<Retention> {
     let sql = format!(
         "select {SETTINGS} from sked.retention_set($1, $2 * interval '1 second',
-                                                   $3 * interval '1 second')"
+                                                   $3 * interval '1 second',
+                                                   $4 * interval '1 second')"
     );
     let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(change.enabled)
         .bind(change.retention_secs)
         .bind(change.keep_failed_secs)
+        .bind(change.keep_keys_secs)
         .fetch_one(pool)
         .await?;
     Ok(settings(row))

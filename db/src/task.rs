@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{DeserializeSeed, Error as _, IntoDeserializer, MapAccess};
 use serde_json::{Map, Value};
-use sked_types::{Attempt, LogChunk, SubmitTask, Task, TaskState};
+use sked_types::{Attempt, LogChunk, SubmitTask, Submitted, Task, TaskState};
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgColumn, PgRow};
 use sqlx::{Column, PgConnection, PgExecutor, PgPool, Row, TypeInfo};
@@ -206,9 +206,10 @@ pub(crate) fn submit_fields(t: &SubmitTask) -> Result<Map<String, Value>> {
     Ok(fields)
 }
 
-/// Submits tasks in one statement (all or nothing); returns their ids in order. Tasks that
-/// name no owner get `owner`.
-pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Vec<Uuid>> {
+/// Submits tasks in one statement (all or nothing); returns their ids in order and whether
+/// each was created (false: its idempotency key named that task already). Tasks that name no
+/// owner get `owner`.
+pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Submitted> {
     let mut conn = pool.acquire().await?;
     submit_in(&mut conn, tasks, owner).await
 }
@@ -218,7 +219,7 @@ pub async fn submit_in(
     conn: &mut PgConnection,
     tasks: &[SubmitTask],
     owner: &str,
-) -> Result<Vec<Uuid>> {
+) -> Result<Submitted> {
     let specs = tasks
         .iter()
         .map(submit_fields)
@@ -227,21 +228,26 @@ pub async fn submit_in(
         && tasks.iter().all(copyable)
         && let Some(columns) = copy::Columns::of(&mut *conn, &specs).await?
     {
-        return copy::submit(conn, &specs, &columns, owner).await;
+        let ids = copy::submit(conn, &specs, &columns, owner).await?;
+        let created = vec![true; ids.len()];
+        return Ok(Submitted { ids, created });
     }
-    let ids: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks_submit($1, $2)")
-        .bind(sqlx::types::Json(specs))
-        .bind(owner)
-        .fetch_all(conn)
-        .await?;
-    Ok(ids)
+    let rows: Vec<(Uuid, bool)> =
+        sqlx::query_as("select id, created from sked.tasks_submit($1, $2)")
+            .bind(sqlx::types::Json(specs))
+            .bind(owner)
+            .fetch_all(conn)
+            .await?;
+    let (ids, created) = rows.into_iter().unzip();
+    Ok(Submitted { ids, created })
 }
 
 /// Batches at least this large go in by `COPY` when [`copyable`] and row-level security does
 /// not apply (see [`copy::Columns`]).
 const COPY_FROM: usize = 64;
 
-/// A task `COPY` can insert: no idempotency key (which needs `ON CONFLICT`), no start time
+/// A task `COPY` can insert: no idempotency key (a key that names a task already answers
+/// with that task, which `COPY` cannot), no start time
 /// of its own (`next_run_at` is then the database's `now()`, the column default), and not
 /// sharded.
 fn copyable(t: &SubmitTask) -> bool {

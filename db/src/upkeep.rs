@@ -8,7 +8,7 @@
 //! | fire schedules | `sked.schedules_fire` | servers, workers (unless `--fire-schedules false`) | until the next tick, at most 1 s; at once on `sked_schedules` |
 //! | prune schedule runs | `sked.schedule_runs_prune` | those that fire | 60 s |
 //! | prune live events | `sked.events_prune` | servers | 10 s |
-//! | prune finished tasks | `sked.tasks_prune_expired` | servers | 60 s (at once again after a run that stopped with more to do) |
+//! | prune finished tasks | `sked.tasks_prune_expired`, then `sked.idempotency_keys_prune` | servers | 60 s (at once again after a run that stopped with more to do) |
 //! | prune artifacts | `sked.artifacts_prune` | servers | 10 min |
 //!
 //! How long finished tasks are kept is a setting of the database (`sked.retention_settings`,
@@ -215,7 +215,11 @@ impl Duty {
                         "pruned finished tasks past their retention"
                     );
                 }
-                if !done {
+                let keys = prune_forgotten_keys(pool).await?;
+                if keys > 0 {
+                    tracing::info!(keys, "pruned idempotency keys past their window");
+                }
+                if !done || keys >= PRUNE_KEYS_BATCH {
                     ran.next = Duration::ZERO;
                 }
             }
@@ -477,6 +481,18 @@ where
         }
         tokio::time::sleep(pause_after(started.elapsed())).await;
     }
+}
+
+/// Idempotency keys one run of the prune of finished tasks deletes at most.
+const PRUNE_KEYS_BATCH: i32 = 10_000;
+
+/// Deletes idempotency keys whose window after their task's deletion has passed
+/// (`sked.idempotency_keys_prune`), at most [`PRUNE_KEYS_BATCH`]; returns how many.
+pub async fn prune_forgotten_keys(pool: &PgPool) -> crate::Result<i32> {
+    Ok(sqlx::query_scalar("select sked.idempotency_keys_prune($1)")
+        .bind(PRUNE_KEYS_BATCH)
+        .fetch_one(pool)
+        .await?)
 }
 
 /// One batch of `sked.tasks_prune_expired`: examines the next `limit` finished tasks after

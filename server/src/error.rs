@@ -318,6 +318,10 @@ const RULES: &[(&str, &str)] = &[
         "retention_settings_keep_failed_must_be_1_hour_to_36500_days",
         "keep_failed_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
     ),
+    (
+        "retention_settings_keep_keys_must_be_1_hour_to_36500_days",
+        "keep_keys_secs must be between 3600 (an hour) and 3153600000 (36500 days)",
+    ),
 ];
 
 /// Prefixes of constraint names: the table the rule belongs to.
@@ -369,8 +373,13 @@ pub fn describe_rule(constraint: &str) -> String {
 
 fn describe_conflict(constraint: &str) -> String {
     match constraint {
-        "tasks_idempotency_key_unfinished" => {
-            "an unfinished task of this owner already holds this idempotency key".to_owned()
+        "tasks_idempotency_key_names_another_definition" => {
+            "this owner's idempotency key names a task with another definition (submit the same \
+             fields again to be answered with that task, or use another key)"
+                .to_owned()
+        }
+        "tasks_idempotency_key_names_another_task" => {
+            "this owner's idempotency key names another task".to_owned()
         }
         _ => "conflicts with an existing row".to_owned(),
     }

@@ -363,7 +363,7 @@ async fn set_paused(
     responses(
         (status = 201, description = "The occurrence was submitted: a task or a workflow", body = RunNow),
         NoSuchSchedule,
-        (status = 409, description = "`conflict`: an unfinished task of the owner holds the template's idempotency key, or the template is a broadcast that no live worker serves", body = ApiError),
+        (status = 409, description = "`conflict`: the template is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the occurrence is more task rows than its owner may create per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The template no longer passes the rules of a submission", body = ApiError),
         (status = 429, response = QuotaExceeded),

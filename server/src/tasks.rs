@@ -49,9 +49,10 @@ pub(crate) use sked_types::duration::MAX_SECS;
     post, path = "/api/v1/tasks", operation_id = "submit_task", tag = "tasks",
     request_body = SubmitTask,
     responses(
-        (status = 201, description = "The task was created (or an unfinished task with the same idempotency key exists)", body = Submitted),
+        (status = 201, description = "The task was created", body = Submitted),
+        (status = 200, description = "The idempotency key names a task of the same definition already: the answer is that task (`created` false), nothing was inserted", body = Submitted),
         OwnerForbidden,
-        (status = 409, description = "`conflict`: an unfinished task of the owner holds the idempotency key, or the task is a broadcast that no live worker serves", body = ApiError),
+        (status = 409, description = "`conflict`: the idempotency key names a task with another definition, or the task is a broadcast that no live worker serves", body = ApiError),
         (status = 413, description = "`too_large`: the task and its shards or copies are more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected the task; the message names the rule", body = ApiError),
         (status = 429, response = QuotaExceeded),
@@ -74,9 +75,10 @@ pub async fn submit(
     post, path = "/api/v1/tasks/batch", operation_id = "submit_task_batch", tag = "tasks",
     request_body = SubmitBatch,
     responses(
-        (status = 201, description = "Every task was created", body = Submitted),
+        (status = 201, description = "A task was created; `created` says which (false: the idempotency key named that task already)", body = Submitted),
+        (status = 200, description = "Every task's idempotency key named a task of the same definition already: nothing was inserted", body = Submitted),
         OwnerForbidden,
-        (status = 409, description = "`conflict`: an unfinished task of the owner holds an idempotency key, or a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
+        (status = 409, description = "`conflict`: an idempotency key names a task with another definition, or a task is a broadcast that no live worker serves; nothing was inserted", body = ApiError),
         (status = 413, description = "A body over 32 MiB, or more task rows than allowed per request (`--max-rows-per-request`) or per owner per minute (`--max-rows-per-owner-per-minute`)", body = ApiError),
         (status = 422, description = "The schema rejected a task; nothing was inserted", body = ApiError),
         (status = 429, response = QuotaExceeded),
@@ -113,9 +115,16 @@ async fn submit_tasks(
     let rows = state.quotas.check(tasks, what)?;
     let mut tx = state.pool.begin().await?;
     state.quotas.take(&mut tx, principal, rows, what).await?;
-    let ids = sked_db::task::submit_in(&mut tx, tasks, &principal.owner).await?;
+    let submitted = sked_db::task::submit_in(&mut tx, tasks, &principal.owner).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, axum::Json(Submitted { ids })))
+    // 201 when the request created a task, 200 when every idempotency key named a task
+    // already (the answer names those).
+    let status = if submitted.created.iter().any(|c| *c) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, axum::Json(submitted)))
 }
 
 /// Prefixes the message of a batch element's error with its position.
@@ -545,6 +554,9 @@ pub async fn resubmit(
     tx.commit().await?;
     Ok((
         StatusCode::CREATED,
-        axum::Json(Submitted { ids: vec![new_id] }),
+        axum::Json(Submitted {
+            ids: vec![new_id],
+            created: vec![true],
+        }),
     ))
 }

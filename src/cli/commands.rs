@@ -332,13 +332,18 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     print_submitted(&submitted, args.json)
 }
 
-/// Prints the ids of the new tasks, one a line, or the whole answer as JSON with `--json`.
+/// Prints the ids of the tasks, one a line, or the whole answer as JSON with `--json`; a
+/// task the request did not create (its idempotency key named it already) is said so on
+/// stderr.
 fn print_submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(submitted)?);
     } else {
-        for id in &submitted.ids {
+        for (i, id) in submitted.ids.iter().enumerate() {
             println!("{id}");
+            if submitted.created.get(i) == Some(&false) {
+                eprintln!("{id}: not created, its idempotency key names this task already");
+            }
         }
     }
     Ok(())

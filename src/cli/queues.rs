@@ -53,7 +53,7 @@ pub enum RetentionCommand {
     /// Show the cluster's retention.
     Show(ListArgs),
     /// Change the cluster's retention: `sked retention set [--keep 7d] [--keep-failed 30d]
-    /// [--off|--on]` (a flag left out keeps the setting).
+    /// [--keep-keys 1d] [--off|--on]` (a flag left out keeps the setting).
     Set(RetentionSetArgs),
 }
 
@@ -69,6 +69,10 @@ pub struct RetentionSetArgs {
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
           value_parser = |s: &str| parse_retention(s, "--keep-failed"))]
     keep_failed: Option<f64>,
+    /// How long an idempotency key outlives the task it names (an hour to 36500 days).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = |s: &str| parse_retention(s, "--keep-keys"))]
+    keep_keys: Option<f64>,
     /// Turn retention off: no finished task and no artifact is deleted, whatever the queues
     /// set.
     #[arg(long, conflicts_with = "on")]
@@ -113,10 +117,12 @@ fn kept(secs: f64) -> String {
 fn describe_retention(r: &Retention) -> String {
     if r.enabled {
         format!(
-            "retention on: finished tasks kept {}, failed ones {}; artifacts nothing refers to kept {}",
+            "retention on: finished tasks kept {}, failed ones {}; artifacts nothing refers to kept {}; \
+             idempotency keys kept {} after their task",
             kept(r.retention_secs),
             kept(r.keep_failed_secs.max(r.retention_secs)),
-            kept(r.artifact_grace_secs)
+            kept(r.artifact_grace_secs),
+            kept(r.keep_keys_secs)
         )
     } else {
         format!(
@@ -139,13 +145,21 @@ pub async fn retention(cmd: RetentionCommand) -> anyhow::Result<()> {
                 (_, true) => Some(false),
                 _ => None,
             };
-            if enabled.is_none() && args.keep.is_none() && args.keep_failed.is_none() {
-                bail!("give at least one of --keep, --keep-failed, --off and --on");
+            if enabled.is_none()
+                && args.keep.is_none()
+                && args.keep_failed.is_none()
+                && args.keep_keys.is_none()
+            {
+                bail!(
+                    "give at least one of --keep, --keep-failed, --keep-keys, --off \
+                     and --on"
+                );
             }
             let change = RetentionChange {
                 enabled,
                 retention_secs: args.keep,
                 keep_failed_secs: args.keep_failed,
+                keep_keys_secs: args.keep_keys,
             };
             let r = args.api.client()?.set_retention(&change).await?;
             println!("{}", describe_retention(&r));

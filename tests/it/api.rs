@@ -1012,16 +1012,53 @@ async fn workers_lists_the_registry() {
 }
 
 #[tokio::test]
-async fn idempotency_key_returns_the_first_task() {
+async fn an_idempotency_key_answers_with_its_task_200_and_a_different_definition_409() {
     let api = Api::new().await;
     let body = json!({"command": ["true"], "idempotency_key": "k1"});
-    let first = api.submit(&api.alice, body.clone()).await;
-    let second = api.submit(&api.alice, body).await;
+    let (status, first) = api.post("/api/v1/tasks", &api.alice, body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["created"], json!([true]));
+    let id = &first["ids"][0];
+    sqlx::query("select sked.task_cancel($1::uuid)")
+        .bind(id.as_str().unwrap())
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    let (status, again) = api.post("/api/v1/tasks", &api.alice, body.clone()).await;
     assert_eq!(
-        first, second,
-        "a repeated key names the unfinished task that holds it"
+        (status, &again["ids"][0], &again["created"]),
+        (StatusCode::OK, id, &json!([false])),
+        "the key names its task after it finished: 200, that task, created false"
     );
-    assert_eq!(api.task_count().await, 1, "a repeated key inserts nothing");
+    let (status, batch) = api
+        .post(
+            "/api/v1/tasks/batch",
+            &api.alice,
+            json!({"tasks": [body.clone(), {"command": ["true"]}]}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a batch that created a task: {batch}"
+    );
+    assert_eq!(batch["created"], json!([false, true]));
+    assert_eq!(&batch["ids"][0], id);
+
+    let other = json!({"command": ["false"], "idempotency_key": "k1"});
+    let (status, err) = api.post("/api/v1/tasks", &api.alice, other).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_error(&err, "conflict");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("another definition"),
+        "{err}"
+    );
+    let (status, _) = api.post("/api/v1/tasks", &api.bob, body).await;
+    assert_eq!(status, StatusCode::CREATED, "keys are per owner");
+    assert_eq!(api.task_count().await, 3, "a repeated key inserts nothing");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ mod dashboard;
 mod dashboard_api;
 mod delayed;
 mod events;
+mod idempotency;
 mod isolation;
 mod openapi_contract;
 mod placement;

@@ -833,12 +833,21 @@ async fn cli_shows_and_sets_the_clusters_retention_and_a_queues() {
     let out = api.ok(&["retention", "show"]).await;
     assert_eq!(
         out.trim(),
-        "retention on: finished tasks kept 7d, failed ones 30d; artifacts nothing refers to kept 1d"
+        "retention on: finished tasks kept 7d, failed ones 30d; artifacts nothing refers to kept 1d; \
+         idempotency keys kept 1d after their task"
     );
     let out = api
         .ok(&["retention", "set", "--keep", "14d", "--keep-failed", "8w"])
         .await;
     assert!(out.contains("kept 14d, failed ones 56d"), "{out}");
+    let out = api.ok(&["retention", "set", "--keep-keys", "3d"]).await;
+    assert!(out.contains("idempotency keys kept 3d"), "{out}");
+    let out = crate::cli::output(&mut api.sked(&["retention", "set", "--keep-keys", "10m"])).await;
+    let said = crate::cli::text(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("--keep-keys must be between an hour"),
+        "{said}"
+    );
     let out = api
         .ok(&["queue", "retention", "scratch", "--keep", "12h"])
         .await;

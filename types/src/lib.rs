@@ -484,11 +484,13 @@ pub enum RestartPolicy {
     OnFailure,
 }
 
-/// The answer to a submission: the ids in request order.
+/// The answer to a submission: the ids in request order, and whether each was created:
+/// false when its idempotency key named a task already, whose id it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Submitted {
     pub ids: Vec<Uuid>,
+    pub created: Vec<bool>,
 }
 
 /// Many submissions in one request; all or nothing.

@@ -121,6 +121,8 @@ pub struct Retention {
     /// Seconds a stored artifact that no task or schedule refers to is kept after it was
     /// stored.
     pub artifact_grace_secs: f64,
+    /// Seconds an idempotency key outlives the task it names (default a day).
+    pub keep_keys_secs: f64,
     pub updated_at: DateTime<Utc>,
 }
 
@@ -140,6 +142,10 @@ pub struct RetentionChange {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 3600, maximum = 3153600000.0))]
     pub keep_failed_secs: Option<f64>,
+    /// Seconds an idempotency key outlives the task it names, 3600 to 3153600000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 3600, maximum = 3153600000.0))]
+    pub keep_keys_secs: Option<f64>,
 }
 
 /// A field of a change: absent keeps the value (`None`, by `default`), `null` removes it

@@ -781,6 +781,7 @@ mod tests {
             retention_secs: 7.0 * 86_400.0,
             keep_failed_secs: 30.0 * 86_400.0,
             artifact_grace_secs: 86_400.0,
+            keep_keys_secs: 86_400.0,
             updated_at: chrono::DateTime::UNIX_EPOCH,
         };
         let plain = QueueControls::default();

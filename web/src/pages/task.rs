@@ -521,7 +521,7 @@ fn Actions(
             let result = api::post_empty::<Submitted>(&format!("/tasks/{id}/resubmit")).await;
             busy.try_set(false);
             match result {
-                Ok(Submitted { ids }) => {
+                Ok(Submitted { ids, .. }) => {
                     if let Some(new) = ids.first() {
                         navigate(&format!("/tasks/{new}"), Default::default());
                     }
