@@ -142,8 +142,10 @@ declare
     'idempotency_keys_prune'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
   -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
-  -- awaiting, and the idempotency keys a submission takes (called by sked.tasks_insert).
-  await_calls text[] := array['task_await', 'workflow_await', 'idempotency_keys_claim'];
+  -- awaiting, the idempotency keys a submission takes (called by sked.tasks_insert) and the
+  -- delays it notes (by sked.tasks_from_json and sked.task_submit), of new tasks only.
+  await_calls text[] := array['task_await', 'workflow_await', 'idempotency_keys_claim',
+                              'delays_from_commit_note'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
@@ -218,6 +220,12 @@ begin
   grant select, insert (id, owner, name, created_at) on sked.workflows to sked_submitter;
   grant select, insert on sked.task_edges to sked_submitter;
   grant select on sked.task_attempts, sked.task_logs to sked_submitter;
+  -- The view of every attempt, where it reads with the reader's rights (sql/views.sql).
+  if exists (select 1 from pg_class c
+              where c.oid = 'sked.task_attempt_history'::regclass
+                and 'security_invoker=true' = any (c.reloptions)) then
+    grant select on sked.task_attempt_history to sked_submitter;
+  end if;
 
   -- The server: reads for the API and the live events, submissions for any owner, the
   -- schedules it edits in place, and the queue row it locks (SELECT … FOR UPDATE) before

@@ -561,20 +561,28 @@ begin
 end
 $$;
 
--- A schedule's parsed expression, after checking it and its time zone; a bad one raises
--- check_violation (schedules_cron_must_be_valid) naming the schedule.
+-- A schedule's parsed expression, after checking it and its time zone; a bad expression
+-- raises check_violation (schedules_cron_must_be_valid), a time zone PostgreSQL does not know
+-- check_violation (schedules_time_zone_must_be_known), naming the schedule.
 create or replace function sked.schedule_spec(name text, cron text, tz text)
 returns sked.cron_spec
 language plpgsql stable as $$
 declare
   s sked.cron_spec;
 begin
-  s := sked.cron_parse(cron);
-  perform sked.tz_check(tz);
+  begin
+    s := sked.cron_parse(cron);
+  exception when sqlstate '22023' then
+    raise exception 'schedule %: %', quote_literal(name), sqlerrm
+      using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
+  end;
+  begin
+    perform sked.tz_check(tz);
+  exception when sqlstate '22023' then
+    raise exception 'schedule %: %', quote_literal(name), sqlerrm
+      using errcode = 'check_violation', constraint = 'schedules_time_zone_must_be_known';
+  end;
   return s;
-exception when sqlstate '22023' then
-  raise exception 'schedule %: %', quote_literal(name), sqlerrm
-    using errcode = 'check_violation', constraint = 'schedules_cron_must_be_valid';
 end
 $$;
 

@@ -303,6 +303,70 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------
+-- Delays count from the commit
+-- ---------------------------------------------------------------------------------------------
+--
+-- A submission's `delay` (without `run_at`) counts from when the task becomes visible: the
+-- commit of the transaction that submits it, not its start (now()), which may be long before.
+-- The submit functions due such a task at now() + delay and note it in
+-- sked.delays_from_commit (migrations/20261226000002_delay_from_commit.sql); at commit, a
+-- deferred trigger dues it, and its shards, at the clock + delay and deletes the notes. A
+-- task that another statement of the transaction claimed, finished or deleted meanwhile is
+-- left as it is. `run_at`, and a plain INSERT's next_run_at, are times, not delays: they are
+-- kept as given.
+
+-- Notes the tasks p_ids, to be inserted by this transaction, whose delays p_delays count
+-- from its commit. An id of a task that exists already is ignored: only a new task's due
+-- time is set at commit.
+create or replace function sked.delays_from_commit_note(p_ids uuid[], p_delays interval[])
+returns void
+language sql security definer set search_path = pg_catalog, pg_temp as $$
+  insert into sked.delays_from_commit (task_id, delay)
+  select n.id, n.delay from unnest(p_ids, p_delays) as n(id, delay)
+   where not exists (select 1 from sked.tasks t where t.id = n.id)
+  on conflict (task_id) do update set delay = excluded.delay
+$$;
+
+-- At commit (the first note's deferred trigger; the others find nothing left): each noted
+-- task still waiting, as it was inserted by this transaction, and its shards are due at the
+-- clock + its delay.
+create or replace function sked.delays_from_commit_apply() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  noted_ids uuid[];
+  noted_delays interval[];
+  at constant timestamptz := clock_timestamp();
+begin
+  with gone as (delete from sked.delays_from_commit d returning d.task_id, d.delay)
+  select array_agg(g.task_id), array_agg(g.delay) into noted_ids, noted_delays from gone g;
+  if noted_ids is null then
+    return null;
+  end if;
+  update sked.tasks t set next_run_at = at + n.delay
+    from unnest(noted_ids, noted_delays) as n(id, delay)
+   where t.id = n.id and t.state in ('waiting', 'blocked') and t.created_at = now();
+  update sked.tasks t set next_run_at = at + n.delay
+    from unnest(noted_ids, noted_delays) as n(id, delay)
+   where t.shard_of = n.id and t.state in ('waiting', 'blocked') and t.created_at = now();
+  return null;
+end
+$$;
+
+-- (A constraint trigger cannot be replaced: it is made once.)
+do $$
+begin
+  if not exists (select 1 from pg_trigger
+                  where tgrelid = 'sked.delays_from_commit'::regclass
+                    and tgname = 'delays_from_commit_apply') then
+    create constraint trigger delays_from_commit_apply
+      after insert on sked.delays_from_commit
+      deferrable initially deferred
+      for each row execute function sked.delays_from_commit_apply();
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
 -- The fields of a task
 -- ---------------------------------------------------------------------------------------------
 --
@@ -335,7 +399,8 @@ $$;
 --                                   the new rows a JSON array of task objects stands for, in
 --                                   input order: each field read from the key of its name
 --                                   (a null value, or none, takes the column's default; keys
---                                   that are not fields are ignored), `owner_` for an object
+--                                   that are not fields are not read: sked.tasks_submit
+--                                   refuses them, sked.workflow_submit reads its own), `owner_` for an object
 --                                   that names no owner, due at coalesce(run_at, p_now) +
 --                                   delay, created at p_now, a new id. A boolean field must be a JSON boolean
 --                                   (or null): any other value, which the reading of JSON
@@ -381,7 +446,7 @@ $$;
 create or replace function sked.task_json_refuse(value jsonb) returns jsonb
 language plpgsql as $$
 begin
-  raise exception 'sked.tasks: a task is a JSON object of its fields, not %', left(value::text, 100)
+  raise exception 'sked.tasks: a task is a JSON object of its fields, not a JSON %', jsonb_typeof(value)
     using errcode = '22023';
 end
 $$;
@@ -518,14 +583,26 @@ begin
       tasks jsonb, owner_ text default current_user, p_now timestamptz default now())
     returns sked.tasks[]
     language plpgsql volatile as $b$
+    declare
+      made sked.tasks[];
+      delayed uuid[];
+      delays interval[];
     begin
-      return array(
-        select %s
-          from jsonb_array_elements(tasks) with ordinality as r(elem, ord)
-         cross join lateral jsonb_to_record(
-                case when jsonb_typeof(r.elem) = 'object' then r.elem
-                     else sked.task_json_refuse(r.elem) end) as x(%s)
-         order by r.ord);
+      -- OFFSET 0 keeps the subquery whole: each row (and its new id) is made once.
+      select coalesce(array_agg(m.t order by m.ord), '{}'),
+             array_agg((m.t).id order by m.ord) filter (where m.run_at is null and m.delay is not null),
+             array_agg(m.delay order by m.ord) filter (where m.run_at is null and m.delay is not null)
+        into made, delayed, delays
+        from (select %s as t, x.run_at, x.delay, r.ord
+                from jsonb_array_elements(tasks) with ordinality as r(elem, ord)
+               cross join lateral jsonb_to_record(
+                      case when jsonb_typeof(r.elem) = 'object' then r.elem
+                           else sked.task_json_refuse(r.elem) end) as x(%s)
+              offset 0) m;
+      if delayed is not null then
+        perform sked.delays_from_commit_note(delayed, delays);
+      end if;
+      return made;
     end
     $b$
   $f$,
@@ -599,8 +676,12 @@ begin
     declare
       owner_ text := current_user;
       p_now timestamptz := now();
+      made sked.tasks := %s;
     begin
-      return (select t.id from sked.tasks_insert(array[%s]) t);
+      if task_submit.run_at is null and task_submit.delay is not null then
+        perform sked.delays_from_commit_note(array[made.id], array[task_submit.delay]);
+      end if;
+      return (select t.id from sked.tasks_insert(array[made]) t);
     end
     $b$
   $f$,
@@ -619,9 +700,9 @@ $$;
 -- Submit many tasks in one statement from a JSON array of objects whose keys are the
 -- fields (the arguments of sked.task_submit); returns, in input order, each task's id and
 -- whether it was created: false when its idempotency key names a task already, which it
--- answers with (see "Idempotency keys" above). Missing keys take the defaults; `owner_`
--- applies to objects that name no owner. All or nothing: one bad task rejects the whole
--- batch.
+-- answers with (see "Idempotency keys" above). Missing keys take the defaults; a key that is
+-- not a field is refused (tasks_keys_must_be_fields); `owner_` applies to objects that name
+-- no owner. All or nothing: one bad task rejects the whole batch.
 do $do$
 begin
   if pg_get_function_result(to_regprocedure('sked.tasks_submit(jsonb, text)'))
@@ -633,10 +714,23 @@ $do$;
 create or replace function sked.tasks_submit(tasks jsonb, owner_ text default current_user)
 returns table (id uuid, created boolean)
 language plpgsql as $$
+declare
+  unknown text;
 begin
   if jsonb_typeof(tasks) is distinct from 'array' then
     raise exception 'sked.tasks_submit expects a JSON array of task objects'
       using errcode = '22023';
+  end if;
+  -- A key that is no field would be dropped unread: a misspelt field is refused instead.
+  select string_agg(distinct k, ', ') into unknown
+    from jsonb_array_elements(tasks) e
+   cross join lateral jsonb_object_keys(case jsonb_typeof(e) when 'object' then e
+                                            else '{}' end) k
+   where k <> all (sked.task_fields());
+  if unknown is not null then
+    raise exception 'sked.tasks: not a field of a task: % (the fields: sked.task_fields())', unknown
+      using errcode = 'check_violation', constraint = 'tasks_keys_must_be_fields',
+            table = 'tasks', schema = 'sked';
   end if;
   return query select i.id, i.created
                  from sked.tasks_insert(sked.tasks_from_json(tasks, owner_, now())) i;

@@ -14,6 +14,16 @@ create or replace view sked.task_attempt_history as
     from sked.tasks t
    where t.state in ('running', 'succeeded') and t.attempt > 0;
 
+-- Read with the reader's rights (PostgreSQL 15 and later), so that row-level security shows a
+-- submitter its own tasks' attempts only (sql/roles.sql grants it then).
+do $$
+begin
+  if current_setting('server_version_num')::integer >= 150000 then
+    alter view sked.task_attempt_history set (security_invoker = true);
+  end if;
+end
+$$;
+
 -- Tasks per queue and state.
 create or replace view sked.queue_counts as
   select queue, state, count(*) as tasks

@@ -699,7 +699,12 @@ async fn submit_delays_a_task_by_a_duration_or_until_a_time() {
             .unwrap()
             .expect("the task exists")
     };
-    let after = |t: &sked_db::task::TaskRow| (t.next_run_at - t.created_at).as_seconds_f64();
+    // A delay counts from the commit, a moment after the transaction's start (created_at).
+    let after = |t: &sked_db::task::TaskRow| {
+        let secs = (t.next_run_at - t.created_at).as_seconds_f64();
+        assert!(secs - secs.floor() < 0.5, "due {secs} s after the start");
+        secs.floor()
+    };
 
     let t = submitted(&["submit", "--delay", "15m", "--", "true"]).await;
     assert_eq!(

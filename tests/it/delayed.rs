@@ -277,3 +277,125 @@ async fn a_worker_starts_delayed_tasks_when_due_never_before_and_not_at_the_poll
     );
     worker.shutdown().await;
 }
+
+/// `delay` counts from the commit of the submitting transaction, when the task becomes
+/// visible: a 2 s delay asked for 1.5 s into a transaction starts the task 2 s after COMMIT
+/// (not 0.5 s), whichever way in (`tasks_submit`, `task_submit`, a sharded task's shards).
+/// `run_at` is a time and stays as given.
+#[tokio::test]
+async fn a_delay_counts_from_the_commit_of_a_long_transaction() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let mut tx = pool.begin().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let by_json: Uuid = sqlx::query_scalar(
+        r#"select id from sked.tasks_submit('[{"command": ["true"], "delay": "2 s"}]')"#,
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let by_name: Uuid = sqlx::query_scalar(
+        "select sked.task_submit(command => array['true'], delay => '2 s', shards => 2)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let at = "2030-01-01T00:00:00Z".parse::<DateTime<Utc>>().unwrap();
+    let pinned: Uuid = sqlx::query_scalar(
+        r#"select id from sked.tasks_submit('[{"command": ["true"], "run_at": "2030-01-01T00:00:00Z", "delay": "1 s"}]')"#,
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before_commit = Utc::now();
+    tx.commit().await.unwrap();
+    let after_commit = Utc::now();
+    let shards: Vec<Uuid> = sqlx::query_scalar("select id from sked.tasks where shard_of = $1")
+        .bind(by_name)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(shards.len(), 2);
+    for id in [by_json, by_name].into_iter().chain(shards) {
+        let due = next_run_at(pool, id).await;
+        assert!(
+            due >= before_commit + TimeDelta::seconds(2)
+                && due <= after_commit + TimeDelta::seconds(2),
+            "{id}: due {due}, committed between {before_commit} and {after_commit}"
+        );
+    }
+    assert_eq!(
+        next_run_at(pool, pinned).await,
+        at + TimeDelta::seconds(1),
+        "run_at + delay is a time"
+    );
+    let notes: i64 = sqlx::query_scalar("select count(*) from sked.delays_from_commit")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, 0, "nothing is left noted after the commit");
+
+    // A real worker starts the task 2 s after the commit, not 0.5 s after it.
+    let mut tx = pool.begin().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let id: Uuid = sqlx::query_scalar(
+        r#"select id from sked.tasks_submit('[{"command": ["true"], "delay": "2 s", "queue": "late"}]')"#,
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let worker = start_worker(&db, config(&["late"]));
+    tx.commit().await.unwrap();
+    let committed = Utc::now();
+    wait_for(pool, id, &["succeeded"], 10 * SECS).await;
+    let started: DateTime<Utc> =
+        sqlx::query_scalar("select started_at from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let after = (started - committed).as_seconds_f64();
+    assert!(
+        (1.9..3.0).contains(&after),
+        "started {after:.3} s after COMMIT, for a 2 s delay"
+    );
+    worker.shutdown().await;
+}
+
+/// The note of a delay names a new task only: a submitter that notes another owner's task
+/// (or any existing one) moves nothing at its commit.
+#[tokio::test]
+async fn a_noted_delay_moves_no_existing_task() {
+    let db = TestDb::new().await;
+    let victim = insert(&db.pool, "(command, owner) values (array['true'], 'bob')").await;
+    let due = next_run_at(&db.pool, victim).await;
+    let alice = crate::trust_roles::Login::new(&db, "sked_submitter").await;
+    let mut tx = alice.pool.begin().await.unwrap();
+    sqlx::query(
+        "select sked.delays_from_commit_note(array[$1::uuid], array[interval '100 years'])",
+    )
+    .bind(victim)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(r#"select * from sked.tasks_submit('[{"command": ["true"], "delay": "1 s"}]')"#)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        next_run_at(&db.pool, victim).await,
+        due,
+        "the victim's due time stands"
+    );
+    let e = sqlx::query("select * from sked.delays_from_commit")
+        .execute(&alice.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.as_database_error().unwrap().code().as_deref(),
+        Some("42501"),
+        "the notes are sked's functions' only"
+    );
+}

@@ -9,6 +9,7 @@ mod cli;
 mod dashboard;
 mod dashboard_api;
 mod delayed;
+mod errors;
 mod events;
 mod idempotency;
 mod isolation;

@@ -858,3 +858,35 @@ async fn the_api_answers_a_refused_row_without_its_values() {
         );
     }
 }
+
+/// A submitter reads its own tasks' attempts through `sked.task_attempt_history` (the view
+/// reads with the reader's rights) and never another owner's.
+#[tokio::test]
+async fn a_submitter_reads_the_attempts_of_its_own_tasks_only() {
+    let db = TestDb::new().await;
+    let alice = Login::new(&db, "sked_submitter").await;
+    let own: Uuid = alice
+        .scalar("select sked.task_submit(command => array['true'])")
+        .await;
+    let bobs: Uuid =
+        sqlx::query_scalar("select sked.task_submit(command => array['true'], owner => 'bob')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    // Both ran once and failed: an attempt each in sked.task_attempts.
+    for id in [own, bobs] {
+        sqlx::query(
+            "insert into sked.task_attempts (task_id, attempt, started_at, finished_at, outcome, error)
+             values ($1, 1, now(), now(), 'failed', 'secret of ' || $1::text)",
+        )
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let seen: Vec<Uuid> = sqlx::query_scalar("select task_id from sked.task_attempt_history")
+        .fetch_all(&alice.pool)
+        .await
+        .expect("a submitter reads the view");
+    assert_eq!(seen, vec![own], "its own task's attempt, not bob's");
+}
