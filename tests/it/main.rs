@@ -6,6 +6,7 @@ mod architecture;
 mod awaits;
 mod browser;
 mod cli;
+mod clients;
 mod dashboard;
 mod dashboard_api;
 mod delayed;

@@ -22,6 +22,11 @@
 //! missing with `CI` set, it installs the pinned version there (`python3 -m venv`, pip).
 //! `SKED_SCHEMATHESIS_TESTS=skip` leaves that test out.
 //!
+//! The thin clients' own tests (`clients/python`, `clients/typescript`) run under
+//! `tests/it/clients.rs`: `test` installs what they need when it is missing or out of date, a
+//! virtual environment in `<target dir>/clients-python` and `npm ci` in `clients/typescript`
+//! (`clients.rs`); `SKED_CLIENT_TESTS=skip` leaves them out.
+//!
 //! The tests need a PostgreSQL server on which user `postgres` may create databases; this
 //! picks one, in this order:
 //!
@@ -44,6 +49,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod browser;
+mod clients;
 mod install;
 mod sandbox;
 mod schemathesis;
@@ -73,7 +79,9 @@ test: builds the dashboard, then runs `cargo test` against a PostgreSQL: DATABAS
       bubblewrap (installed the same way; skipped, saying why, when it cannot be had);
       SKED_SANDBOX_TESTS=skip leaves them out. The OpenAPI contract test needs schemathesis
       (installed into target/schemathesis when CI is set); SKED_SCHEMATHESIS_TESTS=skip
-      leaves it out.";
+      leaves it out. The clients' tests need python3 (with venv) and npm: their packages
+      are installed into target/clients-python and clients/typescript/node_modules;
+      SKED_CLIENT_TESTS=skip leaves them out.";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -162,6 +170,13 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let clients = match clients::find_or_install(&workspace_root(), &target_dir()) {
+        Ok(c) => c,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let database = match choose_database().await {
         Ok(d) => d,
         Err(message) => {
@@ -217,6 +232,7 @@ async fn test(cargo_args: Vec<OsString>) -> ExitCode {
     browser.export(&mut command);
     sandbox.export(&mut command);
     schemathesis.export(&mut command);
+    clients.export(&mut command);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(set_by_cargo_run) {
             command.env_remove(name);
