@@ -100,27 +100,38 @@ create or replace trigger tasks_before_update_output_validate
 
 -- One small notification per statement (never per row): the distinct queues that received
 -- claimable tasks. A per-row NOTIFY would serialise commits and cap insert throughput.
--- The same statement trigger first checks the new rows' rules (see above).
+-- The same statement trigger first checks the new rows' rules (see above) and has the new
+-- rows with an idempotency key take it (sked.idempotency_keys_take, "Idempotency keys").
 create or replace function sked.tasks_after_insert_notify() returns trigger
 language plpgsql as $$
 declare
+  rule text;
+  rule_queue text;
+  keyed boolean;
   queues text;
-  broken record;
 begin
-  select b.rule, b.queue into broken
+  -- One pass over the new rows: the first broken rule, whether a row has a key, and the
+  -- queues to notify. Shards (sql/shards.sql) are covered by the notification of the
+  -- statement that inserted their parent: the parent, in the same queue, was inserted
+  -- waiting, or blocked with them.
+  select (array_agg(b.rule) filter (where b.rule is not null))[1],
+         (array_agg(b.queue) filter (where b.rule is not null))[1],
+         bool_or(b.keyed),
+         string_agg(distinct b.queue, ',') filter (where b.claimable)
+    into rule, rule_queue, keyed, queues
     from (select sked.task_rule_broken(n.command, n.args, n.labels, n.queue, n.env,
                                        n.artifact_url, n.artifact_sha256, n.input, n.output,
-                                       n.health_check) as rule, n.queue
-            from new_rows n) b
-   where b.rule is not null
-   limit 1;
-  if found then
-    perform sked.task_rule_raise(broken.rule, broken.queue);
+                                       n.health_check) as rule,
+                 n.queue, n.idempotency_key is not null as keyed,
+                 sked.state_is_claimable(n.state) and n.shard_of is null as claimable
+            from new_rows n) b;
+  if rule is not null then
+    perform sked.task_rule_raise(rule, rule_queue);
   end if;
-  -- Shards (sql/shards.sql) are covered by the notification of the statement that inserted
-  -- their parent: the parent, in the same queue, was inserted waiting, or blocked with them.
-  select string_agg(distinct queue, ',') into queues from new_rows
-   where sked.state_is_claimable(state) and shard_of is null;
+  if keyed then
+    perform sked.idempotency_keys_take(array(select n::sked.tasks from new_rows n
+                                              where n.idempotency_key is not null));
+  end if;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
@@ -213,28 +224,22 @@ end
 $$;
 
 -- Inserted tasks with a key take it: those of a submit function have taken it already; a
--- plain INSERT's, whose key names another task, are refused.
-create or replace function sked.tasks_after_insert_keys() returns trigger
+-- plain INSERT's whose key names another task are refused. Called by the statement trigger
+-- tasks_after_insert_notify (below) when a new row has a key: one trigger per insert, not two.
+drop trigger if exists tasks_after_insert_keys on sked.tasks;
+drop function if exists sked.tasks_after_insert_keys();
+create or replace function sked.idempotency_keys_take(rows sked.tasks[]) returns void
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-  if exists (select 1 from sked.idempotency_keys_claim(
-                              array(select n::sked.tasks from new_rows n
-                                     where n.idempotency_key is not null)) c
-              where not c.created) then
+  if exists (select 1 from sked.idempotency_keys_claim(rows) c where not c.created) then
     raise exception 'sked.tasks: the idempotency key names another task'
       using errcode = 'unique_violation',
             constraint = 'tasks_idempotency_key_names_another_task',
             table = 'tasks', schema = 'sked',
             hint = 'sked.tasks_submit answers with the task a key names instead of inserting.';
   end if;
-  return null;
 end
 $$;
-
-create or replace trigger tasks_after_insert_keys
-  after insert on sked.tasks
-  referencing new table as new_rows
-  for each statement execute function sked.tasks_after_insert_keys();
 
 -- A task's key and owner stay what they were when it took the key.
 create or replace function sked.tasks_before_update_keys() returns trigger
@@ -701,8 +706,8 @@ $$;
 -- fields (the arguments of sked.task_submit); returns, in input order, each task's id and
 -- whether it was created: false when its idempotency key names a task already, which it
 -- answers with (see "Idempotency keys" above). Missing keys take the defaults; a key that is
--- not a field is refused (tasks_keys_must_be_fields); `owner_` applies to objects that name
--- no owner. All or nothing: one bad task rejects the whole batch.
+-- not a field is refused (tasks_keys_must_be_fields); `owner_` (null: current_user) applies
+-- to objects that name no owner. All or nothing: one bad task rejects the whole batch.
 do $do$
 begin
   if pg_get_function_result(to_regprocedure('sked.tasks_submit(jsonb, text)'))
@@ -733,7 +738,7 @@ begin
             table = 'tasks', schema = 'sked';
   end if;
   return query select i.id, i.created
-                 from sked.tasks_insert(sked.tasks_from_json(tasks, owner_, now())) i;
+                 from sked.tasks_insert(sked.tasks_from_json(tasks, coalesce(owner_, current_user), now())) i;
 end
 $$;
 
