@@ -105,33 +105,27 @@ create or replace trigger tasks_before_update_output_validate
 create or replace function sked.tasks_after_insert_notify() returns trigger
 language plpgsql as $$
 declare
-  rule text;
-  rule_queue text;
-  keyed boolean;
   queues text;
+  broken record;
 begin
-  -- One pass over the new rows: the first broken rule, whether a row has a key, and the
-  -- queues to notify. Shards (sql/shards.sql) are covered by the notification of the
-  -- statement that inserted their parent: the parent, in the same queue, was inserted
-  -- waiting, or blocked with them.
-  select (array_agg(b.rule) filter (where b.rule is not null))[1],
-         (array_agg(b.queue) filter (where b.rule is not null))[1],
-         bool_or(b.keyed),
-         string_agg(distinct b.queue, ',') filter (where b.claimable)
-    into rule, rule_queue, keyed, queues
+  select b.rule, b.queue into broken
     from (select sked.task_rule_broken(n.command, n.args, n.labels, n.queue, n.env,
                                        n.artifact_url, n.artifact_sha256, n.input, n.output,
-                                       n.health_check) as rule,
-                 n.queue, n.idempotency_key is not null as keyed,
-                 sked.state_is_claimable(n.state) and n.shard_of is null as claimable
-            from new_rows n) b;
-  if rule is not null then
-    perform sked.task_rule_raise(rule, rule_queue);
+                                       n.health_check) as rule, n.queue
+            from new_rows n) b
+   where b.rule is not null
+   limit 1;
+  if found then
+    perform sked.task_rule_raise(broken.rule, broken.queue);
   end if;
-  if keyed then
+  if exists (select 1 from new_rows n where n.idempotency_key is not null) then
     perform sked.idempotency_keys_take(array(select n::sked.tasks from new_rows n
                                               where n.idempotency_key is not null));
   end if;
+  -- Shards (sql/shards.sql) are covered by the notification of the statement that inserted
+  -- their parent: the parent, in the same queue, was inserted waiting, or blocked with them.
+  select string_agg(distinct queue, ',') into queues from new_rows
+   where sked.state_is_claimable(state) and shard_of is null;
   if queues is not null then
     perform pg_notify('sked_tasks', left(queues, 7000));
   end if;
@@ -727,12 +721,14 @@ begin
       using errcode = '22023';
   end if;
   -- A key that is no field would be dropped unread: a misspelt field is refused instead.
-  select string_agg(distinct k, ', ') into unknown
-    from jsonb_array_elements(tasks) e
-   cross join lateral jsonb_object_keys(case jsonb_typeof(e) when 'object' then e
-                                            else '{}' end) k
-   where k <> all (sked.task_fields());
-  if unknown is not null then
+  -- (One jsonb operation per task; the keys are named only when one is not a field.)
+  if exists (select 1 from jsonb_array_elements(tasks) e
+              where jsonb_typeof(e) = 'object' and e - sked.task_fields() <> '{}'::jsonb) then
+    select string_agg(distinct k, ', ') into unknown
+      from jsonb_array_elements(tasks) e
+     cross join lateral jsonb_object_keys(case jsonb_typeof(e) when 'object' then e
+                                              else '{}' end) k
+     where k <> all (sked.task_fields());
     raise exception 'sked.tasks: not a field of a task: % (the fields: sked.task_fields())', unknown
       using errcode = 'check_violation', constraint = 'tasks_keys_must_be_fields',
             table = 'tasks', schema = 'sked';
