@@ -723,7 +723,8 @@ begin
   -- A key that is no field would be dropped unread: a misspelt field is refused instead.
   -- (One jsonb operation per task; the keys are named only when one is not a field.)
   if exists (select 1 from jsonb_array_elements(tasks) e
-              where jsonb_typeof(e) = 'object' and e - sked.task_fields() <> '{}'::jsonb) then
+              where case jsonb_typeof(e) when 'object'
+                         then e - sked.task_fields() <> '{}'::jsonb end) then
     select string_agg(distinct k, ', ') into unknown
       from jsonb_array_elements(tasks) e
      cross join lateral jsonb_object_keys(case jsonb_typeof(e) when 'object' then e
