@@ -182,8 +182,8 @@ pub async fn retention(
 /// Change the cluster's retention.
 ///
 /// `enabled: false` turns retention off entirely (nothing is deleted, whatever the queues
-/// set), `true` on again. `retention_secs` and `keep_failed_secs`: 3600 (an hour) to
-/// 3153600000 (36500 days). A field that is absent stays as it is. A bad value changes
+/// set), `true` on again. `retention_secs`, `keep_failed_secs` and `keep_keys_secs` (how long
+/// an idempotency key outlives its task): 3600 (an hour) to 3153600000 (36500 days). A field that is absent stays as it is. A bad value changes
 /// nothing.
 #[utoipa::path(
     patch, path = "/api/v1/retention", operation_id = "update_retention", tag = "queues",
@@ -203,6 +203,7 @@ pub async fn update_retention(
     for (field, value) in [
         ("retention_secs", change.retention_secs),
         ("keep_failed_secs", change.keep_failed_secs),
+        ("keep_keys_secs", change.keep_keys_secs),
     ] {
         if let Some(secs) = value {
             retention_in_range(field, secs, "")?;

@@ -798,6 +798,11 @@ async fn rest_sets_and_shows_retentions_for_admins_and_refuses_bad_values_with_n
         ),
         (
             "/api/v1/retention",
+            json!({"keep_keys_secs": 60}),
+            "keep_keys_secs must be between 3600",
+        ),
+        (
+            "/api/v1/retention",
             json!({"enable": false}),
             "unknown field",
         ),
