@@ -308,27 +308,34 @@ $$;
 -- A submission's `delay` (without `run_at`) counts from when the task becomes visible: the
 -- commit of the transaction that submits it, not its start (now()), which may be long before.
 -- The submit functions due such a task at now() + delay and note it in
--- sked.delays_from_commit (migrations/20261226000002_delay_from_commit.sql); at commit, a
--- deferred trigger dues it, and its shards, at the clock + delay and deletes the notes. A
+-- sked.delays_from_commit, and the transaction in sked.delays_from_commit_due
+-- (migrations/20261226000002_delay_from_commit.sql); at commit, that row's deferred trigger
+-- dues the tasks, and their shards, at the clock + delay and deletes the notes: one trigger
+-- event per transaction. A
 -- task that another statement of the transaction claimed, finished or deleted meanwhile is
 -- left as it is. `run_at`, and a plain INSERT's next_run_at, are times, not delays: they are
 -- kept as given.
 
 -- Notes the tasks p_ids, to be inserted by this transaction, whose delays p_delays count
--- from its commit. An id of a task that exists already is ignored: only a new task's due
--- time is set at commit.
+-- from its commit, and the transaction (once) as having delays to apply. An id of a task
+-- that exists already is ignored: only a new task's due time is set at commit.
 create or replace function sked.delays_from_commit_note(p_ids uuid[], p_delays interval[])
 returns void
-language sql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
   insert into sked.delays_from_commit (task_id, delay)
   select n.id, n.delay from unnest(p_ids, p_delays) as n(id, delay)
    where not exists (select 1 from sked.tasks t where t.id = n.id)
-  on conflict (task_id) do update set delay = excluded.delay
+  on conflict (task_id) do update set delay = excluded.delay;
+  insert into sked.delays_from_commit_due (xact) values (pg_current_xact_id())
+  on conflict (xact) do nothing;
+end
 $$;
 
--- At commit (the first note's deferred trigger; the others find nothing left): each noted
--- task still waiting, as it was inserted by this transaction, and its shards are due at the
--- clock + its delay.
+-- At commit (or at the end of the statement, under SET CONSTRAINTS … IMMEDIATE): each noted
+-- task still waiting or blocked, as it was inserted by this transaction, and its shards are
+-- due at the clock + its delay; the notes and the transaction's row go. A later statement
+-- that notes more delays notes the transaction again.
 create or replace function sked.delays_from_commit_apply() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -336,6 +343,7 @@ declare
   noted_delays interval[];
   at constant timestamptz := clock_timestamp();
 begin
+  delete from sked.delays_from_commit_due d where d.xact = new.xact;
   with gone as (delete from sked.delays_from_commit d returning d.task_id, d.delay)
   select array_agg(g.task_id), array_agg(g.delay) into noted_ids, noted_delays from gone g;
   if noted_ids is null then
@@ -355,10 +363,10 @@ $$;
 do $$
 begin
   if not exists (select 1 from pg_trigger
-                  where tgrelid = 'sked.delays_from_commit'::regclass
+                  where tgrelid = 'sked.delays_from_commit_due'::regclass
                     and tgname = 'delays_from_commit_apply') then
     create constraint trigger delays_from_commit_apply
-      after insert on sked.delays_from_commit
+      after insert on sked.delays_from_commit_due
       deferrable initially deferred
       for each row execute function sked.delays_from_commit_apply();
   end if;
