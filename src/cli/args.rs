@@ -95,11 +95,11 @@ pub(crate) fn print_answer<T: DeserializeOwned>(
     describe: impl FnOnce(&T) -> String,
 ) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&answer)?);
+        outln!("{}", serde_json::to_string_pretty(&answer)?);
     } else {
         let answer: T = serde_json::from_value(answer)
             .context("the server's answer is not what it should be")?;
-        print!("{}", describe(&answer));
+        out!("{}", describe(&answer));
     }
     Ok(())
 }

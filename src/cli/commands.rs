@@ -195,7 +195,7 @@ pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
     sked_db::migrate(&pool).await.context("migrating")?;
     let version = sked_db::schema_version(&pool).await?;
     pool.close().await;
-    println!("migrated: schema version {version}");
+    outln!("migrated: schema version {version}");
     Ok(())
 }
 
@@ -225,7 +225,7 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
         role.as_str(),
         args.owner
     );
-    println!("{secret}");
+    outln!("{secret}");
     Ok(())
 }
 
@@ -242,16 +242,21 @@ async fn token_list(args: TokenListArgs) -> anyhow::Result<()> {
     let pool = token_db(&args.db).await?;
     let tokens = sked_db::token::list(&pool).await?;
     pool.close().await;
-    println!(
+    outln!(
         "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {:<19}  NAME",
-        "ID", "OWNER", "ROLE", "CREATED", "REVOKED", "EXPIRES"
+        "ID",
+        "OWNER",
+        "ROLE",
+        "CREATED",
+        "REVOKED",
+        "EXPIRES"
     );
     let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
             .unwrap_or_else(|| "-".into())
     };
     for t in tokens {
-        println!(
+        outln!(
             "{:<36}  {:<16}  {:<5}  {:<19}  {:<19}  {:<19}  {}",
             t.id,
             t.owner,
@@ -337,10 +342,10 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
 /// stderr.
 fn print_submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(submitted)?);
+        outln!("{}", serde_json::to_string_pretty(submitted)?);
     } else {
         for (i, id) in submitted.ids.iter().enumerate() {
-            println!("{id}");
+            outln!("{id}");
             if submitted.created.get(i) == Some(&false) {
                 eprintln!("{id}: not created, its idempotency key names this task already");
             }
@@ -369,7 +374,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     };
     if args.json {
         let page = client.list_json(&query).await?;
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        outln!("{}", serde_json::to_string_pretty(&page)?);
         return Ok(());
     }
     let page = client.list(&query).await?;
@@ -396,12 +401,16 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 fn print_tasks(tasks: &[sked_types::Task]) {
-    println!(
+    outln!(
         "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  COMMAND",
-        "ID", "STATE", "QUEUE", "ATTEMPT", "CREATED"
+        "ID",
+        "STATE",
+        "QUEUE",
+        "ATTEMPT",
+        "CREATED"
     );
     for t in tasks {
-        println!(
+        outln!(
             "{:<36}  {:<15}  {:<12}  {:>7}  {:<19}  {}",
             t.id,
             t.state.as_str(),

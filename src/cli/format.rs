@@ -134,12 +134,13 @@ pub fn describe(detail: &TaskDetail) -> String {
 
 pub fn print_change(change: &StateChange) {
     if change.cancel_requested {
-        println!(
+        outln!(
             "{}: {} (cancel requested: its worker stops it)",
-            change.id, change.state
+            change.id,
+            change.state
         );
     } else {
-        println!("{}: {}", change.id, change.state);
+        outln!("{}: {}", change.id, change.state);
     }
 }
 

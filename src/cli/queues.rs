@@ -137,7 +137,7 @@ pub async fn retention(cmd: RetentionCommand) -> anyhow::Result<()> {
     match cmd {
         RetentionCommand::Show(args) => {
             let r = args.api.client()?.retention().await?;
-            println!("{}", describe_retention(&r));
+            outln!("{}", describe_retention(&r));
         }
         RetentionCommand::Set(args) => {
             let enabled = match (args.on, args.off) {
@@ -162,7 +162,7 @@ pub async fn retention(cmd: RetentionCommand) -> anyhow::Result<()> {
                 keep_keys_secs: args.keep_keys,
             };
             let r = args.api.client()?.set_retention(&change).await?;
-            println!("{}", describe_retention(&r));
+            outln!("{}", describe_retention(&r));
         }
     }
     Ok(())
@@ -236,15 +236,15 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
     match cmd {
         QueueCommand::List(args) => {
             let queues = args.api.client()?.queues().await?;
-            print!("{}", table(&queues));
+            out!("{}", table(&queues));
         }
         QueueCommand::Pause(args) => {
             let c = args.api.client()?.pause_queue(&args.name).await?;
-            println!("{}", describe(&c));
+            outln!("{}", describe(&c));
         }
         QueueCommand::Resume(args) => {
             let c = args.api.client()?.resume_queue(&args.name).await?;
-            println!("{}", describe(&c));
+            outln!("{}", describe(&c));
         }
         QueueCommand::Limit(args) => {
             if args.max_running.is_none() && args.rate.is_none() && args.burst.is_none() {
@@ -259,7 +259,7 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
                 ..QueueLimits::default()
             };
             let c = args.api.client()?.limit_queue(&args.name, &limits).await?;
-            println!("{}", describe(&c));
+            outln!("{}", describe(&c));
         }
         QueueCommand::Retention(args) => {
             if args.keep.is_none() && args.keep_failed.is_none() {
@@ -271,7 +271,7 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
                 ..QueueLimits::default()
             };
             let c = args.api.client()?.limit_queue(&args.name, &limits).await?;
-            println!("{}", describe(&c));
+            outln!("{}", describe(&c));
         }
     }
     Ok(())

@@ -176,13 +176,13 @@ pub async fn schedule(cmd: ScheduleCommand) -> anyhow::Result<()> {
         ScheduleCommand::Pause(args) => {
             let (client, id) = resolve(&args).await?;
             let s = client.pause_schedule(id).await?;
-            println!("{}: paused", label(&s));
+            outln!("{}: paused", label(&s));
             Ok(())
         }
         ScheduleCommand::Resume(args) => {
             let (client, id) = resolve(&args).await?;
             let s = client.resume_schedule(id).await?;
-            println!(
+            outln!(
                 "{}: active, next tick {}",
                 label(&s),
                 time(Some(s.next_run_at))
@@ -193,8 +193,8 @@ pub async fn schedule(cmd: ScheduleCommand) -> anyhow::Result<()> {
             let (client, id) = resolve(&args).await?;
             let ran = client.run_schedule(id).await?;
             match (ran.task_id, ran.workflow_id) {
-                (Some(task), _) => println!("{task}"),
-                (None, Some(workflow)) => println!("{workflow}"),
+                (Some(task), _) => outln!("{task}"),
+                (None, Some(workflow)) => outln!("{workflow}"),
                 (None, None) => bail!("the server answered without the new occurrence's id"),
             }
             Ok(())
@@ -202,7 +202,7 @@ pub async fn schedule(cmd: ScheduleCommand) -> anyhow::Result<()> {
         ScheduleCommand::Delete(args) => {
             let (client, id) = resolve(&args).await?;
             let s = client.delete_schedule(id).await?;
-            println!("{}: deleted", label(&s));
+            outln!("{}: deleted", label(&s));
             Ok(())
         }
     }
@@ -219,7 +219,7 @@ pub async fn cron(cmd: CronCommand) -> anyhow::Result<()> {
         eprintln!("{:?} does not fire within eight years", preview.cron);
     }
     for t in preview.next_fire_times {
-        println!("{} UTC", time(Some(t)));
+        outln!("{} UTC", time(Some(t)));
     }
     Ok(())
 }
@@ -278,9 +278,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     };
     let created = args.api.client()?.create_schedule(&request).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&created)?);
+        outln!("{}", serde_json::to_string_pretty(&created)?);
     } else {
-        println!("{}", created.id);
+        outln!("{}", created.id);
     }
     Ok(())
 }
@@ -339,7 +339,7 @@ async fn list(args: OwnerListArgs) -> anyhow::Result<()> {
     };
     if args.json {
         let page = client.schedules_json(&query).await?;
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        outln!("{}", serde_json::to_string_pretty(&page)?);
         return Ok(());
     }
     let page = client.schedules(&query).await?;
@@ -347,16 +347,21 @@ async fn list(args: OwnerListArgs) -> anyhow::Result<()> {
         eprintln!("no schedules");
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<36}  {:<12}  {:<20}  {:<16}  {:<16}  {:<19}  RUNS",
-        "ID", "OWNER", "NAME", "CRON", "TIME ZONE", "NEXT TICK (UTC)"
+        "ID",
+        "OWNER",
+        "NAME",
+        "CRON",
+        "TIME ZONE",
+        "NEXT TICK (UTC)"
     );
     for s in &page.schedules {
         let next = match s.paused_at {
             Some(_) => "paused".to_owned(),
             None => time(Some(s.next_run_at)),
         };
-        println!(
+        outln!(
             "{:<36}  {:<12}  {:<20}  {:<16}  {:<16}  {:<19}  {}",
             s.id,
             truncate(&s.owner, 12),

@@ -118,19 +118,25 @@ pub struct UpdateArgs {
 pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     let page = args.api.client()?.services(args.owner.as_deref()).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        outln!("{}", serde_json::to_string_pretty(&page)?);
         return Ok(());
     }
     if page.services.is_empty() {
-        println!("No services run.");
+        outln!("No services run.");
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<36}  {:<10}  {:>7}  {:>7}  {:>8}  {:>3}  {:<10}  COMMAND",
-        "ID", "OWNER", "RUNNING", "WAITING", "RESTARTS", "GEN", "RESTART"
+        "ID",
+        "OWNER",
+        "RUNNING",
+        "WAITING",
+        "RESTARTS",
+        "GEN",
+        "RESTART"
     );
     for s in &page.services {
-        println!(
+        outln!(
             "{:<36}  {:<10}  {:>7}  {:>7}  {:>8}  {:>3}  {:<10}  {}",
             s.id,
             truncate(&s.owner, 10),
@@ -296,11 +302,13 @@ async fn update(args: UpdateArgs) -> anyhow::Result<()> {
         .update_service(args.id, &Value::Object(changes))
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&updated)?);
+        outln!("{}", serde_json::to_string_pretty(&updated)?);
     } else {
-        println!(
+        outln!(
             "Service {}: generation {}, {} replicas.",
-            updated.id, updated.generation, updated.replicas
+            updated.id,
+            updated.generation,
+            updated.replicas
         );
     }
     Ok(())

@@ -67,9 +67,9 @@ pub async fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     while let Some(ended) = pending.next().await {
         let ended = ended?;
         if args.json {
-            println!("{}", serde_json::to_string(&ended.json)?);
+            outln!("{}", serde_json::to_string(&ended.json)?);
         } else {
-            println!("{} {}", ended.id, ended.state);
+            outln!("{} {}", ended.id, ended.state);
         }
         unfinished |= !ended.finished;
         not_succeeded |= ended.finished && !ended.succeeded;

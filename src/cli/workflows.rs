@@ -91,9 +91,9 @@ pub async fn submit_file(
     }
     let submitted = api.client()?.submit_workflow(&spec).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&submitted)?);
+        outln!("{}", serde_json::to_string_pretty(&submitted)?);
     } else {
-        println!("{}", submitted.id);
+        outln!("{}", submitted.id);
     }
     Ok(())
 }
@@ -104,12 +104,15 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
         eprintln!("no workflows");
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<36}  {:<9}  {:<19}  {:<19}  NAME",
-        "ID", "STATE", "CREATED", "FINISHED"
+        "ID",
+        "STATE",
+        "CREATED",
+        "FINISHED"
     );
     for w in &page.workflows {
-        println!(
+        outln!(
             "{:<36}  {:<9}  {:<19}  {:<19}  {}",
             w.id,
             w.state.as_str(),
@@ -183,11 +186,13 @@ pub fn describe(detail: &WorkflowDetail) -> String {
 
 fn print_change(change: &WorkflowChange) {
     if change.tasks_rerun > 0 {
-        println!(
+        outln!(
             "{}: {} ({} failed or cancelled tasks run again)",
-            change.id, change.state, change.tasks_rerun
+            change.id,
+            change.state,
+            change.tasks_rerun
         );
     } else {
-        println!("{}: {}", change.id, change.state);
+        outln!("{}: {}", change.id, change.state);
     }
 }

@@ -773,3 +773,38 @@ async fn submit_delays_a_task_by_a_duration_or_until_a_time() {
     }
     assert_eq!(count().await, before, "a rejected submit submits nothing");
 }
+
+/// A reader that goes away (`sked list | head`) ends `sked` quietly with status 0: no panic,
+/// no backtrace. The read end is closed before `sked` writes anything, so its first write
+/// meets the closed pipe.
+#[tokio::test]
+async fn a_closed_pipe_ends_sked_quietly() {
+    let api = Api::start().await;
+    let id = api.ok(&["submit", "--", "true"]).await;
+    let id = id.trim();
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["show", id],
+        &["submit", "--", "true"],
+        &["queue", "list"],
+    ] {
+        let mut child = api
+            .sked(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+            .await
+            .expect("sked ends")
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "sked {args:?} with its reader gone: {:?}, stderr {stderr:?}",
+            out.status
+        );
+    }
+}
