@@ -173,7 +173,12 @@ impl From<sqlx::Error> for Error {
 impl From<JsonRejection> for Error {
     fn from(rejection: JsonRejection) -> Self {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            return Error::TooLarge("the request body is too large".to_owned());
+            return Error::TooLarge(format!(
+                "the request body is larger than the API reads: {} MiB for POST \
+                 /api/v1/tasks/batch and /api/v1/workflows, {} MiB for any other request",
+                crate::tasks::MAX_BATCH_BODY / (1024 * 1024),
+                crate::tasks::MAX_BODY / (1024 * 1024)
+            ));
         }
         Error::InvalidRequest(rejection.body_text())
     }

@@ -1234,3 +1234,38 @@ async fn delayed_tasks_take_a_start_time_a_delay_or_both() {
         "the OpenAPI document describes delay_secs: {fields}"
     );
 }
+
+/// A body over the limit is refused with 413 naming the limits: 2 MiB for one task, while a
+/// batch of the same size goes in (its limit is 32 MiB).
+#[tokio::test]
+async fn a_body_over_its_limit_is_refused_naming_the_limits() {
+    let api = Api::new().await;
+    let big = "x".repeat(3 * 1024 * 1024);
+    let (status, json) = api
+        .post(
+            "/api/v1/tasks",
+            &api.alice,
+            json!({"command": ["true"], "input": {"blob": big}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{json}");
+    assert_error(&json, "too_large");
+    let message = json["message"].as_str().unwrap();
+    assert!(
+        message.contains("32 MiB for POST /api/v1/tasks/batch")
+            && message.contains("2 MiB for any other request"),
+        "{message}"
+    );
+    let (status, json) = api
+        .post(
+            "/api/v1/tasks/batch",
+            &api.alice,
+            json!({"tasks": [{"command": ["true"], "input": {"blob": big}}]}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a batch reads up to 32 MiB: {json}"
+    );
+}

@@ -738,6 +738,19 @@ async fn the_submit_form_sends_resources_and_limits_and_refuses_a_bad_size() {
     assert_eq!(tasks().await, 0, "a refused task inserts nothing");
 
     fill("submit-run-as", "").await;
+    // Number fields keep what is typed, key by key, sign and exponent included; what they
+    // cannot take is refused naming the field and its range.
+    fill("submit-priority", "-3").await;
+    fill("submit-max-attempts", "1e3").await;
+    fill("submit-timeout", "-5").await;
+    click(submit).await;
+    error_says(
+        "a negative timeout is refused naming the field",
+        "Timeout must be a number of seconds, more than 0",
+    )
+    .await;
+    assert_eq!(tasks().await, 0, "a refused timeout inserts nothing");
+    fill("submit-timeout", "2.5").await;
     click("#submit-preemptible").await;
     b.screenshot("submit-resources").await;
     click(submit).await;
@@ -770,6 +783,15 @@ async fn the_submit_form_sends_resources_and_limits_and_refuses_a_bad_size() {
         (Some(500), Some(256), true, None, None, "alice".to_owned()),
         "the task asks for 0.5 CPU and 256 MB, is preemptible, and leaves the rest unset"
     );
+    let typed: (i32, i32, f64) = sqlx::query_as(
+        "select priority, max_attempts, extract(epoch from timeout)::float8
+           from sked.tasks where id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(typed, (-3, 1000, 2.5), "-3, 1e3 and 2.5 as typed");
     assert_eq!(tasks().await, 1);
 
     // The 422 of the refused user name is the only expected console error.

@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_navigate;
+use sked_types::duration::MAX_SECS;
 use sked_types::units;
 use sked_types::{CreateSchedule, CronPreview, QueueCounts, Schedule, SubmitTask, Submitted};
 
@@ -89,27 +90,46 @@ fn json_reason(e: &serde_json::Error) -> String {
     }
 }
 
-/// A whole number from a field, or `None` when it is blank.
-fn parse_int(label: &str, text: &str) -> Result<Option<i32>, String> {
+/// A whole number from `min` to `max` from a field, as typed (a sign, an exponent: `-3`,
+/// `1e3`), or `None` when it is blank; anything else is refused naming the field and the
+/// range.
+fn parse_int(label: &str, text: &str, min: i32, max: i32) -> Result<Option<i32>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse()
-        .map(Some)
-        .map_err(|_| format!("{label} must be a whole number, got {text:?}"))
+    let whole = text
+        .parse::<i64>()
+        .ok()
+        .or_else(|| {
+            let v = text.parse::<f64>().ok()?;
+            // Within i64, exactly: whole numbers up to 2^53 are exact doubles.
+            (v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15).then_some(v as i64)
+        })
+        .filter(|v| (i64::from(min)..=i64::from(max)).contains(v));
+    match whole {
+        Some(v) => Ok(Some(v as i32)),
+        None => Err(format!(
+            "{label} must be a whole number from {min} to {max}, got {text:?}"
+        )),
+    }
 }
 
-/// A number of seconds (possibly fractional) from a field, or `None` when it is blank.
-fn parse_secs(label: &str, text: &str) -> Result<Option<f64>, String> {
+/// A number of seconds (possibly fractional) from a field, or `None` when it is blank:
+/// 0 or more (more than 0 when `positive`), at most 100 years.
+fn parse_secs(label: &str, text: &str, positive: bool) -> Result<Option<f64>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
     }
+    let least = if positive { "more than 0" } else { "0 or more" };
     match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+        Ok(v) if v.is_finite() && (v > 0.0 || (v == 0.0 && !positive)) && v <= MAX_SECS => {
+            Ok(Some(v))
+        }
         _ => Err(format!(
-            "{label} must be a number of seconds (0 or more), got {text:?}"
+            "{label} must be a number of seconds, {least} and at most {MAX_SECS} (100 years), \
+             got {text:?}"
         )),
     }
 }
@@ -263,9 +283,19 @@ impl Form {
             env: parse_env(&self.env.get_untracked())?,
             input: parse_input(&self.input.get_untracked())?,
             queue: (!queue.is_empty()).then_some(queue),
-            priority: parse_int("Priority", &self.priority.get_untracked())?,
-            max_attempts: parse_int("Max attempts", &self.max_attempts.get_untracked())?,
-            timeout_secs: parse_secs("Timeout", &self.timeout_secs.get_untracked())?,
+            priority: parse_int(
+                "Priority",
+                &self.priority.get_untracked(),
+                i32::MIN,
+                i32::MAX,
+            )?,
+            max_attempts: parse_int(
+                "Max attempts",
+                &self.max_attempts.get_untracked(),
+                1,
+                i32::MAX,
+            )?,
+            timeout_secs: parse_secs("Timeout", &self.timeout_secs.get_untracked(), true)?,
             labels,
             cpu_millis: parse_cpu(&self.cpu.get_untracked())?,
             memory_mb: parse_memory(&self.memory.get_untracked())?,
@@ -290,7 +320,7 @@ impl Form {
         match self.when.get_untracked() {
             When::Now => {}
             When::Delay => {
-                let amount = parse_secs("The delay", &self.delay.get_untracked())?
+                let amount = parse_secs("The delay", &self.delay.get_untracked(), false)?
                     .ok_or("Give the delay.")?;
                 let unit = if self.delay_unit.get_untracked() == "minutes" {
                     60.0
@@ -467,12 +497,12 @@ fn PlacementFields(form: Form) -> impl IntoView {
                 {move || queues.get().into_iter().map(|q| view! { <option value=q></option> }).collect_view()}
             </datalist>
         </Field>
-        <Field id="submit-priority" label="Priority" name="priority" value=form.priority kind="number" step="1" placeholder="0"
+        <Field id="submit-priority" label="Priority" name="priority" value=form.priority inputmode="numeric" placeholder="0"
             hint="Higher runs first."/>
-        <Field id="submit-max-attempts" label="Max attempts" name="max_attempts" value=form.max_attempts kind="number"
-            min="1" step="1" placeholder="3"/>
-        <Field id="submit-timeout" label="Timeout" name="timeout_secs" value=form.timeout_secs kind="number"
-            min="0" step="any" placeholder="none" hint="seconds per attempt"/>
+        <Field id="submit-max-attempts" label="Max attempts" name="max_attempts" value=form.max_attempts inputmode="numeric"
+            placeholder="3"/>
+        <Field id="submit-timeout" label="Timeout" name="timeout_secs" value=form.timeout_secs inputmode="decimal"
+            placeholder="none" hint="seconds per attempt"/>
         <Field id="submit-labels" label="Labels" name="labels" value=form.labels placeholder="gpu, linux"
             hint="comma-separated; only workers with all of them run it"/>
     }
@@ -519,7 +549,7 @@ fn WhenFields(form: Form) -> impl IntoView {
 #[component]
 fn DelayFields(form: Form) -> impl IntoView {
     view! {
-        <Field id="submit-delay" label="Delay" name="delay_secs" value=form.delay kind="number" min="0" step="any">
+        <Field id="submit-delay" label="Delay" name="delay_secs" value=form.delay inputmode="decimal">
             " "
             <select
                 name="delay_unit"
@@ -692,8 +722,10 @@ impl From<RwSignal<bool>> for Value {
 ///
 /// The control edits `value`: text in an `<input>` of type `kind` (a `<textarea>` when `rows`
 /// is given), or the tick of a checkbox. `id` (which the label names), `name`, `placeholder`,
-/// `class`, `min`, `step` and `list` (the id of a `<datalist>` of suggestions) are its
-/// attributes; `no_autocomplete` and `no_spellcheck` turn off the browser's suggestions of
+/// `class`, `inputmode` and `list` (the id of a `<datalist>` of suggestions) are its
+/// attributes. Numbers are text with an `inputmode`, never `type="number"`: a browser gives
+/// such an input's text as "" while it is not yet a number (`-`, `1e`), which would erase what
+/// is being typed, and drops what it cannot read; `no_autocomplete` and `no_spellcheck` turn off the browser's suggestions of
 /// earlier entries and its spell checking.
 #[component]
 fn Field(
@@ -705,8 +737,7 @@ fn Field(
     #[prop(optional)] rows: Option<&'static str>,
     #[prop(optional)] placeholder: Option<&'static str>,
     #[prop(optional)] class: Option<&'static str>,
-    #[prop(optional)] min: Option<&'static str>,
-    #[prop(optional)] step: Option<&'static str>,
+    #[prop(optional)] inputmode: Option<&'static str>,
     #[prop(optional)] list: Option<&'static str>,
     #[prop(optional)] no_autocomplete: bool,
     #[prop(optional)] no_spellcheck: bool,
@@ -729,8 +760,7 @@ fn Field(
                 id=id
                 name=name
                 type=kind
-                min=min
-                step=step
+                inputmode=inputmode
                 class=class
                 placeholder=placeholder
                 list=list
@@ -883,6 +913,79 @@ mod tests {
             form.task().unwrap_err(),
             r#"Max output must be a positive size, got "0""#
         );
+    }
+
+    #[test]
+    fn number_fields_keep_what_is_typed_or_refuse_it_naming_the_field_and_its_range() {
+        let form = form("true");
+        form.priority.set("-3".into());
+        form.max_attempts.set("1e3".into());
+        form.timeout_secs.set("2.5".into());
+        let task = form.task().unwrap();
+        assert_eq!(
+            (task.priority, task.max_attempts, task.timeout_secs),
+            (Some(-3), Some(1000), Some(2.5)),
+            "a sign and an exponent are read as typed"
+        );
+        for (field, text, says) in [
+            (
+                "priority",
+                "99999999999",
+                "Priority must be a whole number from -2147483648 to 2147483647, got \"99999999999\"",
+            ),
+            (
+                "priority",
+                "1.5",
+                "Priority must be a whole number from -2147483648 to 2147483647, got \"1.5\"",
+            ),
+            (
+                "max_attempts",
+                "0",
+                "Max attempts must be a whole number from 1 to 2147483647, got \"0\"",
+            ),
+            (
+                "max_attempts",
+                "-1",
+                "Max attempts must be a whole number from 1 to 2147483647, got \"-1\"",
+            ),
+            (
+                "timeout",
+                "-5",
+                "Timeout must be a number of seconds, more than 0 and at most 3155760000 (100 years), got \"-5\"",
+            ),
+            (
+                "timeout",
+                "0",
+                "Timeout must be a number of seconds, more than 0 and at most 3155760000 (100 years), got \"0\"",
+            ),
+            (
+                "timeout",
+                "1e12",
+                "Timeout must be a number of seconds, more than 0 and at most 3155760000 (100 years), got \"1e12\"",
+            ),
+        ] {
+            let form = form_with_defaults();
+            match field {
+                "priority" => form.priority.set(text.into()),
+                "max_attempts" => form.max_attempts.set(text.into()),
+                _ => form.timeout_secs.set(text.into()),
+            }
+            assert_eq!(form.task().unwrap_err(), says, "{field} {text:?}");
+        }
+        let form = form_with_defaults();
+        form.when.set(When::Delay);
+        form.delay.set("-10".into());
+        assert_eq!(
+            form.request().err().as_deref(),
+            Some(
+                "The delay must be a number of seconds, 0 or more and at most 3155760000 \
+                 (100 years), got \"-10\""
+            )
+        );
+    }
+
+    fn form_with_defaults() -> Form {
+        form("true")
     }
 
     #[test]
