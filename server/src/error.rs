@@ -170,14 +170,21 @@ impl From<sqlx::Error> for Error {
     }
 }
 
+/// The largest body `POST /api/v1/tasks/batch` and `POST /api/v1/workflows` read (a full
+/// batch of ordinary tasks fits).
+pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
+/// The largest body of any other request: axum's default limit, which those routes keep
+/// (`tests/it/api.rs` holds both limits to what the server does).
+pub const MAX_BODY: usize = 2 * 1024 * 1024;
+
 impl From<JsonRejection> for Error {
     fn from(rejection: JsonRejection) -> Self {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             return Error::TooLarge(format!(
                 "the request body is larger than the API reads: {} MiB for POST \
                  /api/v1/tasks/batch and /api/v1/workflows, {} MiB for any other request",
-                crate::tasks::MAX_BATCH_BODY / (1024 * 1024),
-                crate::tasks::MAX_BODY / (1024 * 1024)
+                MAX_BATCH_BODY / (1024 * 1024),
+                MAX_BODY / (1024 * 1024)
             ));
         }
         Error::InvalidRequest(rejection.body_text())

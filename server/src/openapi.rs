@@ -65,7 +65,7 @@ struct ApiDoc;
 /// the route and its entry in the document both come from here.
 pub(crate) fn api() -> OpenApiRouter<AppState> {
     // Batches and workflows may be larger than axum's default body limit (2 MiB).
-    let large_bodies = || DefaultBodyLimit::max(tasks::MAX_BATCH_BODY);
+    let large_bodies = || DefaultBodyLimit::max(crate::error::MAX_BATCH_BODY);
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(tasks::list, tasks::submit))
         .routes(routes!(tasks::submit_batch).layer(large_bodies()))

@@ -31,12 +31,6 @@ use crate::shown::{Masked, Shown};
 
 /// The most tasks one batch may hold.
 pub const MAX_BATCH: usize = 10_000;
-/// The largest body `POST /api/v1/tasks/batch` and `POST /api/v1/workflows` read (a full
-/// batch of ordinary tasks fits).
-pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
-/// The largest body of any other request: axum's default limit, which those routes keep
-/// (`tests/it/api.rs` holds both limits to what the server does).
-pub const MAX_BODY: usize = 2 * 1024 * 1024;
 /// Page size of a task listing when `limit` is absent, and its upper bound.
 pub const DEFAULT_PAGE: i64 = 50;
 pub const MAX_PAGE: i64 = 500;
