@@ -224,8 +224,16 @@ drop trigger if exists tasks_after_insert_keys on sked.tasks;
 drop function if exists sked.tasks_after_insert_keys();
 create or replace function sked.idempotency_keys_take(rows sked.tasks[]) returns void
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  -- Those a submit function inserted name themselves already: claimed once, not twice.
+  untaken constant sked.tasks[] := array(
+    select r from unnest(rows) r
+     where not exists (select 1 from sked.idempotency_keys x
+                        where x.owner = r.owner and x.key = r.idempotency_key
+                          and x.task_id = r.id));
 begin
-  if exists (select 1 from sked.idempotency_keys_claim(rows) c where not c.created) then
+  if cardinality(untaken) > 0
+     and exists (select 1 from sked.idempotency_keys_claim(untaken) c where not c.created) then
     raise exception 'sked.tasks: the idempotency key names another task'
       using errcode = 'unique_violation',
             constraint = 'tasks_idempotency_key_names_another_task',
