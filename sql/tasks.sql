@@ -2,15 +2,37 @@
 -- prune, and the insert notification. Applications call these by name; see docs/sql.md.
 -- Every function that reads the clock takes it as `p_now`/`now_` so tests can move time.
 
+-- What exec(2) takes, as Linux counts it: every string of argv (the program, then the
+-- arguments) and of envp (`NAME=value`) with its terminating NUL is at most 131,072 bytes
+-- (MAX_ARG_STRLEN), and the strings with their NULs and 8-byte pointers together fit ARG_MAX
+-- (a quarter of the stack limit: 2 MB with the usual 8 MB). The rules of sked.task_rule_broken
+-- take these sizes of a task's own strings: {the longest with its NUL, all of them with their
+-- NULs and pointers}, against 131,072 and 1,048,576 bytes (the rest of ARG_MAX is left for
+-- the environment the worker adds: `SKED_*`, `PATH`, …). A task beyond them would fail at
+-- every attempt ("Argument list too long"). `command` is null for an artifact, whose path
+-- the worker puts first (not counted).
+create or replace function sked.exec_strings_size(command text[], args text[], env jsonb)
+returns bigint[]
+language sql immutable parallel safe as $$
+  with strings(bytes) as (
+    select octet_length(a) + 1 from unnest(coalesce(command, '{}') || args) a
+    union all
+    select octet_length(e.key) + 1 + octet_length(e.value) + 1
+      from jsonb_each_text(case when jsonb_typeof(env) = 'object' then env else '{}' end) e)
+  select array[coalesce(max(bytes), 0), coalesce(sum(bytes + 8), 0)]::bigint[] from strings
+$$;
+
 -- The first rule about what a task runs, or about the JSON it keeps (every number a double,
 -- see migrations/20261220000001_json_numbers.sql), that these values break, or null when they
--- break none. One CASE expression, so the planner inlines it into the set-based checks below.
+-- break none. One CASE expression, so the planner inlines it into the set-based checks below;
+-- declared stable, as array_to_string is, since the planner inlines no immutable function
+-- whose body calls a stable one (a call per row costs 30 µs more).
 drop function if exists sked.task_rule_broken(text[], text[], text[], text, jsonb, text, text);
 create or replace function sked.task_rule_broken(
   command text[], args text[], labels text[], queue text, env jsonb, artifact_url text,
   artifact_sha256 text, input jsonb, output jsonb, health_check jsonb)
 returns text
-language sql immutable parallel safe as $$
+language sql stable parallel safe as $$
   select case
     when command is not null
          and (cardinality(command) = 0 or command[1] = '' or array_position(command, null) is not null)
@@ -32,6 +54,19 @@ language sql immutable parallel safe as $$
     when not sked.json_numbers_fit_doubles(output) then 'tasks_output_numbers_must_fit_a_double'
     when not sked.json_numbers_fit_doubles(health_check)
       then 'tasks_health_check_numbers_must_fit_a_double'
+    -- The exact size of what exec takes walks every string: it is asked only when this bound
+    -- of it (each argument's bytes and 9 more for its NUL and pointer, env as JSON text twice
+    -- over for its names, `=`, NULs and pointers) passes the smaller limit.
+    when coalesce(octet_length(array_to_string(command, '')), 0)
+         + octet_length(array_to_string(args, ''))
+         + 9 * (coalesce(cardinality(command), 0) + cardinality(args))
+         + 2 * octet_length(env::text) > 131072
+      then case
+        when (sked.exec_strings_size(command, args, env))[1] > 131072
+          then 'tasks_argument_and_env_strings_must_be_at_most_131072_bytes'
+        when (sked.exec_strings_size(command, args, env))[2] > 1048576
+          then 'tasks_command_and_env_must_total_at_most_1048576_bytes'
+      end
   end
 $$;
 
@@ -49,6 +84,15 @@ declare
       format('queue %L must be 1 to 64 characters of A-Z, a-z, 0-9, _ . : - starting with a letter or digit', queue)
     when 'tasks_env_must_be_an_object_of_strings' then
       'env must be a JSON object whose values are strings (names not empty, without =)'
+    when 'tasks_argument_and_env_strings_must_be_at_most_131072_bytes' then
+      'each argument (the program included) and each env NAME=value must be at most 131,072 '
+      'bytes with its terminating NUL (Linux''s MAX_ARG_STRLEN): exec refuses a longer one '
+      '("Argument list too long"); pass large data as input (stdin) or in a file instead'
+    when 'tasks_command_and_env_must_total_at_most_1048576_bytes' then
+      'the command, its arguments and env together must be at most 1,048,576 bytes, each '
+      'string counted with its NUL and an 8-byte pointer (half of the usual 2 MB ARG_MAX, '
+      'the rest left for the environment the worker adds); pass large data as input (stdin) '
+      'or in a file instead'
     when 'tasks_artifact_url_scheme_must_be_file_http_https_or_pg' then
       'artifact_url must start with file:///, http://, https:// or pg:'
     when 'tasks_artifact_sha256_must_be_64_lowercase_hex' then

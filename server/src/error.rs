@@ -223,6 +223,18 @@ const RULES: &[(&str, &str)] = &[
         "env names must be non-empty and must not contain `=`",
     ),
     (
+        "tasks_argument_and_env_strings_must_be_at_most_131072_bytes",
+        "each argument of command and args and each env NAME=value must be at most 131,072 bytes \
+         with its terminating NUL (Linux's MAX_ARG_STRLEN): exec would refuse it (\"Argument list \
+         too long\"); pass large data as input (stdin) or in a file instead",
+    ),
+    (
+        "tasks_command_and_env_must_total_at_most_1048576_bytes",
+        "command, args and env together must be at most 1,048,576 bytes, each string counted \
+         with its NUL and an 8-byte pointer (half of the usual 2 MB ARG_MAX, the rest left for \
+         the environment the worker adds); pass large data as input (stdin) or in a file instead",
+    ),
+    (
         "tasks_output_path_must_be_relative_beneath_the_task_directory",
         "output_path must be a relative path beneath the task's working directory (no leading / and no .. component)",
     ),

@@ -69,3 +69,59 @@ async fn a_waiting_tasks_page_says_why_it_waits_and_follows_the_workers() {
     b.close().await;
     worker.shutdown().await;
 }
+
+/// Sets the field `id` of a form to `text` as typing would (one `input` event), for values too
+/// long to type key by key.
+async fn set_field(b: &Browser, id: &str, text: &str) {
+    b.wait(&format!("#{id}")).await;
+    b.js(&format!(
+        "(e => {{ e.value = {}; e.dispatchEvent(new Event('input', {{bubbles: true}})); return true; }})(document.getElementById('{id}'))",
+        serde_json::json!(text)
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_submit_form_shows_the_refusal_of_an_env_value_exec_would_refuse() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/submit", &alice).await;
+    set_field(&b, "submit-command", "printenv DATA").await;
+    set_field(&b, "submit-env", &format!("DATA={}", "x".repeat(200 * 1024))).await;
+    b.wait("form.submit [data-action=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_js(
+        "the refusal shows",
+        "document.querySelector('form.submit p.error')?.textContent.includes('131,072 bytes')",
+    )
+    .await;
+    let says = text_of(&b, "form.submit p.error").await;
+    assert!(
+        says.contains("MAX_ARG_STRLEN"),
+        "the form shows the rule's limit: {says}"
+    );
+    let tasks: i64 = sqlx::query_scalar("select count(*) from sked.tasks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(tasks, 0, "nothing was submitted");
+    b.js("document.querySelector('form.submit p.error').scrollIntoView()")
+        .await;
+    b.screenshot("submit-env-too-long").await;
+    // The 422 of the refusal is the only expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("422"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+}

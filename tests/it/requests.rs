@@ -1,7 +1,8 @@
 //! What a task asks of its worker — `cpu_millis`, `memory_mb`, `max_output_bytes`, `run_as`,
 //! and whether it is `preemptible` — through every way in: plain SQL, the submit functions,
 //! REST (one by JSON, a large batch by COPY), workflows, shards, resubmit, schedules and the
-//! CLI; and bad values refused with readable messages and nothing written.
+//! CLI; and bad values refused with readable messages and nothing written, among them
+//! commands and environments larger than exec takes.
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -846,4 +847,176 @@ async fn the_cli_submits_preemptible_tasks_and_schedules_shows_them_and_refuses_
         json!(true),
         "sked schedule create --preemptible: {template}"
     );
+}
+
+/// The rule of a refused statement, as its error's constraint.
+async fn refused_by(pool: &PgPool, sql: &str, binds: &[&str]) -> String {
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()));
+    for b in binds {
+        query = query.bind(*b);
+    }
+    let err = query
+        .execute(pool)
+        .await
+        .expect_err("a task exec would refuse is refused at submit");
+    let db = err.as_database_error().expect("a database error");
+    assert_eq!(db.code().as_deref(), Some("23514"), "{sql}: check_violation");
+    db.constraint().unwrap_or_default().to_owned()
+}
+
+const ONE_STRING_TOO_LONG: &str = "tasks_argument_and_env_strings_must_be_at_most_131072_bytes";
+const TOO_MUCH_IN_ALL: &str = "tasks_command_and_env_must_total_at_most_1048576_bytes";
+
+#[tokio::test]
+async fn a_command_or_env_exec_would_refuse_is_refused_at_submit_by_every_way_in() {
+    let api = Api::new().await;
+    let pool = &api.db.pool;
+    let big = "x".repeat(200 * 1024);
+
+    // Plain SQL, the submit functions, and an update: one 200 KB argument or env value.
+    for (sql, binds) in [
+        ("insert into sked.tasks (command) values (array['echo', $1])", vec![big.as_str()]),
+        (
+            "insert into sked.tasks (command, args) values (array['echo'], array[$1])",
+            vec![big.as_str()],
+        ),
+        (
+            "insert into sked.tasks (command, env) values (array['true'], jsonb_build_object('DATA', $1::text))",
+            vec![big.as_str()],
+        ),
+        (
+            "select sked.task_submit(command => array['echo', $1])",
+            vec![big.as_str()],
+        ),
+        (
+            "select sked.tasks_submit(jsonb_build_array(jsonb_build_object(
+               'command', jsonb_build_array('true'), 'env', jsonb_build_object('DATA', $1::text))))",
+            vec![big.as_str()],
+        ),
+    ] {
+        assert_eq!(refused_by(pool, sql, &binds).await, ONE_STRING_TOO_LONG, "{sql}");
+    }
+    let kept = insert(pool, "(command) values (array['true'])").await;
+    assert_eq!(
+        refused_by(
+            pool,
+            &format!("update sked.tasks set env = jsonb_build_object('DATA', $1::text) where id = '{kept}'"),
+            &[big.as_str()],
+        )
+        .await,
+        ONE_STRING_TOO_LONG,
+        "an update that puts a value exec refuses"
+    );
+    // Every string may be long, but not all of them together: nine of 120 KB.
+    assert_eq!(
+        refused_by(
+            pool,
+            "insert into sked.tasks (command) values (array['echo'] || array_fill($1::text, array[9]))",
+            &[&"y".repeat(120 * 1024)],
+        )
+        .await,
+        TOO_MUCH_IN_ALL
+    );
+    // The limits themselves are taken: a string of 131,072 bytes with its NUL.
+    let at_limit = "z".repeat(131_071);
+    sqlx::query("insert into sked.tasks (command, env) values (array['echo', $1], jsonb_build_object('A', $2::text))")
+        .bind(&at_limit)
+        .bind(&at_limit[..131_069]) // A=…\0 is 131,072 bytes
+        .execute(pool)
+        .await
+        .expect("strings of exactly 131,072 bytes with their NUL are taken");
+    assert_eq!(
+        refused_by(
+            pool,
+            "insert into sked.tasks (command, env) values (array['true'], jsonb_build_object('A', $1::text))",
+            &[&at_limit[..131_070]],
+        )
+        .await,
+        ONE_STRING_TOO_LONG,
+        "A=value of 131,073 bytes with its NUL"
+    );
+    assert_eq!(count(pool).await, 2, "nothing refused was written");
+
+    // REST: 422 with the rule's sentence and the limit.
+    for task in [
+        json!({"command": ["echo", big]}),
+        json!({"command": ["true"], "env": {"DATA": big}}),
+    ] {
+        let (status, body) = api.post("/api/v1/tasks", &api.alice, task).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_error(&body, "rejected");
+        let says = body["message"].as_str().unwrap();
+        assert!(
+            says.contains("131,072 bytes") && says.contains("MAX_ARG_STRLEN"),
+            "the message names the limit: {says}"
+        );
+    }
+    let (status, body) = api
+        .post(
+            "/api/v1/tasks",
+            &api.alice,
+            json!({"command": ["echo"], "args": vec!["y".repeat(120 * 1024); 9]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("1,048,576 bytes"),
+        "{body}"
+    );
+    assert_eq!(count(pool).await, 2, "nothing refused was written");
+}
+
+#[tokio::test]
+async fn the_cli_is_refused_a_command_exec_would_refuse_and_a_worker_runs_one_at_the_limits() {
+    let api = cli::Api::start().await;
+    let pool = &api.db.pool;
+    // Nine arguments of 120 KB: each fits, together they pass the 1 MiB of the rule (the CLI's
+    // own exec takes them: 2 MB).
+    let arg = "y".repeat(120 * 1024);
+    let mut argv = vec!["submit", "--", "echo"];
+    argv.extend(std::iter::repeat_n(arg.as_str(), 9));
+    let out = cli::output(&mut api.sked(&argv)).await;
+    assert!(!out.status.success(), "sked submit is refused");
+    let stderr = cli::text(&out.stderr);
+    assert!(
+        stderr.contains("1,048,576 bytes"),
+        "sked says the limit: {stderr}"
+    );
+    assert_eq!(count(pool).await, 0, "nothing was written");
+
+    // What the rules take, exec takes: six arguments of 131,071 bytes and an env string of
+    // 131,072 bytes with its NUL (under 1 MiB in all), with the environment the worker adds.
+    let at_limit = "z".repeat(131_071);
+    let id: Uuid = sqlx::query_scalar(
+        "insert into sked.tasks (command, env, max_attempts) values
+           (array['sh', '-c', 'echo \"$# ${#1} ${#BIG}\"', 'sh'] || array_fill($1::text, array[6]),
+            jsonb_build_object('BIG', $2::text), 1)
+         returning id",
+    )
+    .bind(&at_limit)
+    .bind(&at_limit[..131_067]) // BIG=…\0 is 131,072 bytes
+    .fetch_one(pool)
+    .await
+    .expect("a task at the limits is taken");
+    let worker = crate::support::start_worker(&api.db, crate::support::config(&["default"]));
+    let state = crate::support::wait_for(
+        pool,
+        id,
+        &["succeeded", "failed"],
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let (error, stdout): (Option<String>, Option<String>) =
+        sqlx::query_as("select error, stdout_tail from sked.tasks where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(state, "succeeded", "exec took it: {error:?}");
+    assert_eq!(
+        stdout.as_deref().map(str::trim),
+        Some("6 131071 131067"),
+        "the process got every string whole"
+    );
+    worker.shutdown().await;
 }
