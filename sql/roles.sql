@@ -234,7 +234,7 @@ begin
   -- server takes from it through sked.owner_quota_take, which runs as the owner.
   grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
                   sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
-                  sked.schedule_runs, sked.queues, sked.retention_settings,
+                  sked.schedule_runs, sked.schedule_ticks, sked.queues, sked.retention_settings,
                   sked.service_exits, sked.event_changes,
                   sked.event_outbox, sked.task_attempt_history, sked.queue_counts,
                   sked.worker_status

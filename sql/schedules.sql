@@ -1007,6 +1007,22 @@ begin
               recorded_at, i)
     join inserted n on n.schedule_id = u.schedule_id and n.fire_at = u.fire_at;
 
+  -- The claimed ticks count in sked.schedule_ticks (/metrics): a fired or skipped run is one
+  -- tick, and a run also stands for the missed ticks it counts. A queued run counts when it
+  -- fires or is skipped.
+  update sked.schedule_ticks st
+     set ticks = st.ticks + c.n
+    from (select x.outcome, sum(x.n) as n
+            from unnest(runs) with ordinality
+                 as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks,
+                      detail, recorded_at, i)
+            join unnest(claimed) as k(i) on k.i = u.i
+            cross join lateral (values
+                   (u.outcome, case when u.outcome = 'missed' then 0 else 1 end),
+                   ('missed', u.missed_ticks)) as x(outcome, n)
+           group by x.outcome) c
+   where st.outcome = c.outcome and c.n > 0;
+
   -- Replaced occurrences are cancelled before their successors are inserted.
   foreach i in array claimed loop
     if run_cancel_task[i] is not null then

@@ -69,6 +69,10 @@ pub struct WorkerCommand {
     pub db: DatabaseArgs,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    /// Serve this worker's Prometheus metrics on http://ADDR/metrics (no token: bind it to an
+    /// address only your monitoring reaches; see docs/operations.md).
+    #[arg(long, env = "SKED_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Flags of `sked dev`.
@@ -241,9 +245,59 @@ pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
     sked_db::check_schema(&pool)
         .await
         .map_err(db("checking the database schema"))?;
+    // Metrics are served until the worker has stopped, through its graceful shutdown.
+    let metrics_stop = CancellationToken::new();
+    let metrics = match cmd.metrics_listen {
+        Some(addr) => Some(serve_worker_metrics(addr, metrics_stop.clone()).await?),
+        None => None,
+    };
     let result = sked_worker::run(pool.clone(), config, shutdown).await;
+    metrics_stop.cancel();
+    if let Some(metrics) = metrics
+        && tokio::time::timeout(std::time::Duration::from_secs(5), metrics)
+            .await
+            .is_err()
+    {
+        warn!("the metrics endpoint did not stop within 5 s");
+    }
     pool.close().await;
     result.map_err(RunError::Worker)
+}
+
+/// The worker's `/metrics` on `addr` (`--metrics-listen`), until `stop`.
+async fn serve_worker_metrics(
+    addr: SocketAddr,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Io {
+            context: format!(
+                "serving metrics on {addr} (choose another address with --metrics-listen)"
+            ),
+            source,
+        })?;
+    info!(addr = %listener.local_addr().unwrap_or(addr), "serving metrics on /metrics");
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async {
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    sked_db::metrics::CONTENT_TYPE,
+                )],
+                sked_db::metrics::encode(None),
+            )
+        }),
+    );
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            warn!(error = %e, "serving metrics failed");
+        }
+    }))
 }
 
 /// `sked dev`: a private PostgreSQL (unless `DATABASE_URL` is set), migrated, with the API

@@ -2,7 +2,8 @@
 //! with one `INSERT … SELECT generate_series` (`reads.sql`: mostly succeeded, some failed,
 //! waiting, running, retry and blocked, five owners and six queues, realistic command lines),
 //! then every listing and overview the dashboard uses is requested `--w8-requests` times over
-//! HTTP from the API served in this process, one request at a time. Reported per endpoint: the
+//! HTTP from the API served in this process, one request at a time, and so is a Prometheus
+//! scrape of `/metrics`. Reported per endpoint: the
 //! median and the 99th percentile of the request time, seen by the client on the loopback
 //! interface, against the target of 100 ms.
 
@@ -193,6 +194,11 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
         ),
         ("queues, admin".into(), api.admin.as_str(), "/queues".into()),
         ("workers".into(), api.admin.as_str(), "/workers".into()),
+        (
+            "Prometheus scrape (/metrics)".into(),
+            api.admin.as_str(),
+            METRICS.into(),
+        ),
     ];
     for (name, token, path) in cases {
         // Warm up the connection and the statement cache, as a dashboard that is open would.
@@ -267,15 +273,15 @@ impl Api {
         self.api.stop().await;
     }
 
-    /// `GET` of `path` (under `/api/v1`), which must answer 200 with JSON.
+    /// `GET` of `path` (under `/api/v1`, but [`METRICS`]), which must answer 200 with JSON
+    /// (the metrics: text, answered as `null`).
     async fn get(&self, token: &str, path: &str) -> Result<Value> {
-        let resp = self
-            .api
-            .client
-            .get(format!("{}{path}", self.api.base))
-            .bearer_auth(token)
-            .send()
-            .await?;
+        let url = if path == METRICS {
+            format!("{}{path}", self.api.base.trim_end_matches("/api/v1"))
+        } else {
+            format!("{}{path}", self.api.base)
+        };
+        let resp = self.api.client.get(url).bearer_auth(token).send().await?;
         let status = resp.status();
         let body = resp.bytes().await?;
         if status != reqwest::StatusCode::OK {
@@ -284,9 +290,15 @@ impl Api {
                 String::from_utf8_lossy(&body)
             );
         }
+        if path == METRICS {
+            return Ok(Value::Null);
+        }
         Ok(serde_json::from_slice(&body)?)
     }
 }
+
+/// The server's Prometheus metrics, at the root rather than under `/api/v1`.
+const METRICS: &str = "/metrics";
 
 #[cfg(test)]
 mod tests {

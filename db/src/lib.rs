@@ -9,6 +9,7 @@ pub mod awaits;
 pub mod error;
 pub mod listen;
 pub mod listing;
+pub mod metrics;
 pub mod overview;
 pub mod queue;
 pub mod quota;

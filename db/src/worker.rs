@@ -113,6 +113,9 @@ pub struct Claimed {
     /// service (see "Services first" in `docs/runtime.md`).
     pub priority: i32,
     pub preemptible: bool,
+    /// When the task was due: its `next_run_at` before the claim (where the claim answers it).
+    #[sqlx(default)]
+    pub next_run_at: Option<DateTime<Utc>>,
 }
 
 impl Claimed {

@@ -96,6 +96,12 @@ pub struct ServerArgs {
     /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
     /// saying so, so that a server started with it does not run with a retention it did not
     /// ask for.
+    /// The most queues `/metrics` names, those with the most unfinished tasks; the others
+    /// are added up under `queue="_other"` (queue names are chosen by submitters: this
+    /// bounds what one scrape, and Prometheus, holds).
+    #[arg(long, env = "SKED_METRICS_MAX_QUEUES", default_value_t = sked_db::metrics::DEFAULT_MAX_QUEUES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub metrics_max_queues: usize,
     #[arg(long = "retention-days", env = "SKED_RETENTION_DAYS", value_name = "DAYS",
           hide = true, value_parser = retention_days_replaced)]
     pub retention_days: Option<std::convert::Infallible>,
@@ -131,6 +137,7 @@ impl ServerArgs {
             max_rows_per_request: self.max_rows_per_request,
             max_rows_per_owner_per_minute: self.max_rows_per_owner_per_minute,
             max_wait: self.max_wait,
+            metrics_max_queues: self.metrics_max_queues,
         }
     }
 }

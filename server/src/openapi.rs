@@ -99,6 +99,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(queues::retention, queues::update_retention))
         .routes(routes!(system::me))
         .routes(routes!(system::health))
+        .routes(routes!(system::metrics))
         .routes(routes!(openapi_json))
 }
 

@@ -40,6 +40,8 @@ pub struct Quotas {
     /// The longest a read that waits for a final state (`?wait=`) is held before the server
     /// answers (`--max-wait`).
     pub max_wait: std::time::Duration,
+    /// The most queues `/metrics` names (`--metrics-max-queues`); the others are added up.
+    pub metrics_max_queues: usize,
 }
 
 impl Default for Quotas {
@@ -48,6 +50,7 @@ impl Default for Quotas {
             max_rows_per_request: DEFAULT_MAX_ROWS_PER_REQUEST,
             max_rows_per_owner_per_minute: DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
             max_wait: crate::awaits::DEFAULT_MAX_WAIT,
+            metrics_max_queues: sked_db::metrics::DEFAULT_MAX_QUEUES,
         }
     }
 }

@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Query, listing_owner};
-use crate::openapi::OwnerForbidden;
+use crate::openapi::{AdminOnly, OwnerForbidden};
 
 /// Parameters of `GET /api/v1/overview`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -163,6 +163,42 @@ pub async fn queues(
     }));
     queues.sort_by(|a, b| a.queue.cmp(&b.queue));
     Ok(axum::Json(queues))
+}
+
+/// Prometheus metrics, in the Prometheus text format 0.0.4 (admin tokens only).
+///
+/// The database's: unfinished tasks per queue and state, the backlog and the age of the
+/// oldest due task per queue, workers, schedule ticks per outcome, read in one snapshot whose
+/// cost follows the unfinished tasks, never the finished history; at most
+/// `--metrics-max-queues` queues are named, the others added up as `queue="_other"`. And this
+/// process's own (a worker's, in `sked dev`). See `docs/operations.md`.
+#[utoipa::path(
+    get, path = "/metrics", operation_id = "get_metrics", tag = "system",
+    responses(
+        (status = 200, description = "The metrics", body = String,
+         content_type = "text/plain; version=0.0.4; charset=utf-8"),
+        AdminOnly,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn metrics(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+) -> Result<impl axum::response::IntoResponse> {
+    if !principal.is_admin() {
+        return Err(Error::Forbidden(
+            "only an admin token may read the metrics: they count every owner's tasks".to_owned(),
+        ));
+    }
+    let scrape =
+        sked_db::metrics::Scrape::read(&state.pool, state.quotas.metrics_max_queues).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            sked_db::metrics::CONTENT_TYPE,
+        )],
+        sked_db::metrics::encode(Some(&scrape)),
+    ))
 }
 
 /// Who the token belongs to.

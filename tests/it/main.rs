@@ -15,6 +15,7 @@ mod errors;
 mod events;
 mod idempotency;
 mod isolation;
+mod metrics;
 mod openapi_contract;
 mod placement;
 mod queues;

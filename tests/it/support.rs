@@ -126,3 +126,23 @@ pub async fn read_pid(path: &std::path::Path, within: Duration) -> i32 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The program `name` from the PATH, or `None` after printing why the test that needs it does
+/// not run. In CI (`CI` set) a missing program fails the test instead: `.ci/run` installs it
+/// (`install` says how).
+pub fn tool(name: &str, install: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+        assert!(
+            !ci,
+            "{name} is not on the PATH: CI must run this test ({install} in .ci/run)"
+        );
+        eprintln!("SKIPPED: {name} is not on the PATH, so this test does not run ({install})");
+    }
+    found
+}

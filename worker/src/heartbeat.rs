@@ -61,6 +61,9 @@ impl Heartbeat {
                         );
                         false
                     });
+                if !renewed {
+                    sked_db::metrics::metrics().lease_renewal_failures.inc();
+                }
                 let next = started
                     + if renewed {
                         every

@@ -137,6 +137,7 @@ impl Slots {
     fn take(&self, tasks: &[sked_db::worker::Claimed]) {
         let mut held = self.held.lock().expect("slots");
         held.slots += tasks.len();
+        busy_slots(held.slots);
         held.claims += 1;
         let claimed = held.claims;
         for t in tasks {
@@ -240,6 +241,7 @@ impl Slots {
                     freed = true;
                 }
             }
+            busy_slots(held.slots);
         }
         {
             let mut running = self.running.lock().expect("running map");
@@ -258,6 +260,32 @@ impl Slots {
     fn take_freed_capacity(&self) -> bool {
         self.freed_capacity
             .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+}
+
+fn busy_slots(held: usize) {
+    sked_db::metrics::metrics()
+        .worker_slots_busy
+        .set(i64::try_from(held).unwrap_or(i64::MAX));
+}
+
+/// A claim's size, and how late each task it took started (its due time to the claim).
+fn observe_claim(claim: &sked_db::worker::Claim) {
+    let metrics = sked_db::metrics::metrics();
+    if claim.tasks.is_empty() {
+        return;
+    }
+    metrics.claim_batch_size.observe(claim.tasks.len() as f64);
+    for task in &claim.tasks {
+        if let Some(due) = task.next_run_at {
+            let late = (claim.at - due).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+            metrics
+                .task_lateness
+                .get_or_create(&sked_db::metrics::QueueLabel {
+                    queue: task.queue.clone(),
+                })
+                .observe(late.max(0.0));
+        }
     }
 }
 
@@ -544,6 +572,9 @@ impl Worker {
             artifact::Artifacts::start(pool.clone(), &config.work_dir, config.artifacts.clone())
                 .map_err(WorkerError::Setup)?;
         sked_db::worker::register(&pool, &registration).await?;
+        sked_db::metrics::metrics()
+            .worker_slots
+            .set(i64::try_from(config.concurrency).unwrap_or(i64::MAX));
         tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
             concurrency = config.concurrency, cpu_millis = ?config.capacity.cpu_millis,
             memory_mb = ?config.capacity.memory_mb, "worker started");
@@ -692,6 +723,7 @@ impl Worker {
                     t.cpu_millis.is_some() || t.memory_mb.is_some() || t.kind == TaskKind::Service
                 });
                 pace.saturated = claim.tasks.len() == asked || took_requests;
+                observe_claim(&claim);
                 self.slots.take(&claim.tasks);
                 for row in claim.tasks {
                     self.spawn(tasks, row, sent, Vec::new());
@@ -856,8 +888,14 @@ impl Worker {
                 // then the completer's.
                 let ended = RunEnded(key, slots);
                 tracing::debug!("attempt started");
+                let started = Instant::now();
                 let finished = executor::execute(&ctx, &row, stopper).await;
                 drop(ended);
+                sked_db::metrics::metrics().attempt_ended(
+                    &row.queue,
+                    finished.outcome.as_str(),
+                    started.elapsed().as_secs_f64(),
+                );
                 let _ = done.send(finished);
             }
             .instrument(span),
