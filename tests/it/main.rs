@@ -11,6 +11,7 @@ mod dashboard;
 mod dashboard_api;
 mod dashboard_oncall;
 mod delayed;
+mod deploy;
 mod errors;
 mod events;
 mod idempotency;
