@@ -376,18 +376,20 @@ async fn outcome(
         .expect("reading a task")
 }
 
-/// The worker unit's `ExecStart`, run as root with the run-as drop-in's capabilities as its
-/// only ones and no new privileges (as systemd would start it, through `setpriv`): tasks run
-/// as `nobody`, the worker reads what they leave, removes their directories (read-only parts
-/// included), kills what they leave running, and stops cleanly on SIGTERM.
-#[tokio::test]
-async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: a worker that runs tasks as other users runs as root; this is not");
-        return;
-    }
-    let caps = run_as_capabilities();
+/// Who the worker runs as, as systemd would start it, through `setpriv`.
+enum RunAs {
+    /// `sked-worker.service`: a user of its own (`nobody` stands for `sked`), no capabilities.
+    OwnUser,
+    /// With the run-as drop-in: root, with the drop-in's capabilities only.
+    RootWithDropIn,
+}
+
+/// The worker unit's `ExecStart` (its work dir made first as systemd makes a
+/// `CacheDirectory`: the unit's mode, owned by the worker's user) with no new privileges:
+/// tasks run as `nobody`, the worker reads what they leave, removes their directories
+/// (read-only and sticky parts included), kills what they leave running, and on SIGTERM lets
+/// a running task finish and stops cleanly within the unit's `TimeoutStopSec`.
+async fn run_like_the_unit(run_as: RunAs) {
     let unit = directives(&units()["sked-worker.service"]);
     let exec = service_value(&unit, "ExecStart").unwrap();
     let cache = TempDir::new("sked-cache");
@@ -402,15 +404,34 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         args.iter().any(|a| Path::new(a) == work),
         "the unit's work dir is in its CacheDirectory: {exec}"
     );
+    let mode = service_value(&unit, "CacheDirectoryMode")
+        .map(|v| u32::from_str_radix(v, 8).expect("an octal mode"))
+        .expect("CacheDirectoryMode");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    let mut setpriv = tokio::process::Command::new("setpriv");
+    setpriv.args(["--no-new-privs", "--inh-caps=-all"]);
+    match run_as {
+        RunAs::OwnUser => {
+            std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+            setpriv.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--bounding-set=-all",
+            ]);
+        }
+        RunAs::RootWithDropIn => {
+            let bounding = std::iter::once("-all".to_owned())
+                .chain(run_as_capabilities().iter().map(|c| format!("+{c}")))
+                .collect::<Vec<_>>()
+                .join(",");
+            setpriv.arg(format!("--bounding-set={bounding}"));
+        }
+    }
     let db = TestDb::new().await;
     let queue = format!("deploy-{}", Uuid::new_v4().simple());
-    let bounding = std::iter::once("-all".to_owned())
-        .chain(caps.iter().map(|c| format!("+{c}")))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut worker = tokio::process::Command::new("setpriv")
-        .args(["--no-new-privs", "--inh-caps=-all"])
-        .arg(format!("--bounding-set={bounding}"))
+    let mut worker = setpriv
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_sked-worker"))
         .args(&args)
@@ -425,7 +446,7 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         .spawn()
         .expect("starting sked-worker through setpriv (util-linux)");
 
-    // Its output through $SKED_OUTPUT, in a directory only `nobody` may enter.
+    // Its output through $SKED_OUTPUT, in a directory only the task's user may enter.
     let who = insert(
         &db.pool,
         &format!(
@@ -450,9 +471,31 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         let (_, error, _) = outcome(&db.pool, id).await;
         assert_eq!(
             state, "succeeded",
-            "a root worker with only the drop-in's capabilities runs the task: {error:?}"
+            "the worker, with the unit's rights only, runs the task: {error:?}"
         );
     }
+    // The worker runs as the unit says (seen by the kernel, not by what setpriv was asked).
+    let worker_pid = worker.id().expect("the worker's pid");
+    let status = std::fs::read_to_string(format!("/proc/{worker_pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let (uid, bounding) = match run_as {
+        RunAs::OwnUser => ("65534", 0),
+        RunAs::RootWithDropIn => ("0", run_as_capabilities().len() as u32),
+    };
+    assert_eq!(field("Uid:"), [uid; 4], "the worker's uids: {status}");
+    assert_eq!(field("NoNewPrivs:"), ["1"], "no new privileges: {status}");
+    let capbnd = u64::from_str_radix(field("CapBnd:")[0], 16).unwrap();
+    assert_eq!(
+        capbnd.count_ones(),
+        bounding,
+        "the worker's bounding set has the unit's capabilities only: {status}"
+    );
     let (_, _, output) = outcome(&db.pool, who).await;
     assert_eq!(
         output,
@@ -492,10 +535,19 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // SIGTERM to the worker alone (KillMode=mixed) while a task runs: the task finishes.
+    let running = insert(
+        &db.pool,
+        &format!(
+            "(queue, command) values ('{queue}', array['sh', '-c', \
+             'sleep 2; echo ''{{\"finished\": true}}'''])"
+        ),
+    )
+    .await;
+    wait_for(&db.pool, running, &["running"], 30 * SECS).await;
     let timeout = seconds(service_value(&unit, "TimeoutStopSec").unwrap());
-    let pid = worker.id().expect("the worker's pid") as i32;
     // SAFETY: kill has no memory preconditions; the pid is our child's.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(worker_pid as i32, libc::SIGTERM) }, 0);
     let status = tokio::time::timeout(Duration::from_secs_f64(timeout), worker.wait())
         .await
         .unwrap_or_else(|_| panic!("the worker stops within TimeoutStopSec ({timeout} s)"))
@@ -510,6 +562,35 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         "the worker stops cleanly on SIGTERM ({status:?}, signal {:?}): {stderr}",
         status.signal()
     );
+    assert_eq!(
+        outcome(&db.pool, running).await,
+        (
+            "succeeded".to_owned(),
+            None,
+            Some(serde_json::json!({"finished": true}))
+        ),
+        "a task running at SIGTERM finishes within the shutdown grace"
+    );
+}
+
+#[tokio::test]
+async fn the_worker_unit_runs_as_its_own_user_without_capabilities() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: starting the worker as another user needs root; this is not");
+        return;
+    }
+    run_like_the_unit(RunAs::OwnUser).await;
+}
+
+#[tokio::test]
+async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: a worker that runs tasks as other users runs as root; this is not");
+        return;
+    }
+    run_like_the_unit(RunAs::RootWithDropIn).await;
 }
 
 /// One stage of the Containerfile: its base, its name, and its instructions (a line each,
