@@ -93,16 +93,6 @@ pub struct DevCommand {
     pub worker: WorkerArgs,
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 /// A token cancelled by the first SIGINT or SIGTERM; a second one exits at once.
 pub fn shutdown_on_signal() -> Result<CancellationToken, RunError> {
     let io = |source| RunError::Io {

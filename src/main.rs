@@ -20,6 +20,8 @@ use cli::{commands, queues, schedules, services, wait, workflows};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: sked::logging::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,7 +82,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    app::init_tracing();
+    sked::logging::init(cli.log.log_format);
     let result: anyhow::Result<()> = match cli.command {
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Token(cmd) => commands::token(cmd).await,

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sked::app::{self, ServerCommand};
+use sked::logging::LogArgs;
 
 /// The sked REST API server.
 #[derive(Debug, Parser)]
@@ -11,12 +12,14 @@ use sked::app::{self, ServerCommand};
 struct Cli {
     #[command(flatten)]
     command: ServerCommand,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    app::init_tracing();
+    sked::logging::init(cli.log.log_format);
     match app::run_server(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sked::app::{self, WorkerCommand};
+use sked::logging::LogArgs;
 
 /// The sked worker.
 #[derive(Debug, Parser)]
@@ -12,12 +13,14 @@ use sked::app::{self, WorkerCommand};
 struct Cli {
     #[command(flatten)]
     command: WorkerCommand,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    app::init_tracing();
+    sked::logging::init(cli.log.log_format);
     match app::run_worker(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -16,6 +16,7 @@ mod errors;
 mod events;
 mod idempotency;
 mod isolation;
+mod log_format;
 mod metrics;
 mod openapi_contract;
 mod placement;

@@ -171,7 +171,8 @@ async fn the_server_and_a_worker_are_scraped_by_prometheus_after_known_work() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - '{rules}'\n\
              scrape_configs:\n\
              \x20 - job_name: sked-server\n\
              \x20   authorization:\n\
@@ -180,7 +181,8 @@ async fn the_server_and_a_worker_are_scraped_by_prometheus_after_known_work() {
              \x20     - targets: ['{server}']\n\
              \x20 - job_name: sked-worker\n\
              \x20   static_configs:\n\
-             \x20     - targets: ['{worker_metrics}']\n"
+             \x20     - targets: ['{worker_metrics}']\n",
+            rules = Path::new(ALERT_RULES).canonicalize().unwrap().display(),
         ),
     )
     .unwrap();
@@ -251,9 +253,63 @@ async fn the_server_and_a_worker_are_scraped_by_prometheus_after_known_work() {
         .expect("the oldest due task's age");
     assert!(oldest > 0.0, "the oldest due task has waited: {oldest}");
 
+    // The sample alert rules load and evaluate on these series without an error.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let rules = rule_health(web).await;
+        if rules.len() == alert_rule_count() && rules.iter().all(|(_, health)| health == "ok") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "every sample alert rule evaluates: {rules:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
     let _ = prom.kill().await;
     let _ = worker.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sample alert rules (`docs/operations.md`).
+const ALERT_RULES: &str = "deploy/prometheus/sked-alerts.yml";
+/// The sample Grafana dashboard.
+const GRAFANA: &str = "deploy/grafana/sked.json";
+
+fn alert_rule_count() -> usize {
+    std::fs::read_to_string(ALERT_RULES)
+        .unwrap()
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- alert:"))
+        .count()
+}
+
+/// (name, health) of every rule Prometheus has evaluated (health `unknown` before its first
+/// evaluation, `err` when it failed).
+async fn rule_health(web: SocketAddr) -> Vec<(String, String)> {
+    let Ok(answer) = reqwest::get(format!("http://{web}/api/v1/rules")).await else {
+        return vec![];
+    };
+    let answer: Value = answer.json().await.unwrap_or(Value::Null);
+    let mut out = vec![];
+    for group in answer["data"]["groups"].as_array().into_iter().flatten() {
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            out.push((
+                rule["name"].as_str().unwrap_or_default().to_owned(),
+                format!(
+                    "{}{}",
+                    rule["health"].as_str().unwrap_or_default(),
+                    rule["lastError"]
+                        .as_str()
+                        .filter(|e| !e.is_empty())
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// The value of an instant query that answers one series, or `None`.
@@ -421,4 +477,118 @@ async fn schedule_ticks_are_counted_per_outcome_and_never_go_down() {
         counted,
         "the counters never go down when runs are trimmed"
     );
+}
+
+/// The families sked exports, as `# TYPE` lines name them, read from a scrape's text after
+/// one observation of every family of the process.
+fn exported_families() -> std::collections::HashSet<String> {
+    let m = sked_db::metrics::metrics();
+    m.attempt_ended("q", "succeeded", 0.1);
+    m.task_lateness
+        .get_or_create(&sked_db::metrics::QueueLabel { queue: "q".into() })
+        .observe(0.1);
+    m.claim_batch_size.observe(1.0);
+    let scrape = sked_db::metrics::Scrape {
+        queues: vec![sked_db::metrics::QueueGauges {
+            queue: "q".into(),
+            ..Default::default()
+        }],
+        workers_alive: 1,
+        workers_registered: 1,
+        schedule_ticks: vec![("fired".into(), 1)],
+    };
+    sked_db::metrics::encode(Some(&scrape))
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap().to_owned())
+        .collect()
+}
+
+/// The `sked_*` series a PromQL expression reads, each as the family exporting it.
+fn families_read(expr: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"sked_[a-z_]+").unwrap();
+    re.find_iter(expr)
+        .map(|m| {
+            let name = m.as_str();
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name)
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_sample_alert_rules_and_grafana_dashboard_read_only_what_sked_exports() {
+    let exported = exported_families();
+    let rules = std::fs::read_to_string(ALERT_RULES).unwrap();
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(GRAFANA).unwrap())
+        .expect("the Grafana dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "a panel per family worth seeing");
+    let mut exprs: Vec<String> = vec![];
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("a panel has targets") {
+            exprs.push(target["expr"].as_str().expect("a target's expr").to_owned());
+        }
+    }
+    let mut unused = exported.clone();
+    // (where, what it reads): each panel's query, and the rule file.
+    let readers = exprs
+        .iter()
+        .map(|e| (e.as_str(), e.as_str()))
+        .chain(std::iter::once((ALERT_RULES, rules.as_str())));
+    for (place, text) in readers {
+        for family in families_read(text) {
+            assert!(
+                exported.contains(&family),
+                "{family} (read by {place}) is a family sked exports: {exported:?}"
+            );
+            unused.remove(&family);
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "every family is on the dashboard or in a rule: {unused:?} is in neither"
+    );
+    let Some(promtool) = tool("promtool", "apt-get install prometheus") else {
+        return;
+    };
+    let check = |path: &Path| {
+        let out = std::process::Command::new(&promtool)
+            .args(["check", "rules"])
+            .arg(path)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool check rules {}:\n{}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    check(Path::new(ALERT_RULES));
+    // The dashboard's queries are valid PromQL: as recording rules, with Grafana's interval
+    // variable at a value.
+    let dir = tempdir("grafana");
+    let records: String = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            format!(
+                "      - record: sked:panel_{i}\n        expr: {}\n",
+                serde_json::to_string(&e.replace("$__rate_interval", "5m")).unwrap()
+            )
+        })
+        .collect();
+    let file = dir.join("panels.yml");
+    std::fs::write(
+        &file,
+        format!("groups:\n  - name: panels\n    rules:\n{records}"),
+    )
+    .unwrap();
+    check(&file);
+    let _ = std::fs::remove_dir_all(&dir);
 }

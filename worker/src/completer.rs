@@ -18,6 +18,7 @@ use sked_db::worker::{Finished, Outcome};
 use sked_types::TaskState;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::narrow::{self, Retry};
 
@@ -37,7 +38,7 @@ pub fn start(
     slots: Arc<crate::Slots>,
 ) -> (mpsc::UnboundedSender<Finished>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(pool, rx, slots)))
+    (tx, tokio::spawn(run(pool, rx, slots).in_current_span()))
 }
 
 /// Runs until every sender is dropped and everything received is written.

@@ -488,7 +488,8 @@ pub async fn run_with(
     sked_db::check_schema(&pool).await?;
     forbid_inspection();
     let worker = Worker::start(pool, config, also).await?;
-    worker.run(shutdown).await
+    let span = worker.span.clone();
+    worker.run(shutdown).instrument(span).await
 }
 
 /// The worker's duties of background upkeep (`sked_db::upkeep`), over `pool`: the rescue of
@@ -535,6 +536,8 @@ struct Worker {
     logs: tokio::task::JoinHandle<()>,
     services_stop: CancellationToken,
     services: Vec<tokio::task::JoinHandle<()>>,
+    /// `worker{worker=<name>}`: the span of everything the worker logs.
+    span: tracing::Span,
 }
 
 impl Worker {
@@ -575,10 +578,13 @@ impl Worker {
         sked_db::metrics::metrics()
             .worker_slots
             .set(i64::try_from(config.concurrency).unwrap_or(i64::MAX));
-        tracing::info!(worker = %id, name = %registration.name, queues = ?config.queues,
+        tracing::info!(worker_id = %id, worker = %registration.name, queues = ?config.queues,
             concurrency = config.concurrency, cpu_millis = ?config.capacity.cpu_millis,
             memory_mb = ?config.capacity.memory_mb, "worker started");
 
+        let span = tracing::info_span!("worker", worker = %registration.name);
+        // The writers' and services' tasks log in the worker's span.
+        let _in_span = span.enter();
         let (logs_handle, logs_writer) = logs::start(pool.clone(), config.log_flush);
         let slots = Arc::new(Slots::default());
         let (done, completer) = completer::start(pool.clone(), slots.clone());
@@ -603,25 +609,30 @@ impl Worker {
         // of other parts of the process (`also`). Rescued tasks and new copies wake the claim.
         let upkeep = upkeep(&pool, &config).waking(wake.clone()).and(also);
         let services = vec![
-            tokio::spawn(heartbeat::listen(
-                pool.clone(),
-                config.queues.clone(),
-                wake.clone(),
-                cancel_check.clone(),
-                running.clone(),
-                services_stop.clone(),
-            )),
-            tokio::spawn(hb.run(cancel_check, services_stop.clone())),
+            tokio::spawn(
+                heartbeat::listen(
+                    pool.clone(),
+                    config.queues.clone(),
+                    wake.clone(),
+                    cancel_check.clone(),
+                    running.clone(),
+                    services_stop.clone(),
+                )
+                .in_current_span(),
+            ),
+            tokio::spawn(hb.run(cancel_check, services_stop.clone()).in_current_span()),
             tokio::spawn(
                 heartbeat::LeaseGuard {
                     running: running.clone(),
                     lease: config.lease,
                     stop_before: config.stop_before_lease_end(),
                 }
-                .run(services_stop.clone()),
+                .run(services_stop.clone())
+                .in_current_span(),
             ),
-            tokio::spawn(upkeep.run(services_stop.clone())),
+            tokio::spawn(upkeep.run(services_stop.clone()).in_current_span()),
         ];
+        drop(_in_span);
         Ok(Worker {
             id,
             pool,
@@ -635,6 +646,7 @@ impl Worker {
             logs: logs_writer,
             services_stop,
             services,
+            span,
         })
     }
 
@@ -867,7 +879,7 @@ impl Worker {
         let slots = self.slots.clone();
         let kill_grace = self.config.kill_grace;
         let span =
-            tracing::info_span!("task", id = %row.id, attempt = row.attempt, queue = %row.queue);
+            tracing::info_span!("task", task_id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
                 if !after.is_empty() {
@@ -997,7 +1009,7 @@ impl Worker {
             let _ = s.await;
         }
         sked_db::worker::deregister(&pool, id).await?;
-        tracing::info!(worker = %id, "worker stopped");
+        tracing::info!(worker_id = %id, "worker stopped");
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::narrow::{self, Retry};
@@ -104,7 +105,7 @@ impl Logs {
 /// it holds.
 pub fn start(pool: PgPool, flush_every: Duration) -> (Logs, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(4096);
-    let handle = tokio::spawn(write_loop(pool, rx, flush_every));
+    let handle = tokio::spawn(write_loop(pool, rx, flush_every).in_current_span());
     (Logs { tx }, handle)
 }
 
