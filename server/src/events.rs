@@ -54,7 +54,9 @@ use axum::extract::ws::Utf8Bytes;
 use chrono::{DateTime, Utc};
 use sked_db::text::Text;
 use sked_db::token::Principal;
-use sked_types::events::{AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary};
+use sked_types::events::{
+    AUTH_TIMEOUT_SECS, BATCH_WINDOW_MS, ServerEvent, TaskSummary, argv_preview,
+};
 use sked_types::{TaskKind, TaskState};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
@@ -704,6 +706,7 @@ struct SummaryRow {
 
 impl SummaryRow {
     fn into_summary(self) -> TaskSummary {
+        let (argv, argv_cut, argv_bytes) = argv_preview(self.argv);
         TaskSummary {
             state: self.state,
             id: self.id,
@@ -711,7 +714,9 @@ impl SummaryRow {
             queue: self.queue,
             priority: self.priority,
             kind: self.kind,
-            argv: self.argv,
+            argv,
+            argv_cut,
+            argv_bytes,
             attempt: self.attempt,
             max_attempts: self.max_attempts,
             next_run_at: self.next_run_at,

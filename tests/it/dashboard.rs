@@ -16,7 +16,7 @@ use crate::support::{self, insert, wait_for};
 /// A `sked-server` process on a fixed port, which the test may kill and start again.
 pub(crate) struct Server {
     addr: SocketAddr,
-    url: String,
+    pub(crate) url: String,
     database_url: String,
     child: Option<tokio::process::Child>,
 }

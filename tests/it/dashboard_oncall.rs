@@ -91,7 +91,12 @@ async fn the_submit_form_shows_the_refusal_of_an_env_value_exec_would_refuse() {
     };
     open_signed_in(&b, &server, "/submit", &alice).await;
     set_field(&b, "submit-command", "printenv DATA").await;
-    set_field(&b, "submit-env", &format!("DATA={}", "x".repeat(200 * 1024))).await;
+    set_field(
+        &b,
+        "submit-env",
+        &format!("DATA={}", "x".repeat(200 * 1024)),
+    )
+    .await;
     b.wait("form.submit [data-action=submit]")
         .await
         .click()
@@ -123,5 +128,137 @@ async fn the_submit_form_shows_the_refusal_of_an_env_value_exec_would_refuse() {
         .filter(|e| !e.contains("422"))
         .collect();
     assert_quiet_console(errors);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_commands_and_env_values_are_cut_in_lists_and_shown_whole_on_demand() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    // 150 arguments of 1,000 bytes (150 KB: each within what exec takes) and a 100 KB value.
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "insert into sked.tasks (command, env, queue) values
+           (array['echo'] || array_fill(repeat('a', 999) || 'b', array[150]),
+            jsonb_build_object('PAYLOAD', repeat('v', 100000)), 'nowhere')
+         returning id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    for _ in 0..20 {
+        insert(
+            &db.pool,
+            "(command, queue) values (array['true'], 'nowhere')",
+        )
+        .await;
+    }
+
+    // The listing sends a preview of 512 bytes, says it is cut and how long the whole is.
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{}/api/v1/tasks?view=summary", server.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.len() < 20_000,
+        "the first page of the list is small: {} bytes",
+        page.len()
+    );
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    let summary = page["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id.to_string())
+        .expect("the long task is listed");
+    assert_eq!(summary["argv_cut"], true);
+    assert_eq!(
+        summary["argv_bytes"],
+        4 + 150 * 1001,
+        "the whole line's bytes"
+    );
+    let preview: usize = summary["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().len())
+        .sum();
+    assert_eq!(preview, sked_types::events::ARGV_PREVIEW_BYTES);
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/tasks", &admin).await;
+    let row = format!("tr[data-task-id='{id}'] .cmd");
+    b.wait(&row).await;
+    let line = text_of(&b, &row).await;
+    assert!(
+        line.starts_with("echo aaaa") && line.ends_with("… (146.6 KB in all)"),
+        "the list shows the preview and the whole size: {}",
+        &line[line.len().saturating_sub(80)..]
+    );
+    b.screenshot("tasks-long-command").await;
+
+    // The task's page: the command line and the value cut, each with "show all".
+    b.goto(&format!("{}/tasks/{id}", server.url)).await;
+    let command = "p.command-line .cut";
+    b.wait(&format!("{command}[data-cut=cut]")).await;
+    let env = "dd[data-env=PAYLOAD] .cut";
+    b.wait(&format!("{env}[data-cut=cut]")).await;
+    let height = b.js("document.documentElement.scrollHeight").await;
+    assert!(
+        height.as_i64().unwrap() < 2500,
+        "the page keeps a readable height: {height}"
+    );
+    assert!(
+        text_of(&b, &format!("{command} [data-action=show-all]"))
+            .await
+            .contains("show all (146.6 KB)"),
+        "the button says how long the whole is"
+    );
+    b.screenshot("task-long-command").await;
+    b.wait(&format!("{command} [data-action=show-all]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait(&format!("{command}[data-cut=open]")).await;
+    let shown = text_of(&b, command).await;
+    assert!(
+        shown.starts_with(&format!("echo {}", "a".repeat(999)))
+            && shown.ends_with(&format!("{}b show less", "a".repeat(999)))
+            && shown.len() == 4 + 150 * 1001 + " show less".len(),
+        "show all shows the whole command line ({} characters)",
+        shown.len()
+    );
+    assert!(
+        b.exists(&format!("{env}[data-cut=cut]")).await,
+        "the value stays cut until asked"
+    );
+    b.wait(&format!("{env} [data-action=show-all]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_js(
+        "the whole value shows",
+        &format!("document.querySelector('{env}').textContent.includes('v'.repeat(100000))"),
+    )
+    .await;
+    // "show less", at the end of the whole line, cuts it again.
+    let less = format!("{command} [data-action=show-all]");
+    b.js(&format!(
+        "document.querySelector('{less}').scrollIntoView({{block: 'center'}})"
+    ))
+    .await;
+    b.wait(&less).await.click().await.unwrap();
+    b.wait(&format!("{command}[data-cut=cut]")).await;
+    assert_quiet_console(b.console_errors().await);
     b.close().await;
 }

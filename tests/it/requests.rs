@@ -860,7 +860,11 @@ async fn refused_by(pool: &PgPool, sql: &str, binds: &[&str]) -> String {
         .await
         .expect_err("a task exec would refuse is refused at submit");
     let db = err.as_database_error().expect("a database error");
-    assert_eq!(db.code().as_deref(), Some("23514"), "{sql}: check_violation");
+    assert_eq!(
+        db.code().as_deref(),
+        Some("23514"),
+        "{sql}: check_violation"
+    );
     db.constraint().unwrap_or_default().to_owned()
 }
 
@@ -960,7 +964,10 @@ async fn a_command_or_env_exec_would_refuse_is_refused_at_submit_by_every_way_in
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(
-        body["message"].as_str().unwrap().contains("1,048,576 bytes"),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("1,048,576 bytes"),
         "{body}"
     );
     assert_eq!(count(pool).await, 2, "nothing refused was written");

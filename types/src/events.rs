@@ -55,6 +55,39 @@ pub enum ServerEvent {
     Resync { reason: String },
 }
 
+/// The most bytes of a command line that a [`TaskSummary`] carries (a task list shows one
+/// line of it): a longer one is cut, and the task's own page has it whole.
+pub const ARGV_PREVIEW_BYTES: usize = 512;
+
+/// `argv` cut to at most [`ARGV_PREVIEW_BYTES`] bytes together: whole arguments while they
+/// fit, then the start of the next one (at a character boundary); with whether it was cut and
+/// the bytes of the whole command line (the arguments and a space between each).
+pub fn argv_preview(argv: Vec<String>) -> (Vec<String>, bool, u64) {
+    let bytes: usize = argv.iter().map(String::len).sum();
+    let line = (bytes + argv.len().saturating_sub(1)) as u64;
+    if bytes <= ARGV_PREVIEW_BYTES {
+        return (argv, false, line);
+    }
+    let mut left = ARGV_PREVIEW_BYTES;
+    let mut preview = Vec::new();
+    for arg in argv {
+        if arg.len() <= left {
+            left -= arg.len();
+            preview.push(arg);
+            continue;
+        }
+        let mut end = left;
+        while !arg.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end > 0 {
+            preview.push(arg[..end].to_owned());
+        }
+        break;
+    }
+    (preview, true, line)
+}
+
 /// What a task list shows of a task; sent in [`ServerEvent::Tasks`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -64,8 +97,14 @@ pub struct TaskSummary {
     pub queue: String,
     pub priority: i32,
     pub kind: TaskKind,
-    /// The command and its arguments, or the artifact's URL followed by the arguments.
+    /// The command and its arguments, or the artifact's URL followed by the arguments: all of
+    /// them while they take at most [`ARGV_PREVIEW_BYTES`] (512) bytes together, else their
+    /// first 512 bytes (`argv_cut`); the task (`GET /api/v1/tasks/{id}`) has them whole.
     pub argv: Vec<String>,
+    /// Whether `argv` was cut to its first [`ARGV_PREVIEW_BYTES`] bytes.
+    pub argv_cut: bool,
+    /// The bytes of the whole command line: its arguments and a space between each.
+    pub argv_bytes: u64,
     pub state: TaskState,
     pub attempt: i32,
     pub max_attempts: i32,
@@ -86,12 +125,7 @@ pub struct TaskSummary {
 
 impl From<&Task> for TaskSummary {
     fn from(t: &Task) -> Self {
-        let mut argv: Vec<String> = match (&t.command, &t.artifact_url) {
-            (Some(command), _) => command.clone(),
-            (None, Some(url)) => vec![url.clone()],
-            (None, None) => vec![],
-        };
-        argv.extend(t.args.iter().cloned());
+        let (argv, argv_cut, argv_bytes) = argv_preview(t.argv());
         TaskSummary {
             id: t.id,
             owner: t.owner.clone(),
@@ -99,6 +133,8 @@ impl From<&Task> for TaskSummary {
             priority: t.priority,
             kind: t.kind,
             argv,
+            argv_cut,
+            argv_bytes,
             state: t.state,
             attempt: t.attempt,
             max_attempts: t.max_attempts,
@@ -119,6 +155,23 @@ impl From<&Task> for TaskSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_command_line_is_cut_to_its_preview() {
+        let short = vec!["echo".to_owned(), "hi".to_owned()];
+        assert_eq!(argv_preview(short.clone()), (short, false, 7));
+        let long = vec!["echo".to_owned(), "é".repeat(1000), "tail".to_owned()];
+        let (preview, cut, bytes) = argv_preview(long);
+        assert!(cut);
+        assert_eq!(bytes, 4 + 2000 + 4 + 2, "the whole line's bytes");
+        assert_eq!(preview.len(), 2, "the arguments past the cut are left out");
+        assert_eq!(preview[0], "echo");
+        let taken: usize = preview.iter().map(String::len).sum();
+        assert_eq!(
+            taken, ARGV_PREVIEW_BYTES,
+            "cut at a character boundary within the bytes"
+        );
+    }
 
     #[test]
     fn events_are_tagged_by_type() {

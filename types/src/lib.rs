@@ -311,6 +311,20 @@ pub struct Task {
     pub preemptible: bool,
 }
 
+impl Task {
+    /// What the worker runs: the command and its arguments, or the artifact's URL followed by
+    /// the arguments.
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv: Vec<String> = match (&self.command, &self.artifact_url) {
+            (Some(command), _) => command.clone(),
+            (None, Some(url)) => vec![url.clone()],
+            (None, None) => vec![],
+        };
+        argv.extend(self.args.iter().cloned());
+        argv
+    }
+}
+
 fn default_trigger_rule() -> String {
     "all_success".to_owned()
 }

@@ -15,6 +15,8 @@ pub fn task_summary(id: u128, state: TaskState) -> TaskSummary {
         priority: 0,
         kind: TaskKind::Command,
         argv: vec!["true".into()],
+        argv_cut: false,
+        argv_bytes: 4,
         state,
         attempt: 0,
         max_attempts: 3,

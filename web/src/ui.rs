@@ -421,6 +421,66 @@ pub fn count(n: i64) -> String {
     out
 }
 
+/// A size in bytes as people read it: `512 bytes`, `12.5 KB`, `3.2 MB` (1 KB = 1,024 bytes).
+pub fn bytes(n: u64) -> String {
+    const KB: f64 = 1024.0;
+    let f = n as f64;
+    if f < KB {
+        format!("{n} bytes")
+    } else if f < KB * KB {
+        format!("{:.1} KB", f / KB)
+    } else {
+        format!("{:.1} MB", f / (KB * KB))
+    }
+}
+
+/// A task list's line of what a task runs: its command line (a built-in's kind first), and,
+/// when the API cut it to its preview (`argv_cut`), `…` and the size of the whole line.
+pub fn summary_line(t: &sked_types::events::TaskSummary) -> String {
+    let mut line = if t.kind == sked_types::TaskKind::Command {
+        command_line(&t.argv)
+    } else {
+        // A built-in (`noop`, `sleep`): its arguments alone would read as a command.
+        format!("({}) {}", t.kind, command_line(&t.argv))
+    };
+    if t.argv_cut {
+        line.push_str(&format!("… ({} in all)", bytes(t.argv_bytes)));
+    }
+    line
+}
+
+/// The characters of a value a page shows before [`Cut`] cuts it.
+pub const CUT_CHARS: usize = 300;
+
+/// A value shown whole when it has at most [`CUT_CHARS`] characters; a longer one cut there
+/// and followed by `…` and a "show all" button (`data-action=show-all`) that says its size
+/// and shows it whole, then "show less".
+#[component]
+pub fn Cut(text: String) -> impl IntoView {
+    let Some((end, _)) = text.char_indices().nth(CUT_CHARS) else {
+        return view! { <span class="cut">{text}</span> }.into_any();
+    };
+    let open = RwSignal::new(false);
+    let size = bytes(text.len() as u64);
+    let head = StoredValue::new(format!("{}…", &text[..end]));
+    let whole = StoredValue::new(text);
+    view! {
+        <span class="cut" data-cut=move || if open.get() { "open" } else { "cut" }>
+            {move || if open.get() { whole.get_value() } else { head.get_value() }}
+            " "
+            <button
+                type="button"
+                class="link show-all"
+                data-action="show-all"
+                on:click=move |_| open.update(|o| *o = !*o)
+            >
+                {move || if open.get() { "show less".to_owned() } else { format!("show all ({size})") }}
+            </button>
+        </span>
+    }
+    .into_any()
+}
+
 /// A command line as a shell would read it back: arguments joined by spaces, each quoted
 /// with `'…'` when it holds anything but letters, digits and `-_./:=@%+,`.
 pub fn command_line(argv: &[String]) -> String {

@@ -250,9 +250,14 @@ pub fn TaskPage() -> impl IntoView {
     // queue is paused or a running task of its queue ends): a waiting task's detail is also
     // fetched again on worker changes and every WAITING_REFRESH_MS.
     let waits = move || {
-        detail.with_untracked(|d| d.as_ref().is_some_and(|d| {
-            matches!(d.task.state, TaskState::Blocked | TaskState::Waiting | TaskState::Retry)
-        }))
+        detail.with_untracked(|d| {
+            d.as_ref().is_some_and(|d| {
+                matches!(
+                    d.task.state,
+                    TaskState::Blocked | TaskState::Waiting | TaskState::Retry
+                )
+            })
+        })
     };
     let reload_waiting = ui::throttled(1000.0, move || {
         if waits() {
@@ -332,7 +337,7 @@ fn Detail(
     let waiting_reason = detail.waiting_reason;
     let task = detail.task;
     let t = task.clone();
-    let argv: Vec<String> = sked_types::events::TaskSummary::from(&task).argv;
+    let argv = task.argv();
     let command = if task.kind == TaskKind::Command {
         ui::command_line(&argv)
     } else {
@@ -346,7 +351,7 @@ fn Detail(
     // The command line above says it all unless the arguments were given apart.
     let split_args = !task.args.is_empty();
     view! {
-        <p class="mono command-line">{command}</p>
+        <p class="mono command-line"><ui::Cut text=command/></p>
         <Actions task=t reload=reload error=action_error/>
         <section class="panel">
             <dl class="kv">
@@ -383,11 +388,11 @@ fn Detail(
                 <dd>{task.kind.as_str()}</dd>
                 {task.command.clone().filter(|_| split_args).map(|c| view! {
                     <dt>"Command"</dt>
-                    <dd class="mono">{ui::command_line(&c)}</dd>
+                    <dd class="mono"><ui::Cut text=ui::command_line(&c)/></dd>
                 })}
                 {(!task.args.is_empty()).then(|| view! {
                     <dt>"Arguments"</dt>
-                    <dd class="mono">{ui::command_line(&task.args)}</dd>
+                    <dd class="mono" data-field="args"><ui::Cut text=ui::command_line(&task.args)/></dd>
                 })}
                 {task.artifact_url.clone().map(|u| view! {
                     <dt>"Artifact"</dt>
@@ -501,7 +506,7 @@ fn Definition(detail: TaskDetail, tick: ReadSignal<u64>) -> impl IntoView {
             <section class="panel">
                 <h2>"Environment"</h2>
                 <dl class="kv mono">
-                    {env.into_iter().map(|(k, v)| view! { <dt>{k}</dt> <dd>{v}</dd> }).collect_view()}
+                    {env.into_iter().map(|(k, v)| view! { <dt>{k.clone()}</dt> <dd data-env=k><ui::Cut text=v/></dd> }).collect_view()}
                 </dl>
             </section>
         })}

@@ -15,7 +15,7 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::params::ParamsMap;
 use sked_types::events::TaskSummary;
-use sked_types::{QueueCounts, TaskKind, TaskState, TaskSummaryPage};
+use sked_types::{QueueCounts, TaskState, TaskSummaryPage};
 use uuid::Uuid;
 
 use crate::{api, live, ui};
@@ -585,16 +585,7 @@ fn TaskRow(
     };
     let command = {
         let t = t.clone();
-        move || {
-            t.with(|t| {
-                if t.kind == TaskKind::Command {
-                    ui::command_line(&t.argv)
-                } else {
-                    // A built-in (`noop`, `sleep`): its arguments alone would read as a command.
-                    format!("({}) {}", t.kind, ui::command_line(&t.argv))
-                }
-            })
-        }
+        move || t.with(ui::summary_line)
     };
     let name = {
         let t = t.clone();

@@ -266,7 +266,7 @@ fn worker_rows(w: Worker, running: Vec<TaskSummary>, tick: ReadSignal<u64>) -> i
 
 /// One running task under its worker: a link to it, what it runs, and for how long.
 fn running_task(t: TaskSummary, tick: ReadSignal<u64>) -> impl IntoView {
-    let what = t.name.clone().unwrap_or_else(|| t.argv.join(" "));
+    let what = t.name.clone().unwrap_or_else(|| ui::summary_line(&t));
     let started = t.started_at;
     let age = move || {
         tick.track();
