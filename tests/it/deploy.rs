@@ -4,8 +4,9 @@
 //! finish its tasks (SIGTERM to the worker alone); the hardening every unit must keep; the
 //! template is the worker unit plus its instance's lines; the capabilities of the run-as
 //! drop-in are enough for a root worker, without new privileges, to run tasks as `nobody`
-//! end to end; and the Containerfile's images run as a non-root user and hold only the
-//! binaries.
+//! end to end, as does the unit's own user with no capabilities; the variables
+//! `sked.env.example` and the Containerfile set are ones the binaries read; and the
+//! Containerfile's images run as a non-root user and hold only the binaries.
 //!
 //! `systemd-analyze` runs offline here (`--man=no --generators=no`, no systemd as PID 1
 //! needed). Where it is missing the test says so and returns, except in CI (`CI` set), where
@@ -591,6 +592,68 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         return;
     }
     run_like_the_unit(RunAs::RootWithDropIn).await;
+}
+
+/// The variables a binary reads, as its `--help` names them (`[env: SKED_QUEUES=…]`).
+fn variables_read_by(binary: &str) -> Vec<String> {
+    let out = std::process::Command::new(binary)
+        .arg("--help")
+        .output()
+        .expect("running --help");
+    assert!(out.status.success(), "{binary} --help");
+    String::from_utf8_lossy(&out.stdout)
+        .split("[env: ")
+        .skip(1)
+        .map(|rest| {
+            rest.split(|c: char| c == '=' || c == ']')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_environment_file_and_the_images_name_only_variables_the_binaries_read() {
+    let server = variables_read_by(env!("CARGO_BIN_EXE_sked-server"));
+    let worker = variables_read_by(env!("CARGO_BIN_EXE_sked-worker"));
+    assert!(
+        server.contains(&"SKED_LISTEN".to_owned()) && worker.contains(&"SKED_QUEUES".to_owned())
+    );
+    // Every `NAME=` of sked.env.example, set or commented out.
+    let example = std::fs::read_to_string(deploy_dir().join("systemd/sked.env.example")).unwrap();
+    let mut named = Vec::new();
+    for line in example.lines() {
+        let line = line.trim_start_matches('#');
+        if let Some((name, _)) = line.split_once('=')
+            && !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            named.push(("sked.env.example", name.to_owned()));
+        }
+    }
+    assert!(
+        named.len() > 10,
+        "sked.env.example names the settings: {named:?}"
+    );
+    let containerfile = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    for line in containerfile.lines() {
+        if let Some(vars) = line.strip_prefix("ENV ") {
+            for pair in vars.split_whitespace() {
+                let (name, _) = pair.split_once('=').expect("ENV NAME=value");
+                named.push(("Containerfile", name.to_owned()));
+            }
+        }
+    }
+    for (file, name) in named {
+        // RUST_LOG is the log filter every binary reads (tracing's EnvFilter), not a flag.
+        assert!(
+            name == "RUST_LOG" || server.contains(&name) || worker.contains(&name),
+            "{file} names {name}, which neither sked-server nor sked-worker reads"
+        );
+    }
 }
 
 /// One stage of the Containerfile: its base, its name, and its instructions (a line each,
