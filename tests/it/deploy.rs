@@ -604,12 +604,7 @@ fn variables_read_by(binary: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .split("[env: ")
         .skip(1)
-        .map(|rest| {
-            rest.split(|c: char| c == '=' || c == ']')
-                .next()
-                .unwrap()
-                .to_owned()
-        })
+        .map(|rest| rest.split(['=', ']']).next().unwrap().to_owned())
         .collect()
 }
 
