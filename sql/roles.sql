@@ -128,7 +128,7 @@ declare
     'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
     'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
     'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due',
-    'schedule_runs_prune'];
+    'schedule_runs_prune', 'alert_target_for_delivery'];
   -- The server's functions that change state or read across owners. They run as the owner.
   server_calls text[] := array[
     'task_cancel', 'task_retry', 'workflow_cancel', 'workflow_retry',
@@ -139,7 +139,8 @@ declare
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
     'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune',
     'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention',
-    'idempotency_keys_prune'];
+    'idempotency_keys_prune', 'alert_target_set', 'alert_target_delete', 'alert_targets_list',
+    'queue_set_notify'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
   -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
   -- awaiting, the idempotency keys a submission takes (called by sked.tasks_insert) and the

@@ -162,6 +162,11 @@ begin
   if found then
     perform sked.task_rule_raise(broken.rule, broken.queue);
   end if;
+  -- Alerts (sql/alerts.sql): notify values and webhook tasks.
+  if exists (select 1 from new_rows n where n.notify is not null or n.kind = 'webhook') then
+    perform sked.alerts_check_new(array(select n.notify from new_rows n where n.notify is not null),
+                                  array(select n.id from new_rows n where n.kind = 'webhook'));
+  end if;
   if exists (select 1 from new_rows n where n.idempotency_key is not null) then
     perform sked.idempotency_keys_take(array(select n::sked.tasks from new_rows n
                                               where n.idempotency_key is not null));
@@ -517,7 +522,7 @@ declare
     'timeout', 'owner', 'idempotency_key', 'labels', 'artifact_url', 'artifact_sha256',
     'output_path', 'kind', 'backoff_base', 'backoff_max', 'shards', 'broadcast', 'cpu_millis',
     'memory_mb', 'max_output_bytes', 'run_as', 'replicas', 'restart_policy', 'health_check',
-    'preemptible'];
+    'preemptible', 'notify'];
   -- The columns of a task's place that a submission sets besides its fields' columns.
   placed constant text[] := array[
     'id', 'state', 'created_at', 'workflow_id', 'name', 'trigger_rule', 'parents', 'children',

@@ -5,6 +5,7 @@
 //! Servers and workers call [`check_schema`] at start and refuse to run against a database
 //! whose schema is older or newer than the one compiled into them.
 
+pub mod alert;
 pub mod awaits;
 pub mod error;
 pub mod listen;
@@ -47,6 +48,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
     ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
+    ("sql/alerts.sql", include_str!("../../sql/alerts.sql")),
     ("sql/retention.sql", include_str!("../../sql/retention.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),

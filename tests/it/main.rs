@@ -1,6 +1,7 @@
 //! End-to-end tests of sked against a real PostgreSQL: one integration binary, one module per
 //! subject. Each test gets a fresh migrated database (`sked_db::testing::TestDb`).
 
+mod alerts;
 mod api;
 mod architecture;
 mod awaits;

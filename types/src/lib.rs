@@ -143,14 +143,18 @@ pub enum TaskKind {
     Sleep,
     /// A long-running service: copies of its command kept running (see `docs/services.md`).
     Service,
+    /// The delivery of an alert to a webhook (`docs/operations.md`): inserted by sked itself
+    /// when a task's `notify` names an alert target, never submitted.
+    Webhook,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 4] = [
+    pub const ALL: [TaskKind; 5] = [
         TaskKind::Command,
         TaskKind::Noop,
         TaskKind::Sleep,
         TaskKind::Service,
+        TaskKind::Webhook,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -159,6 +163,7 @@ impl TaskKind {
             TaskKind::Noop => "noop",
             TaskKind::Sleep => "sleep",
             TaskKind::Service => "service",
+            TaskKind::Webhook => "webhook",
         }
     }
 
@@ -309,6 +314,9 @@ pub struct Task {
     /// ends `interrupted` (not charged) and the task waits again (see `docs/runtime.md`).
     #[serde(default)]
     pub preemptible: bool,
+    /// Who is told when it succeeds, fails or is retried, as submitted (null: its queue's).
+    #[serde(default)]
+    pub notify: Option<serde_json::Value>,
 }
 
 impl Task {
@@ -485,6 +493,14 @@ pub struct SubmitTask {
     /// service cannot be preemptible.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+    /// Who is told when the task succeeds, fails for good or fails an attempt that will be
+    /// retried: `{"on_success" | "on_failure" | "on_retry": [TARGET, …]}`, each TARGET the
+    /// name of an alert target (a webhook an admin defined) or `{"task": {…}}`, a follow-up
+    /// task submitted with the event as its input. Default: its queue's. See
+    /// `docs/operations.md`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub notify: Option<serde_json::Value>,
 }
 
 /// When a service's copy is restarted (`SubmitTask::restart_policy`), for the OpenAPI

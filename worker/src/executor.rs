@@ -1,5 +1,6 @@
 //! Runs one claimed attempt to its end and turns what happened into a [`Finished`] record:
-//! the built-ins `noop` and `sleep` in-process, a copy of a service by
+//! the built-ins `noop` and `sleep` and the deliveries of alerts (`webhook`,
+//! [`crate::webhook`]) in-process, a copy of a service by
 //! [`crate::service::supervise`], everything else by [`crate::runner::run_command`].
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
     let result = match task.kind {
         TaskKind::Noop => Ok(Ended::Exited(success())),
         TaskKind::Sleep => sleep(task, timeout, stopper.token()).await,
+        TaskKind::Webhook => crate::webhook::deliver(ctx, task, timeout, stopper.token()).await,
         TaskKind::Command | TaskKind::Service => {
             Box::pin(run_command(ctx, task, timeout, &stopper, &mut finished)).await
         }

@@ -26,6 +26,7 @@ pub mod runner;
 pub mod sanitize;
 pub mod service;
 pub mod spawn;
+pub mod webhook;
 
 pub use config::{WorkerArgs, WorkerConfig};
 
