@@ -386,7 +386,8 @@ enum RunAs {
 }
 
 /// The worker unit's `ExecStart` (its work dir made first as systemd makes a
-/// `CacheDirectory`: the unit's mode, owned by the worker's user) with no new privileges:
+/// `CacheDirectory`: the unit's mode, owned by the worker's user) with the unit's umask and
+/// no new privileges:
 /// tasks run as `nobody`, the worker reads what they leave, removes their directories
 /// (read-only and sticky parts included), kills what they leave running, and on SIGTERM lets
 /// a running task finish and stops cleanly within the unit's `TimeoutStopSec`.
@@ -411,6 +412,16 @@ async fn run_like_the_unit(run_as: RunAs) {
     std::fs::create_dir(&work).unwrap();
     std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
     let mut setpriv = tokio::process::Command::new("setpriv");
+    let umask = service_value(&unit, "UMask")
+        .map(|v| libc::mode_t::from_str_radix(v, 8).expect("an octal umask"))
+        .expect("UMask");
+    // SAFETY: umask is async-signal-safe and touches no memory.
+    unsafe {
+        setpriv.pre_exec(move || {
+            libc::umask(umask);
+            Ok(())
+        });
+    }
     setpriv.args(["--no-new-privs", "--inh-caps=-all"]);
     match run_as {
         RunAs::OwnUser => {
