@@ -208,6 +208,17 @@ impl Browser {
             .expect("install the websocket blocker");
     }
 
+    /// Makes the page's time zone `zone` (an IANA name), as a browser set to it would have.
+    pub async fn set_time_zone(&self, zone: &str) {
+        self.client
+            .issue_cmd(Cdp {
+                cmd: "Emulation.setTimezoneOverride",
+                params: json!({ "timezoneId": zone }),
+            })
+            .await
+            .expect("set the time zone");
+    }
+
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill().await;

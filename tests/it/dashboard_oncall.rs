@@ -262,3 +262,171 @@ async fn long_commands_and_env_values_are_cut_in_lists_and_shown_whole_on_demand
     assert_quiet_console(b.console_errors().await);
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_has_one_name_on_the_task_page_and_the_workers_page() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let worker = support::start_worker(&db, support::config(&["e2e"]));
+    let id = insert(
+        &db.pool,
+        "(command, queue) values (array['sleep', '30'], 'e2e')",
+    )
+    .await;
+    support::wait_for(&db.pool, id, &["running"], crate::browser::PATIENCE).await;
+    let (worker_id, name): (uuid::Uuid, String) = sqlx::query_as(
+        "select w.id, w.name from sked.workers w join sked.tasks t on t.worker_id = w.id
+          where t.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/tasks/{id}"), &admin).await;
+    let on_task = "dl.kv .worker-name";
+    b.wait_js(
+        "the task page names the worker",
+        &format!(
+            "document.querySelector('{on_task}')?.textContent === {}",
+            serde_json::json!(name)
+        ),
+    )
+    .await;
+    assert_eq!(
+        b.js(&format!("document.querySelector('{on_task}').title"))
+            .await,
+        worker_id.to_string(),
+        "its id is the title"
+    );
+    b.wait_js(
+        "the attempts name it alike",
+        &format!(
+            "document.querySelector('table.attempts .worker-name')?.textContent === {}",
+            serde_json::json!(name)
+        ),
+    )
+    .await;
+    b.screenshot("task-worker-name").await;
+    b.wait(&format!("{on_task}")).await.click().await.unwrap();
+    let row = format!("tr[data-worker-id='{worker_id}'] td:first-child");
+    b.wait(&row).await;
+    assert_eq!(
+        text_of(&b, &row).await,
+        name,
+        "the Workers page shows the same name"
+    );
+    b.screenshot("workers-worker-name").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_says_the_time_zone_its_times_are_in() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    // Created at a known instant: 2026-12-01 12:00:00 UTC, 13:00:00 in Paris (winter time).
+    let id = insert(
+        &db.pool,
+        "(command, queue, created_at, next_run_at) values
+           (array['true'], 'nowhere', '2026-12-01 12:00:00+00', '2026-12-01 12:00:00+00')",
+    )
+    .await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    b.goto(&server.url).await;
+    b.set_time_zone("Europe/Paris").await;
+    open_signed_in(&b, &server, &format!("/tasks/{id}"), &admin).await;
+    b.wait("[data-zone='Europe/Paris']").await;
+    let zone = text_of(&b, ".top .zone").await;
+    assert_eq!(
+        zone, "times in Europe/Paris (UTC+01:00)",
+        "the top bar says which zone times are in"
+    );
+    b.wait("dl.kv time").await;
+    assert_eq!(
+        text_of(&b, "dl.kv time").await,
+        "2026-12-01 13:00:00",
+        "and the times are in that zone"
+    );
+    b.screenshot("task-time-zone").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_phone_every_page_is_reachable_from_the_navigation() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let Ok(b) = Browser::start(390, 844, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/", &admin).await;
+    // Every link of the navigation lies wholly on screen, without scrolling anything.
+    let links = b
+        .js(
+            "Array.from(document.querySelectorAll('nav.nav a')).map(a => {
+               const r = a.getBoundingClientRect();
+               return [a.textContent, r.left >= 0 && r.right <= window.innerWidth
+                                      && r.top >= 0 && r.bottom <= window.innerHeight];
+             })",
+        )
+        .await;
+    let links = links.as_array().expect("the navigation's links");
+    let names: Vec<&str> = links.iter().map(|l| l[0].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "Overview",
+            "Tasks",
+            "Workflows",
+            "Schedules",
+            "Services",
+            "Workers",
+            "Queues",
+            "Submit"
+        ]
+    );
+    for link in links {
+        assert_eq!(link[1], true, "{} is on screen at 390 px", link[0]);
+    }
+    assert!(
+        b.js("document.documentElement.scrollWidth <= window.innerWidth")
+            .await
+            .as_bool()
+            .unwrap(),
+        "the page does not scroll sideways"
+    );
+    b.screenshot("nav-phone").await;
+    // The last ones open their pages with a tap.
+    for (name, path) in [
+        ("Workers", "/workers"),
+        ("Queues", "/queues"),
+        ("Submit", "/submit"),
+    ] {
+        b.client
+            .find(fantoccini::Locator::LinkText(name))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_js(
+            &format!("{name} opens"),
+            &format!("location.pathname === '{path}'"),
+        )
+        .await;
+        b.wait(&format!("nav.nav a[aria-current=page][href='{path}']"))
+            .await;
+    }
+    b.screenshot("nav-phone-submit").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}

@@ -113,6 +113,10 @@ fn Shell() -> impl IntoView {
                 <A href="/submit">"Submit"</A>
             </nav>
             <span class="who">
+                <span class="zone" data-zone=ui::browser_zone().unwrap_or_default()
+                    title="Times are shown in the browser's time zone (schedules name their own)">
+                    {format!("times in {}", ui::time_zone())}
+                </span>
                 <span class=move || format!("live-dot {}", status().0) title="live updates" data-live=move || status().0>
                     {move || status().1}
                 </span>

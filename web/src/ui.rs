@@ -73,6 +73,29 @@ pub fn local_time(at: DateTime<Utc>) -> String {
     )
 }
 
+/// The browser's IANA time zone (`Europe/Paris`), if it tells.
+pub fn browser_zone() -> Option<String> {
+    let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())
+        .resolved_options();
+    js_sys::Reflect::get(&options, &"timeZone".into())
+        .ok()?
+        .as_string()
+}
+
+/// The time zone in which [`local_time`] shows times, the browser's: its name and its offset
+/// from UTC now, `Europe/Paris (UTC+01:00)`; the offset alone (`UTC+00:00`) when the browser
+/// gives no name or its zone is UTC.
+pub fn time_zone() -> String {
+    // getTimezoneOffset is UTC minus local time, in minutes.
+    let offset = -(js_sys::Date::new_0().get_timezone_offset() as i64);
+    let sign = if offset < 0 { '-' } else { '+' };
+    let utc = format!("UTC{sign}{:02}:{:02}", offset.abs() / 60, offset.abs() % 60);
+    match browser_zone() {
+        Some(name) if !(offset == 0 && name.ends_with("UTC")) => format!("{name} ({utc})"),
+        _ => utc,
+    }
+}
+
 /// A `<time>` showing the local time, with the UTC instant as its title.
 #[component]
 pub fn Time(at: DateTime<Utc>) -> impl IntoView {
@@ -215,6 +238,51 @@ pub fn Table(
                 <tbody>{children()}</tbody>
             </table>
         </div>
+    }
+}
+
+/// The workers' names by id (`GET /api/v1/workers`, the registry's `name`, which the Workers
+/// page shows), so that a page names a worker as that page does. A page that shows workers'
+/// ids calls [`WorkerNames::provide`]; [`WorkerName`] reads them.
+#[derive(Clone, Copy)]
+pub struct WorkerNames(RwSignal<std::collections::HashMap<uuid::Uuid, String>>);
+
+impl WorkerNames {
+    /// Fetches the names now and again when a worker registers, stops or leaves (at most
+    /// once a second), and provides them to the page's components.
+    pub fn provide() {
+        let names = WorkerNames(RwSignal::new(Default::default()));
+        let fetched = Fetched::<Vec<sked_types::Worker>>::new();
+        let load = move || fetched.load(crate::api::get("/workers"));
+        load();
+        let reload = throttled(1000.0, load);
+        crate::live::live().on_change(move |l| l.workers.track(), reload);
+        Effect::new(move |_| {
+            if let Some(workers) = fetched.data.get() {
+                names
+                    .0
+                    .set(workers.into_iter().map(|w| (w.id, w.name)).collect());
+            }
+        });
+        provide_context(names);
+    }
+}
+
+/// A worker as the Workers page names it, a link to that page with its id as the title; its
+/// short id while the names are loading and once the registry has forgotten it (a day after
+/// it stopped).
+#[component]
+pub fn WorkerName(id: uuid::Uuid) -> impl IntoView {
+    let names = use_context::<WorkerNames>();
+    let name = move || {
+        names
+            .and_then(|n| n.0.with(|m| m.get(&id).cloned()))
+            .unwrap_or_else(|| short_id(&id))
+    };
+    view! {
+        <a class="mono worker-name" href="/workers" title=id.to_string() data-worker-id=id.to_string()>
+            {name}
+        </a>
     }
 }
 

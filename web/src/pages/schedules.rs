@@ -108,15 +108,6 @@ fn run_detail(r: &ScheduleRun) -> String {
     }
 }
 
-/// The browser's time zone (`Europe/Berlin`), if it tells.
-fn browser_zone() -> Option<String> {
-    let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())
-        .resolved_options();
-    js_sys::Reflect::get(&options, &JsValue::from_str("timeZone"))
-        .ok()?
-        .as_string()
-}
-
 /// `2026-12-01 09:00:00` in the time zone `zone`; `None` when the browser does not know the
 /// zone.
 fn zone_time(at: DateTime<Utc>, zone: &str) -> Option<String> {
@@ -381,7 +372,7 @@ fn Detail(
 ) -> impl IntoView {
     let s = detail.schedule;
     let zone = s.time_zone.clone();
-    let local_zone = browser_zone();
+    let local_zone = ui::browser_zone();
     let show_local = local_zone.as_deref() != Some(zone.as_str());
     let template_json = s
         .task

@@ -64,14 +64,14 @@ pub fn ServiceCopies(id: Uuid, running: bool, tick: ReadSignal<u64>) -> impl Int
 #[component]
 fn CopyRow(copy: ServiceCopy) -> impl IntoView {
     let c = copy;
-    let worker = c
-        .worker_host
-        .clone()
-        .or(c.worker_name.clone())
-        .unwrap_or_else(|| "—".into());
+    // Named as the Workers page names it.
+    let worker = match c.worker_id {
+        Some(w) => view! { <ui::WorkerName id=w/> }.into_any(),
+        None => "—".into_any(),
+    };
     let up = match (c.uptime_secs, c.backing_off_until) {
         (Some(secs), _) => ui::duration(secs),
-        (None, Some(until)) => format!("backing off until {}", until.format("%H:%M:%S")),
+        (None, Some(until)) => format!("backing off until {}", ui::local_time(until)),
         _ => "—".into(),
     };
     let last = c.last_exits.first().map(|x| x.error.clone());

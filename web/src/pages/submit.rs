@@ -178,16 +178,6 @@ fn local_input_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(ms as i64)
 }
 
-/// The browser's IANA time zone, e.g. `Europe/Paris`.
-fn browser_time_zone() -> String {
-    let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())
-        .resolved_options();
-    js_sys::Reflect::get(&options, &"timeZone".into())
-        .ok()
-        .and_then(|v| v.as_string())
-        .unwrap_or_else(|| "UTC".to_owned())
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum When {
     Now,
@@ -232,7 +222,7 @@ struct Form {
 
 impl Form {
     fn new() -> Self {
-        Form::blank(browser_time_zone())
+        Form::blank(ui::browser_zone().unwrap_or_else(|| "UTC".to_owned()))
     }
 
     /// An empty form whose time zone field holds `time_zone`.

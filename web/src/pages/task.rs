@@ -194,6 +194,7 @@ pub fn TaskPage() -> impl IntoView {
     let generation = StoredValue::new(0u64);
     let log = LogTail::new();
     let tick = ui::ticker(1000);
+    ui::WorkerNames::provide();
 
     let load = move || {
         let Some(task) = id.get_untracked() else {
@@ -466,7 +467,7 @@ fn Detail(
                 {task.started_at.is_some().then(|| view! { <dt>"Duration"</dt> <dd>{running_for}</dd> })}
                 {task.worker_id.map(|w| view! {
                     <dt>"Worker"</dt>
-                    <dd><a class="mono" href="/workers" title=w.to_string()>{ui::short_id(&w)}</a></dd>
+                    <dd><ui::WorkerName id=w/></dd>
                 })}
                 {task.exit_code.map(|c| view! { <dt>"Exit code"</dt> <dd>{c}</dd> })}
                 {task.error.clone().map(|e| view! { <dt>"Error"</dt> <dd class="bad">{e}</dd> })}
@@ -619,7 +620,7 @@ fn Attempts(attempts: Vec<Attempt>, tick: ReadSignal<u64>) -> impl IntoView {
                         </span>
                     </td>
                     <td class="mono hide-narrow">
-                        {a.worker_id.map(|w| view! { <span title=w.to_string()>{ui::short_id(&w)}</span> })}
+                        {a.worker_id.map(|w| view! { <ui::WorkerName id=w/> })}
                     </td>
                     <td>{a.started_at.map(|at| view! { <ui::Time at=at/> })}</td>
                     <td class="hide-narrow">{a.finished_at.map(|at| view! { <ui::Time at=at/> })}</td>
