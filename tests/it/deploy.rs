@@ -4,7 +4,8 @@
 //! finish its tasks (SIGTERM to the worker alone); the hardening every unit must keep; the
 //! template is the worker unit plus its instance's lines; the capabilities of the run-as
 //! drop-in are enough for a root worker, without new privileges, to run tasks as `nobody`
-//! end to end, as does the unit's own user with no capabilities; the variables
+//! end to end, as does the unit's own user with no capabilities; the server unit's command
+//! serves as a user of systemd's dynamic range with no capabilities; the variables
 //! `sked.env.example` and the Containerfile set are ones the binaries read; and the
 //! Containerfile's images run as a non-root user and hold only the binaries.
 //!
@@ -603,6 +604,103 @@ async fn the_run_as_drop_in_keeps_what_a_root_worker_needs() {
         return;
     }
     run_like_the_unit(RunAs::RootWithDropIn).await;
+}
+
+/// The server unit's `ExecStart` as a user systemd would make for it (`DynamicUser=yes`: an
+/// unused uid from systemd's dynamic range), with no capabilities, the unit's umask and no
+/// new privileges: it serves the API, then stops cleanly on SIGTERM within `TimeoutStopSec`.
+#[tokio::test]
+async fn the_server_unit_serves_as_a_dynamic_user_without_capabilities() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: starting the server as another user needs root; this is not");
+        return;
+    }
+    const DYNAMIC_UID: u32 = 61_999;
+    let unit = directives(&units()["sked-server.service"]);
+    assert_eq!(service_value(&unit, "DynamicUser"), Some("yes"));
+    let exec = service_value(&unit, "ExecStart").unwrap();
+    let program = exec.split_whitespace().next().unwrap();
+    assert_eq!(program, format!("{INSTALLED}/sked-server"), "{exec}");
+    let umask = service_value(&unit, "UMask")
+        .map(|v| libc::mode_t::from_str_radix(v, 8).expect("an octal umask"))
+        .expect("UMask");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let db = TestDb::new().await;
+    let mut setpriv = tokio::process::Command::new("setpriv");
+    // SAFETY: umask is async-signal-safe and touches no memory.
+    unsafe {
+        setpriv.pre_exec(move || {
+            libc::umask(umask);
+            Ok(())
+        });
+    }
+    let mut server = setpriv
+        .args(["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(format!("--reuid={DYNAMIC_UID}"))
+        .arg(format!("--regid={DYNAMIC_UID}"))
+        .args(["--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_sked-server"))
+        .args(exec.split_whitespace().skip(1))
+        .env_clear()
+        .env("DATABASE_URL", &db.url)
+        .env("SKED_LISTEN", addr.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting sked-server through setpriv (util-linux)");
+
+    let deadline = tokio::time::Instant::now() + 20 * SECS;
+    let answer = loop {
+        if let Ok(mut conn) = tokio::net::TcpStream::connect(addr).await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            conn.write_all(b"GET /api/v1/health HTTP/1.0\r\nHost: sked\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            conn.read_to_string(&mut answer).await.unwrap();
+            break answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sked-server listens on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "the server, as its unit runs it, answers its health check: {answer}"
+    );
+    let pid = server.id().expect("the server's pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains(&DYNAMIC_UID.to_string()))
+            && status.lines().any(|l| l == "CapBnd:\t0000000000000000")
+            && status.lines().any(|l| l == "NoNewPrivs:\t1"),
+        "the server runs as its user, with no capabilities and no new privileges: {status}"
+    );
+    let timeout = seconds(service_value(&unit, "TimeoutStopSec").unwrap());
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs_f64(timeout), server.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the server stops within TimeoutStopSec ({timeout} s)"))
+        .unwrap();
+    let mut stderr = String::new();
+    if let Some(mut pipe) = server.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        pipe.read_to_string(&mut stderr).await.unwrap();
+    }
+    assert!(
+        status.success(),
+        "the server stops cleanly on SIGTERM ({status:?}): {stderr}"
+    );
 }
 
 /// The variables a binary reads, as its `--help` names them (`[env: SKED_QUEUES=…]`).
