@@ -22,6 +22,7 @@
 //! at the last row read, from which the next request continues. A request's cost is thus
 //! bounded whatever the filters, at the price of short (even empty) pages for rare matches.
 
+use chrono::{DateTime, Utc};
 use sked_types::TaskState;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
@@ -48,6 +49,11 @@ pub struct ListFilter {
     pub shard_of: Option<Uuid>,
     /// Only the tasks this worker runs now.
     pub worker: Option<Uuid>,
+    /// Only tasks due now (`Some(true)`: `next_run_at` at or before the statement's time) or
+    /// only those due later (`Some(false)`: delayed, or a retry in its backoff).
+    pub due: Option<bool>,
+    /// Only tasks that finished at or after this instant.
+    pub finished_after: Option<DateTime<Utc>>,
     /// A case-insensitive substring of the command line (the command, or the artifact URL,
     /// followed by the arguments, joined by spaces) or of the name.
     pub text: Option<String>,
@@ -68,6 +74,8 @@ impl Default for ListFilter {
             queue: None,
             shard_of: None,
             worker: None,
+            due: None,
+            finished_after: None,
             text: None,
             after: None,
             limit: 50,
@@ -120,11 +128,14 @@ impl ListFilter {
 
     /// True when some filter is not applied by the driver itself.
     fn has_residual(&self, driver: Driver) -> bool {
+        let times = self.due.is_some() || self.finished_after.is_some();
         match driver {
             Driver::Small => false,
-            Driver::States => self.owner.is_some() || self.queue.is_some() || self.text.is_some(),
+            Driver::States => {
+                self.owner.is_some() || self.queue.is_some() || self.text.is_some() || times
+            }
             Driver::Owner | Driver::All => {
-                !self.states.is_empty() || self.queue.is_some() || self.text.is_some()
+                !self.states.is_empty() || self.queue.is_some() || self.text.is_some() || times
             }
         }
     }
@@ -183,6 +194,24 @@ fn push_text(q: &mut QueryBuilder<Postgres>, alias: &str, text: &str) {
     .push(")) > 0)");
 }
 
+/// Pushes the filters on times, which no driver applies: ` and <alias>.next_run_at <= now()`
+/// and the like.
+fn push_times(q: &mut QueryBuilder<Postgres>, f: &ListFilter, alias: &str) {
+    match f.due {
+        Some(true) => {
+            q.push(format_args!(" and {alias}.next_run_at <= now()"));
+        }
+        Some(false) => {
+            q.push(format_args!(" and {alias}.next_run_at > now()"));
+        }
+        None => {}
+    }
+    if let Some(since) = f.finished_after {
+        q.push(format_args!(" and {alias}.finished_at >= "))
+            .push_bind(since);
+    }
+}
+
 /// Pushes the filters the driver does not apply, on rows named `alias`.
 fn push_residual(q: &mut QueryBuilder<Postgres>, f: &ListFilter, driver: Driver, alias: &str) {
     if driver == Driver::States
@@ -201,6 +230,7 @@ fn push_residual(q: &mut QueryBuilder<Postgres>, f: &ListFilter, driver: Driver,
     if let Some(text) = &f.text {
         push_text(q, alias, text);
     }
+    push_times(q, f, alias);
 }
 
 /// Pushes the driver as a subquery of rows `t.<columns>`, newest first, at most `n` of them.
@@ -239,6 +269,7 @@ fn push_driver(
             if let Some(text) = &f.text {
                 push_text(q, "t", text);
             }
+            push_times(q, f, "t");
             if let Some(after) = f.after {
                 q.push(" and t.id < ").push_bind(after);
             }
@@ -252,14 +283,16 @@ fn push_driver(
             push_merged(q, f, &walks, None, columns, n);
         }
         Driver::Owner => {
+            // Only finished tasks have finished since a time.
+            let finished_only = f.finished_after.is_some();
             let mut walks = Vec::new();
             if f.wants_any(&FINAL) {
                 walks.push(Walk::Finished);
             }
-            if f.wants_any(&PENDING) {
+            if f.wants_any(&PENDING) && !finished_only {
                 walks.push(Walk::Pending);
             }
-            if f.wants_any(&[TaskState::Running]) {
+            if f.wants_any(&[TaskState::Running]) && !finished_only {
                 walks.push(Walk::State(TaskState::Running));
             }
             push_merged(q, f, &walks, f.owner.as_deref(), columns, n);
@@ -340,14 +373,21 @@ fn push_merged(
 
 /// The columns a walk yields for the residual filters: those of the indexes' entries
 /// (`tasks_by_state`, `tasks_finished_by_owner` and `tasks_pending_by_owner` carry owner,
-/// queue and state), so that testing owner, queue or state reads no table row; the text
-/// filter needs whole rows.
-fn window_columns(f: &ListFilter) -> &'static str {
+/// queue and state, and the first and last `next_run_at`), so that testing owner, queue,
+/// state or a due time reads no table row there; the finish time and the text filter are
+/// read from the rows.
+fn window_columns(f: &ListFilter) -> String {
     if f.text.is_some() {
-        "t.*"
-    } else {
-        "t.id, t.owner, t.queue, t.state"
+        return "t.*".to_owned();
     }
+    let mut columns = "t.id, t.owner, t.queue, t.state".to_owned();
+    if f.due.is_some() {
+        columns.push_str(", t.next_run_at");
+    }
+    if f.finished_after.is_some() {
+        columns.push_str(", t.finished_at");
+    }
+    columns
 }
 
 /// One page of tasks, newest first, by keyset on the id (see the module documentation).
@@ -383,7 +423,7 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     // The window's matches first, from the walk's own columns where they suffice; then their
     // rows.
     let mut q = QueryBuilder::new("select t.* from sked.tasks t join (select w.id from (");
-    push_driver(&mut q, f, driver, window_columns(f), scan_limit);
+    push_driver(&mut q, f, driver, &window_columns(f), scan_limit);
     q.push(") w where true");
     push_residual(&mut q, f, driver, "w");
     q.push(format_args!(

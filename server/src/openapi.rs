@@ -47,7 +47,8 @@ pub(crate) use shared::{
         sked_types::ApiError,
         sked_types::TaskState,
         sked_types::QueueName,
-        tasks::ListView
+        tasks::ListView,
+        tasks::Due
     ), responses(QuotaExceeded)),
     modifiers(&BearerAuth),
     tags(

@@ -194,6 +194,13 @@ pub struct TaskParams {
     worker: Option<Uuid>,
     /// Only the shards of this sharded task (see `docs/shards.md`).
     shard_of: Option<Uuid>,
+    /// `now`: only tasks whose `next_run_at` has come (at the request's time), such as the
+    /// waiting tasks the overview counts as due; `later`: only those whose `next_run_at` is
+    /// ahead, such as delayed tasks and retries in their backoff.
+    due: Option<Due>,
+    /// Only tasks that finished at or after this instant (RFC 3339), such as the overview's
+    /// last hour (its `since`).
+    finished_after: Option<chrono::DateTime<chrono::Utc>>,
     /// The `next_cursor` of the previous page: only tasks older than this id.
     after: Option<Uuid>,
     /// Page size, 1 to 500 (default 50).
@@ -202,6 +209,14 @@ pub struct TaskParams {
     /// `full` (default): whole tasks; `summary`: the fields a task list shows
     /// (`TaskSummary`), without the environment, input and output.
     view: Option<ListView>,
+}
+
+/// Whether a listing takes the tasks due now or those due later (`due`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Due {
+    Now,
+    Later,
 }
 
 /// What a listing answers with.
@@ -302,6 +317,8 @@ pub async fn list(
         queue: non_empty(params.queue),
         shard_of: params.shard_of,
         worker: params.worker,
+        due: params.due.map(|d| d == Due::Now),
+        finished_after: params.finished_after,
         text,
         after: params.after,
         limit,

@@ -430,3 +430,146 @@ async fn on_a_phone_every_page_is_reachable_from_the_navigation() {
     assert_quiet_console(b.console_errors().await);
     b.close().await;
 }
+
+/// The ids of the rows the task list shows.
+async fn listed(b: &Browser) -> Vec<String> {
+    let ids = b
+        .js("Array.from(document.querySelectorAll('table.task-list tr[data-task-id]')).map(r => r.dataset.taskId)")
+        .await;
+    let mut ids: Vec<String> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_overview_card_opens_the_list_of_exactly_what_it_counts() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let mut due = Vec::new();
+    for _ in 0..2 {
+        due.push(
+            insert(
+                &db.pool,
+                "(command, queue) values (array['true'], 'nowhere')",
+            )
+            .await,
+        );
+    }
+    let mut delayed = Vec::new();
+    for _ in 0..3 {
+        delayed.push(
+            insert(
+                &db.pool,
+                "(command, queue, next_run_at) values (array['true'], 'nowhere', now() + interval '1 hour')",
+            )
+            .await,
+        );
+    }
+    let failed = "(command, state, attempt, started_at, finished_at, error) values
+                    (array['false'], 'failed', 1, now() - interval '{ago}', now() - interval '{ago}', 'boom')";
+    let old_failure = insert(&db.pool, &failed.replace("{ago}", "2 hours")).await;
+    let mut recent_failures = Vec::new();
+    for _ in 0..2 {
+        recent_failures.push(insert(&db.pool, &failed.replace("{ago}", "1 minute")).await);
+    }
+    let sorted = |ids: &[uuid::Uuid]| {
+        let mut ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        ids.sort();
+        ids
+    };
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/", &admin).await;
+    for (card, count, ids, says) in [
+        ("waiting_due", "2", sorted(&due), "due now"),
+        ("delayed", "3", sorted(&delayed), "due later (delayed)"),
+        (
+            "failed_last_hour",
+            "2",
+            sorted(&recent_failures),
+            "finished since",
+        ),
+    ] {
+        let css = format!("a.card[data-card={card}]");
+        b.wait_js(
+            &format!("the {card} card counts"),
+            &format!("document.querySelector('{css} .num')?.textContent === '{count}'"),
+        )
+        .await;
+        b.wait(&css).await.click().await.unwrap();
+        b.wait("[data-times]").await;
+        b.wait_js(
+            &format!("the {card} list has its rows"),
+            &format!(
+                "document.querySelectorAll('table.task-list tr[data-task-id]').length === {count}"
+            ),
+        )
+        .await;
+        assert_eq!(listed(&b).await, ids, "{card} opens the tasks it counts");
+        assert!(
+            text_of(&b, "[data-times]").await.contains(says),
+            "the list says it is limited: {says}"
+        );
+        b.screenshot(&format!("overview-card-{card}")).await;
+        b.client.back().await.unwrap();
+        b.wait("a.card[data-card=running]").await;
+    }
+    assert!(
+        !sorted(&recent_failures).contains(&old_failure.to_string()),
+        "the failure of two hours ago is not in the last hour's list"
+    );
+
+    // The filters over REST: the delayed tasks, and the failures since a time.
+    let http = reqwest::Client::new();
+    let get = async |query: &str| -> serde_json::Value {
+        http.get(format!("{}/api/v1/tasks?view=summary&{query}", server.url))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    };
+    let ids = |page: serde_json::Value| -> Vec<String> {
+        let mut ids: Vec<String> = page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(get("due=later").await), sorted(&delayed));
+    assert_eq!(ids(get("due=now&state=waiting").await), sorted(&due));
+    let hour_ago = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    assert_eq!(
+        ids(get(&format!("finished_after={}", urlencode(&hour_ago))).await),
+        sorted(&recent_failures)
+    );
+    let (status, body) = {
+        let r = http
+            .get(format!("{}/api/v1/tasks?due=soon", server.url))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.text().await.unwrap())
+    };
+    assert_eq!(status, 400, "an unknown due is refused: {body}");
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}
+
+fn urlencode(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}

@@ -141,13 +141,20 @@ fn Cards(
                 .unwrap_or_default()
         })
     });
+    // The failures the card counts: those since the start of the overview's hour.
+    let failed_last_hour = Signal::derive(move || {
+        fetched.data.with(|o| {
+            let since = o.as_ref().map(|o| o.since.to_rfc3339()).unwrap_or_default();
+            format!("/tasks?state=failed&finished_after={}", api::enc(&since))
+        })
+    });
     view! {
         <div class="cards overview-cards">
             <Card key="running" label="running" value=sum(|q| q.running) href="/tasks?state=running"/>
-            <Card key="waiting_due" label="waiting, due" value=sum(|q| q.waiting_due) href="/tasks?state=waiting"/>
-            <Card key="delayed" label="delayed" value=sum(|q| q.waiting_delayed) href="/tasks?state=waiting"/>
+            <Card key="waiting_due" label="waiting, due" value=sum(|q| q.waiting_due) href="/tasks?state=waiting&due=now"/>
+            <Card key="delayed" label="delayed" value=sum(|q| q.waiting_delayed) href="/tasks?state=waiting&due=later"/>
             <Card key="retry" label="retrying" value=sum(|q| q.retry) href="/tasks?state=retry"/>
-            <Card key="failed_last_hour" label="failed, last hour" value=sum(|q| q.finished.failed) href="/tasks?state=failed"/>
+            <Card key="failed_last_hour" label="failed, last hour" value=sum(|q| q.finished.failed) href=failed_last_hour/>
             <Card key="oldest_due" label="oldest due task waiting" value=oldest/>
             <Card key="workers" label="workers alive / total" value=workers href="/workers"/>
         </div>
@@ -159,10 +166,12 @@ fn Card(
     key: &'static str,
     label: &'static str,
     value: Signal<String>,
-    #[prop(optional)] href: Option<&'static str>,
+    /// The list of exactly the tasks the card counts.
+    #[prop(optional, into)]
+    href: MaybeProp<String>,
 ) -> impl IntoView {
     view! {
-        <a class="card" href=href data-card=key>
+        <a class="card" href=move || href.get() data-card=key>
             <div class="num">{move || value.get()}</div>
             <div class="label">{label}</div>
         </a>

@@ -37,6 +37,10 @@ struct Filters {
     owner: String,
     q: String,
     shard_of: String,
+    /// `now` (due) or `later` (delayed), as the API takes it.
+    due: String,
+    /// An RFC 3339 instant: only tasks that finished since then.
+    finished_after: String,
     after: String,
 }
 
@@ -49,19 +53,31 @@ impl Filters {
             owner: get("owner"),
             q: get("q"),
             shard_of: get("shard_of"),
+            due: get("due"),
+            finished_after: get("finished_after"),
             after: get("after"),
         }
     }
 
-    fn pairs(&self) -> [(&'static str, &str); 6] {
+    /// The filters, then the page (`after`, last).
+    fn pairs(&self) -> [(&'static str, &str); 8] {
         [
             ("state", &self.state),
             ("queue", &self.queue),
             ("owner", &self.owner),
             ("q", &self.q),
             ("shard_of", &self.shard_of),
+            ("due", &self.due),
+            ("finished_after", &self.finished_after),
             ("after", &self.after),
         ]
+    }
+
+    /// The instant of `finished_after`, when it is one.
+    fn finished_since(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        chrono::DateTime::parse_from_rfc3339(&self.finished_after)
+            .ok()
+            .map(|t| t.to_utc())
     }
 
     /// `?state=…&queue=…` with the non-empty values, or an empty string.
@@ -111,6 +127,15 @@ impl Filters {
             && (self.owner.is_empty() || t.owner == self.owner)
             && (self.shard_of.is_empty()
                 || t.shard_of.map(|p| p.to_string()) == Some(self.shard_of.clone()))
+            && match self.due.as_str() {
+                "now" => t.next_run_at <= ui::now(),
+                "later" => t.next_run_at > ui::now(),
+                _ => true,
+            }
+            && (self.finished_after.is_empty()
+                || self
+                    .finished_since()
+                    .is_some_and(|since| t.finished_at.is_some_and(|at| at >= since)))
             && (text.is_empty()
                 || t.argv.join(" ").to_lowercase().contains(&text)
                 || t.name
@@ -130,13 +155,15 @@ impl Filters {
             "owner" => f.owner = value.trim().to_owned(),
             "q" => f.q = value,
             "shard_of" => f.shard_of = value,
+            "due" => f.due = value,
+            "finished_after" => f.finished_after = value,
             _ => {}
         }
         f
     }
 
     fn is_filtered(&self) -> bool {
-        self.pairs()[..5].iter().any(|(_, v)| !v.is_empty())
+        self.pairs()[..7].iter().any(|(_, v)| !v.is_empty())
     }
 }
 
@@ -416,6 +443,9 @@ fn FilterBar(filters: Memo<Filters>, updating: Signal<bool>, admin: Signal<bool>
                 />
             </Show>
             <SearchBox filters=filters/>
+            <Show when=move || filters.with(|f| !f.due.is_empty() || !f.finished_after.is_empty())>
+                <TimeNotice filters=filters/>
+            </Show>
             <Show when=move || filters.with(|f| !f.shard_of.is_empty())>
                 <ShardNotice filters=filters/>
             </Show>
@@ -480,6 +510,48 @@ fn SearchBox(filters: Memo<Filters>) -> impl IntoView {
             on:input=on_input
             on:change=on_change
         />
+    }
+}
+
+/// Says which times the list is limited to (the overview's cards link to such lists), with
+/// a way to every time.
+#[component]
+fn TimeNotice(filters: Memo<Filters>) -> impl IntoView {
+    let navigate = use_navigate();
+    let says = move || {
+        filters.with(|f| {
+            let due = match f.due.as_str() {
+                "now" => Some("due now".to_owned()),
+                "later" => Some("due later (delayed)".to_owned()),
+                "" => None,
+                other => Some(format!("due {other}")),
+            };
+            let finished = (!f.finished_after.is_empty()).then(|| match f.finished_since() {
+                Some(since) => format!("finished since {}", ui::local_time(since)),
+                None => format!("finished since {}", f.finished_after),
+            });
+            [due, finished]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    };
+    let clear = move |_| {
+        let f = filters.with_untracked(|f| Filters {
+            due: String::new(),
+            finished_after: String::new(),
+            after: String::new(),
+            ..f.clone()
+        });
+        navigate(&f.href(), NavigateOptions::default());
+    };
+    view! {
+        <span class="notice" data-times="">
+            {says}
+            " "
+            <button type="button" class="link" data-action="any-time" on:click=clear>"any time"</button>
+        </span>
     }
 }
 
