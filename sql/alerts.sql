@@ -70,7 +70,7 @@ begin
   select t into unknown from unnest(notifies) n, sked.notify_unknown_target(n) t
    where t is not null limit 1;
   if found then
-    raise exception 'sked.tasks: notify names the alert target %, which does not exist (an admin creates targets: sked alert target set NAME --url URL) (tasks_notify_target_must_exist)',
+    raise exception 'sked.tasks: notify names the alert target %, which does not exist (an admin creates targets: sked alert target set NAME --webhook URL) (tasks_notify_target_must_exist)',
       unknown
       using errcode = '23503', constraint = 'tasks_notify_target_must_exist',
             table = 'tasks', schema = 'sked';

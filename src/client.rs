@@ -13,6 +13,7 @@ use sked_types::{
 };
 use uuid::Uuid;
 
+mod alerts;
 mod queues;
 mod schedules;
 mod services;

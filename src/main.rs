@@ -64,6 +64,9 @@ enum Command {
     /// turn it off or on.
     #[command(subcommand)]
     Retention(queues::RetentionCommand),
+    /// Alerts: the webhooks (targets) that tasks' notify names (admin tokens).
+    #[command(subcommand)]
+    Alert(cli::alerts::AlertCommand),
     /// Cron schedules: create, list, show, pause, resume, run now, delete.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -105,6 +108,7 @@ async fn main() -> ExitCode {
         Command::Queue(cmd) => queues::run(cmd).await,
         Command::Retention(cmd) => queues::retention(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
+        Command::Alert(cmd) => cli::alerts::run(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),
         Command::Worker(cmd) => app::run_worker(cmd).await.map_err(Into::into),

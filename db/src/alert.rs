@@ -2,20 +2,10 @@
 //! delivered to, defined by admins, and what a worker reads to deliver one.
 
 use chrono::{DateTime, Utc};
+use sked_types::AlertTarget;
 use sqlx::PgPool;
 
 use crate::Result;
-
-/// An alert target as listed: everything but its secret.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
-pub struct AlertTarget {
-    pub name: String,
-    pub url: String,
-    pub queue: String,
-    pub max_attempts: i32,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
 
 /// Creates or replaces the target `name`.
 pub async fn set(
@@ -47,9 +37,26 @@ pub async fn delete(pool: &PgPool, name: &str) -> Result<bool> {
 
 /// Every target, by name, without secrets.
 pub async fn list(pool: &PgPool) -> Result<Vec<AlertTarget>> {
-    Ok(sqlx::query_as("select * from sked.alert_targets_list()")
-        .fetch_all(pool)
-        .await?)
+    type Row = (String, String, String, i32, DateTime<Utc>, DateTime<Utc>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select name, url, queue, max_attempts, created_at, updated_at
+           from sked.alert_targets_list()",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(name, url, queue, max_attempts, created_at, updated_at)| AlertTarget {
+                name,
+                url,
+                queue,
+                max_attempts,
+                created_at,
+                updated_at,
+            },
+        )
+        .collect())
 }
 
 /// The URL and secret of the target `name`, for a delivery; `None` when it no longer exists.

@@ -41,8 +41,16 @@ impl From<sqlx::Error> for DbError {
         if let sqlx::Error::Database(db) = &err {
             let constraint = db.constraint().unwrap_or_default().to_owned();
             match db.code().as_deref() {
-                // check_violation, not_null_violation
-                Some("23514") | Some("23502") => {
+                // check_violation, not_null_violation, foreign_key_violation (a name that
+                // names nothing, such as an alert target); a rule that refuses a value to
+                // this role (insufficient_privilege with the rule as its constraint)
+                Some("23514") | Some("23502") | Some("23503") => {
+                    return DbError::Rejected {
+                        constraint,
+                        message: db.message().to_owned(),
+                    };
+                }
+                Some("42501") if !constraint.is_empty() => {
                     return DbError::Rejected {
                         constraint,
                         message: db.message().to_owned(),

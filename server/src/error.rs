@@ -144,6 +144,21 @@ impl From<DbError> for Error {
                         .unwrap_or_else(|| describe_rule(&constraint)),
                 )
             }
+            // The alert rules' messages (sql/alerts.sql) are written for people and name
+            // only the request's own values (the target it names).
+            DbError::Rejected {
+                constraint,
+                message,
+            } if constraint.starts_with("tasks_notify_")
+                || constraint == "tasks_webhook_kind_is_for_alerts_only" =>
+            {
+                Error::Rejected(
+                    message
+                        .strip_prefix("sked.tasks: ")
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| describe_rule(&constraint)),
+                )
+            }
             // Not a rule about the request: the workers alive now decide.
             DbError::Rejected { constraint, .. }
                 if constraint == "tasks_broadcast_needs_a_live_worker" =>

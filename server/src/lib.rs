@@ -29,6 +29,7 @@
 //! `quota_exceeded`, `rejected`, `conflict`, `already_finished`, `not_finished`,
 //! `method_not_allowed`, `unavailable` or `internal`.
 
+mod alerts;
 mod awaits;
 mod error;
 mod events;

@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 
 use sked_types::time_zones;
 
-use crate::{AppState, queues, schedules, services, system, tasks, workflows};
+use crate::{AppState, alerts, queues, schedules, services, system, tasks, workflows};
 
 mod shared;
 
@@ -58,6 +58,7 @@ pub(crate) use shared::{
         (name = "services", description = "Long-running services: list, read with their copies, change (rolling update, scaling); stop by cancelling the task"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
         (name = "queues", description = "Pause, resume, limit queues and set their retention (admin tokens); the cluster's retention"),
+        (name = "alerts", description = "Alert targets: the webhooks that tasks' notifications are delivered to (admin tokens)"),
     )
 )]
 struct ApiDoc;
@@ -101,6 +102,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(system::me))
         .routes(routes!(system::health))
         .routes(routes!(system::metrics))
+        .routes(routes!(alerts::list))
+        .routes(routes!(alerts::set, alerts::delete))
+        .routes(routes!(alerts::set_queue_notify))
         .routes(routes!(openapi_json))
 }
 

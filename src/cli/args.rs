@@ -74,16 +74,54 @@ pub struct TaskFlags {
     /// A label the worker must offer; repeat for more.
     #[arg(long = "label")]
     pub labels: Vec<String>,
+    /// An alert target told when the task fails for good; repeat for more
+    /// (docs/operations.md, "Alerts").
+    #[arg(long = "on-failure", value_name = "TARGET")]
+    pub on_failure: Vec<String>,
+    /// An alert target told when the task succeeds; repeat for more.
+    #[arg(long = "on-success", value_name = "TARGET")]
+    pub on_success: Vec<String>,
+    /// An alert target told when an attempt fails and the task will be retried.
+    #[arg(long = "on-retry", value_name = "TARGET")]
+    pub on_retry: Vec<String>,
+    /// The whole notify as JSON, follow-up tasks included:
+    /// '{"on_failure": ["ops", {"task": {"command": ["./cleanup"]}}]}'.
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object,
+          conflicts_with_all = ["on_failure", "on_success", "on_retry"])]
+    pub notify: Option<serde_json::Value>,
+}
+
+/// A JSON object given to a flag.
+fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err("must be a JSON object".to_owned()),
+        Err(e) => Err(format!("is not JSON: {e}")),
+    }
 }
 
 impl TaskFlags {
-    /// Sets the task's queue, priority, environment, attempts and labels from the flags.
+    /// Sets the task's queue, priority, environment, attempts, labels and notify from the
+    /// flags.
     pub fn apply(&self, task: &mut SubmitTask) {
         task.queue = self.queue.clone();
         task.priority = self.priority;
         task.env = self.env.iter().cloned().collect();
         task.max_attempts = self.max_attempts;
         task.labels = self.labels.clone();
+        task.notify = self.notify.clone().or_else(|| {
+            let mut notify = serde_json::Map::new();
+            for (hook, targets) in [
+                ("on_failure", &self.on_failure),
+                ("on_success", &self.on_success),
+                ("on_retry", &self.on_retry),
+            ] {
+                if !targets.is_empty() {
+                    notify.insert(hook.to_owned(), serde_json::json!(targets));
+                }
+            }
+            (!notify.is_empty()).then_some(serde_json::Value::Object(notify))
+        });
     }
 }
 

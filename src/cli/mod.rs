@@ -35,6 +35,7 @@ pub fn stdout_failed(e: std::io::Error) -> ! {
     std::process::exit(1);
 }
 
+pub mod alerts;
 pub mod args;
 pub mod commands;
 pub mod format;

@@ -28,6 +28,30 @@ pub enum QueueCommand {
     /// [--keep 7d] [--keep-failed 30d]` (`default` goes back to the cluster's retention; a
     /// flag left out keeps the queue's setting).
     Retention(QueueRetentionArgs),
+    /// Set or remove who is told when the queue's tasks without a notify of their own
+    /// succeed, fail or are retried: `sked queue notify NAME --on-failure ops` (`--clear`
+    /// removes it; docs/operations.md, "Alerts").
+    Notify(QueueNotifyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QueueNotifyArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The queue.
+    name: String,
+    /// An alert target told when a task fails for good; repeat for more.
+    #[arg(long = "on-failure", value_name = "TARGET")]
+    on_failure: Vec<String>,
+    /// An alert target told when a task succeeds; repeat for more.
+    #[arg(long = "on-success", value_name = "TARGET")]
+    on_success: Vec<String>,
+    /// An alert target told when a task's attempt fails and it will be retried.
+    #[arg(long = "on-retry", value_name = "TARGET")]
+    on_retry: Vec<String>,
+    /// Remove the queue's notify.
+    #[arg(long, conflicts_with_all = ["on_failure", "on_success", "on_retry"])]
+    clear: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -260,6 +284,33 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
             };
             let c = args.api.client()?.limit_queue(&args.name, &limits).await?;
             outln!("{}", describe(&c));
+        }
+        QueueCommand::Notify(args) => {
+            let mut notify = serde_json::Map::new();
+            for (hook, targets) in [
+                ("on_failure", &args.on_failure),
+                ("on_success", &args.on_success),
+                ("on_retry", &args.on_retry),
+            ] {
+                if !targets.is_empty() {
+                    notify.insert(hook.to_owned(), serde_json::json!(targets));
+                }
+            }
+            if notify.is_empty() && !args.clear {
+                bail!("give at least one of --on-failure, --on-success and --on-retry, or --clear");
+            }
+            let body = sked_types::QueueNotify {
+                notify: (!args.clear).then_some(serde_json::Value::Object(notify)),
+            };
+            let set = args
+                .api
+                .client()?
+                .set_queue_notify(&args.name, &body)
+                .await?;
+            match set.notify {
+                Some(n) => outln!("{}: notify {n}", args.name),
+                None => outln!("{}: no notify", args.name),
+            }
         }
         QueueCommand::Retention(args) => {
             if args.keep.is_none() && args.keep_failed.is_none() {

@@ -6,7 +6,7 @@ use super::{Client, ClientError};
 
 /// A queue name as one path segment (names are `A-Za-z0-9_.:-`; anything else is escaped so
 /// the server can refuse it by name).
-fn segment(name: &str) -> String {
+pub(super) fn segment(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b':' | b'-' => {

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod alert;
 pub mod duration;
 pub mod events;
 mod overview;
@@ -22,6 +23,7 @@ pub mod shell;
 pub mod strict;
 pub mod time_zones;
 pub mod units;
+pub use alert::{AlertTarget, QueueNotify, SetAlertTarget};
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 #[cfg(feature = "openapi")]
 pub use queue::QueueName;
