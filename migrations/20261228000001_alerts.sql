@@ -1,5 +1,6 @@
--- Alerts: a task's success, failure or retry can notify (docs/operations.md, "Alerts"). A
--- task's `notify` (or, when it has none, its queue's) names, per event, alert targets —
+-- Alerts: a task's success, failure or retry, and a workflow's success or failure, can
+-- notify (docs/operations.md, "Alerts"). A task's `notify` (or, when it has none, its
+-- queue's) and a workflow's name, per event, alert targets —
 -- webhooks that operators define, with the secret their deliveries are signed with — and
 -- follow-up tasks. Each notification is a task of its own, inserted in the transaction that
 -- changes the state: a `webhook` task (run by a worker, retried with backoff like any task)
@@ -42,9 +43,12 @@ comment on table sked.alert_targets is
 
 alter table sked.tasks add column notify jsonb;
 alter table sked.queues add column notify jsonb;
+alter table sked.workflows add column notify jsonb;
 
 comment on column sked.tasks.notify is
   'Who is told when the task succeeds, fails or is retried: {"on_success"|"on_failure"|"on_retry": [target name | {"task": {...}}, ...]} (docs/operations.md). Null: its queue''s.';
+comment on column sked.workflows.notify is
+  'Who is told when the workflow succeeds or fails: {"on_success"|"on_failure": [...]}, as a task''s notify.';
 comment on column sked.queues.notify is
   'The notify of the queue''s tasks that have none of their own.';
 

@@ -1,6 +1,7 @@
 -- Alerts (docs/operations.md, "Alerts"): when a task succeeds, fails for good, or fails an
 -- attempt and waits to be retried, the targets its `notify` names for that event are told —
--- its own `notify`, or its queue's when it has none. A target is a webhook an operator
+-- its own `notify`, or its queue's when it has none; when a workflow succeeds or fails, those
+-- of its own. A target is a webhook an operator
 -- defined (sked.alert_targets) or a follow-up task. Each notification is a task of its own,
 -- inserted in the statement that changes the state, so it is as durable as the change and
 -- is delivered at least once:
@@ -9,7 +10,8 @@
 --     signed with the target's secret, and retries with backoff until a 2xx answer;
 --   * a follow-up task: the task given, submitted for the same owner, with the event as its
 --     input.
--- EVENT is {"event": "task.succeeded" | "task.failed" | "task.retry", "at", "task": {…}}
+-- EVENT is {"event": "task.succeeded" | "task.failed" | "task.retry", "at", "task": {…}}, or
+-- {"event": "workflow.succeeded" | "workflow.failed", "at", "workflow": {…}}
 -- (sked.alert_event). `webhook` tasks are sked's own: only these functions (running as the
 -- schema's owner) may insert them, so that no submitter can have a worker sign a body of
 -- its choosing; a follow-up task cannot be one.
@@ -121,43 +123,32 @@ language sql stable as $$
       'next_run_at', case when t.state = 'retry' then t.next_run_at end)))
 $$;
 
--- After a statement that changes tasks' states: the notifications of the tasks that
--- succeeded, failed or wait to be retried and whose notify (or queue's) names targets for
--- it. Costs one look at the changed rows when none has a notify and no queue has one.
-create or replace function sked.alerts_after_update() returns trigger
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+-- Delivers notifications: for each i, the targets `rules[i]` (a notify's list for one event)
+-- are told `events[i]`, for `owners[i]`. A webhook per alert target (their ids allowed
+-- first, see sked.alerts_check_new, then one insert); each follow-up task on its own: one
+-- that cannot be submitted (a rule it breaks, a quota) is written to the log of the attempt
+-- `tasks[i]`, `attempts[i]` that ended (or, for a workflow's, raised as a warning), and never
+-- fails the change of state that called this.
+create or replace function sked.alerts_deliver(owners text[], rules jsonb[], events jsonb[],
+                                               tasks uuid[], attempts integer[])
+returns void
+language plpgsql as $$
 declare
   e record;
   spec jsonb;
   ids uuid[];
-  owners text[];
-  queues text[];
-  attempts integer[];
-  inputs jsonb[];
+  d_owners text[];
+  d_queues text[];
+  d_attempts integer[];
+  d_inputs jsonb[];
 begin
-  if not exists (select 1 from new_rows where notify is not null)
-     and not exists (select 1 from sked.queues where notify is not null) then
-    return null;
-  end if;
-  -- Webhooks: their ids are allowed first (sked.alerts_check_new), then one insert.
   with d as materialized (
-    select sked.uuid_v7() as id, ev.owner, coalesce(t.queue, 'default') as queue,
+    select sked.uuid_v7() as id, owners[i] as owner, coalesce(t.queue, 'default') as queue,
            coalesce(t.max_attempts, 10) as max_attempts,
-           jsonb_build_object('target', x #>> '{}', 'event', ev.event) as input
-      from (select n.owner, h.rules,
-                   sked.alert_event(n, h.hook, statement_timestamp()) as event
-              from new_rows n
-              join old_rows o on o.id = n.id
-              left join sked.queues q on n.notify is null and q.name = n.queue
-              cross join lateral (
-                select case n.state when 'succeeded' then 'on_success'
-                                    when 'failed' then 'on_failure'
-                                    when 'retry' then 'on_retry' end as hook) k
-              cross join lateral (select k.hook, coalesce(n.notify, q.notify) -> k.hook as rules) h
-             where n.state is distinct from o.state
-               and n.state in ('succeeded', 'failed', 'retry')
-               and jsonb_typeof(h.rules) = 'array') ev
-      cross join lateral jsonb_array_elements(ev.rules) x
+           jsonb_build_object('target', x #>> '{}', 'event', events[i]) as input
+      from generate_subscripts(owners, 1) i
+      cross join lateral jsonb_array_elements(
+        case when jsonb_typeof(rules[i]) = 'array' then rules[i] else '[]' end) x
       left join sked.alert_targets t on t.name = x #>> '{}'
      where jsonb_typeof(x) = 'string'
   ), allowed as (
@@ -166,42 +157,72 @@ begin
   select coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.owner), '{}'),
          coalesce(array_agg(d.queue), '{}'), coalesce(array_agg(d.max_attempts), '{}'),
          coalesce(array_agg(d.input), '{}')
-    into ids, owners, queues, attempts, inputs
+    into ids, d_owners, d_queues, d_attempts, d_inputs
     from d;
   if cardinality(ids) > 0 then
     insert into sked.tasks (id, owner, kind, queue, max_attempts, input)
-    select * from unnest(ids, owners, array_fill('webhook'::text, array[cardinality(ids)]),
-                         queues, attempts, inputs);
+    select * from unnest(ids, d_owners, array_fill('webhook'::text, array[cardinality(ids)]),
+                         d_queues, d_attempts, d_inputs);
   end if;
-  -- Follow-up tasks, each on its own: one that cannot be submitted (a rule it breaks, a quota)
-  -- is written to the log of the attempt that ended, never fails the change of state.
   for e in
-    select n.id, n.attempt, n.owner, x -> 'task' as task,
-           sked.alert_event(n, h.hook, statement_timestamp()) as event
-      from new_rows n
-      join old_rows o on o.id = n.id
-      left join sked.queues q on n.notify is null and q.name = n.queue
-      cross join lateral (
-        select case n.state when 'succeeded' then 'on_success'
-                            when 'failed' then 'on_failure'
-                            when 'retry' then 'on_retry' end as hook) h
+    select i, x -> 'task' as task
+      from generate_subscripts(owners, 1) i
       cross join lateral jsonb_array_elements(
-        case when jsonb_typeof(coalesce(n.notify, q.notify) -> h.hook) = 'array'
-             then coalesce(n.notify, q.notify) -> h.hook else '[]' end) x
-     where n.state is distinct from o.state
-       and n.state in ('succeeded', 'failed', 'retry')
-       and jsonb_typeof(x) = 'object'
+        case when jsonb_typeof(rules[i]) = 'array' then rules[i] else '[]' end) x
+     where jsonb_typeof(x) = 'object'
   loop
-    spec := (e.task - 'owner' - 'idempotency_key') || jsonb_build_object('input', e.event);
+    spec := (e.task - 'owner' - 'idempotency_key') || jsonb_build_object('input', events[e.i]);
     begin
-      perform sked.tasks_submit(jsonb_build_array(spec), e.owner);
+      perform sked.tasks_submit(jsonb_build_array(spec), owners[e.i]);
     exception when others then
-      insert into sked.task_logs (task_id, attempt, stream, data)
-      values (e.id, e.attempt, 'stderr',
-              format('sked: the follow-up task of %s could not be submitted: %s%s',
-                     e.event ->> 'event', sqlerrm, chr(10)));
+      if tasks[e.i] is not null then
+        insert into sked.task_logs (task_id, attempt, stream, data)
+        values (tasks[e.i], attempts[e.i], 'stderr',
+                format('sked: the follow-up task of %s could not be submitted: %s%s',
+                       events[e.i] ->> 'event', sqlerrm, chr(10)));
+      else
+        raise warning 'sked: the follow-up task of % could not be submitted: %',
+          events[e.i] ->> 'event', sqlerrm;
+      end if;
     end;
   end loop;
+end
+$$;
+
+-- After a statement that changes tasks' states: the notifications of the tasks that
+-- succeeded, failed or wait to be retried and whose notify (or queue's) names targets for
+-- it. Costs one look at the changed rows when none has a notify and no queue has one.
+create or replace function sked.alerts_after_update() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  owners text[];
+  rules jsonb[];
+  events jsonb[];
+  tasks uuid[];
+  attempts integer[];
+begin
+  if not exists (select 1 from new_rows where notify is not null)
+     and not exists (select 1 from sked.queues where notify is not null) then
+    return null;
+  end if;
+  select array_agg(n.owner), array_agg(h.rules),
+         array_agg(sked.alert_event(n, h.hook, statement_timestamp())),
+         array_agg(n.id), array_agg(n.attempt)
+    into owners, rules, events, tasks, attempts
+    from new_rows n
+    join old_rows o on o.id = n.id
+    left join sked.queues q on n.notify is null and q.name = n.queue
+    cross join lateral (
+      select case n.state when 'succeeded' then 'on_success'
+                          when 'failed' then 'on_failure'
+                          when 'retry' then 'on_retry' end as hook) k
+    cross join lateral (select k.hook, coalesce(n.notify, q.notify) -> k.hook as rules) h
+   where n.state is distinct from o.state
+     and n.state in ('succeeded', 'failed', 'retry')
+     and jsonb_typeof(h.rules) = 'array';
+  if owners is not null then
+    perform sked.alerts_deliver(owners, rules, events, tasks, attempts);
+  end if;
   return null;
 end
 $$;
@@ -212,6 +233,60 @@ create or replace trigger tasks_after_update_alerts
   after update on sked.tasks
   referencing old table as old_rows new table as new_rows
   for each statement execute function sked.alerts_after_update();
+
+-- A workflow's notify is checked as a task's (on_retry never fires for a workflow).
+create or replace function sked.workflows_before_insert_notify() returns trigger
+language plpgsql as $$
+begin
+  perform sked.alerts_check_new(array[new.notify], '{}');
+  return new;
+end
+$$;
+
+create or replace trigger workflows_before_insert_notify
+  before insert or update of notify on sked.workflows
+  for each row when (new.notify is not null)
+  execute function sked.workflows_before_insert_notify();
+
+-- After a statement that ends workflows: `workflow.succeeded` and `workflow.failed` to the
+-- targets of their notify.
+create or replace function sked.alerts_after_workflow_update() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  owners text[];
+  rules jsonb[];
+  events jsonb[];
+begin
+  if not exists (select 1 from new_rows where notify is not null) then
+    return null;
+  end if;
+  select array_agg(n.owner), array_agg(n.notify -> h.hook),
+         array_agg(jsonb_build_object(
+           'event', 'workflow.' || n.state, 'at', statement_timestamp(),
+           'workflow', jsonb_build_object('id', n.id, 'owner', n.owner, 'name', n.name,
+                                          'state', n.state, 'created_at', n.created_at,
+                                          'finished_at', n.finished_at)))
+    into owners, rules, events
+    from new_rows n
+    join old_rows o on o.id = n.id
+    cross join lateral (
+      select case n.state when 'succeeded' then 'on_success'
+                          when 'failed' then 'on_failure' end as hook) h
+   where n.state is distinct from o.state
+     and jsonb_typeof(n.notify -> h.hook) = 'array';
+  if owners is not null then
+    perform sked.alerts_deliver(owners, rules, events,
+                                array_fill(null::uuid, array[cardinality(owners)]),
+                                array_fill(null::integer, array[cardinality(owners)]));
+  end if;
+  return null;
+end
+$$;
+
+create or replace trigger workflows_after_update_alerts
+  after update on sked.workflows
+  referencing old table as old_rows new table as new_rows
+  for each statement execute function sked.alerts_after_workflow_update();
 
 -- Creates or replaces an alert target (admins: `sked alert target set`, REST
 -- `PUT /api/v1/alert-targets/{name}`). Returns the target's name.

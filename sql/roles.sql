@@ -218,7 +218,7 @@ begin
   -- The submitter: its own rows (the policies above), submitted through the submit functions
   -- or a plain INSERT, nothing else.
   execute format('grant select, insert (%s) on sked.tasks to sked_submitter', task_columns);
-  grant select, insert (id, owner, name, created_at) on sked.workflows to sked_submitter;
+  grant select, insert (id, owner, name, created_at, notify) on sked.workflows to sked_submitter;
   grant select, insert on sked.task_edges to sked_submitter;
   grant select on sked.task_attempts, sked.task_logs to sked_submitter;
   -- The view of every attempt, where it reads with the reader's rights (sql/views.sql).

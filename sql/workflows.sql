@@ -313,10 +313,10 @@ begin
     perform sked.workflow_rule_raise('workflows_spec_must_have_tasks',
       'a workflow is an object {"name": ..., "tasks": [...]} with at least one task');
   end if;
-  select k into bad from jsonb_object_keys(spec) k where k not in ('name', 'tasks') limit 1;
+  select k into bad from jsonb_object_keys(spec) k where k not in ('name', 'tasks', 'notify') limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_spec_keys_must_be_known',
-      format('unknown key %L in the workflow (expected name and tasks)', bad.k));
+      format('unknown key %L in the workflow (expected name, tasks and notify)', bad.k));
   end if;
   if jsonb_typeof(spec -> 'name') not in ('string', 'null') then
     perform sked.workflow_rule_raise('workflows_name_must_be_a_string', 'the workflow name must be a string');
@@ -440,8 +440,10 @@ begin
       format('the dependencies form a cycle (tasks on or after it: %s)', bad.names));
   end if;
 
-  insert into sked.workflows (id, owner, name, created_at)
-  values (wf, owner_, coalesce(spec ->> 'name', ''), p_now);
+  -- Its notify is checked by sked.workflows_before_insert_notify (sql/alerts.sql).
+  insert into sked.workflows (id, owner, name, created_at, notify)
+  values (wf, owner_, coalesce(spec ->> 'name', ''), p_now,
+          case when jsonb_typeof(spec -> 'notify') is distinct from 'null' then spec -> 'notify' end);
 
   -- The tasks, read as sked.tasks_submit reads them, placed in the workflow. The new ids
   -- are handed out in ascending order, so that the tasks sort by id in the order they were

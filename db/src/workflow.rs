@@ -58,6 +58,9 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
     if let Some(name) = &w.name {
         spec["name"] = json!(name);
     }
+    if let Some(notify) = &w.notify {
+        spec["notify"] = notify.clone();
+    }
     Ok(spec)
 }
 

@@ -738,3 +738,44 @@ async fn the_cli_sets_targets_from_a_secret_file_and_tasks_and_queues_name_them(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_s_notify_is_told_when_it_fails() {
+    let db = TestDb::new().await;
+    let (receiver, addr) = Receiver::start(([127, 0, 0, 1], 0).into(), 0).await;
+    target(&db.pool, "ops", addr, 3).await;
+    let bad: String = sqlx::query_scalar("select sked.workflow_submit($1)::text")
+        .bind(
+            json!({"name": "etl", "tasks": [{"name": "a", "command": ["true"]}],
+                 "notify": {"on_failure": ["nobody"]}}),
+        )
+        .fetch_one(&db.pool)
+        .await
+        .map(|_: String| String::new())
+        .unwrap_or_else(|e| e.to_string());
+    assert!(
+        bad.contains("alert target nobody"),
+        "an unknown target is refused: {bad}"
+    );
+    let wf: Uuid = sqlx::query_scalar("select sked.workflow_submit($1)")
+        .bind(json!({
+            "name": "etl",
+            "tasks": [
+                {"name": "extract", "command": ["false"], "queue": "work", "max_attempts": 1},
+                {"name": "load", "kind": "noop", "queue": "work", "depends_on": ["extract"]}
+            ],
+            "notify": {"on_failure": ["ops"], "on_success": ["ops"]}
+        }))
+        .fetch_one(&db.pool)
+        .await
+        .expect("a workflow with a notify");
+    let worker = start_worker(&db, config(&["work", "alerts"]));
+    let got = receiver.until(1, Duration::from_secs(30)).await;
+    let event = verified(&got[0]);
+    assert_eq!(event["event"], "workflow.failed", "{event}");
+    assert_eq!(event["workflow"]["id"], wf.to_string());
+    assert_eq!(event["workflow"]["name"], "etl");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.received().len(), 1, "told once");
+    worker.shutdown().await;
+}

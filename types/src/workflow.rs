@@ -93,6 +93,11 @@ pub struct SubmitWorkflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub owner: Option<String>,
+    /// Who is told when the workflow succeeds or fails: `{"on_success" | "on_failure":
+    /// [TARGET, …]}`, as a task's `notify` (`docs/operations.md`, "Alerts").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub notify: Option<serde_json::Value>,
 }
 
 /// The answer to a workflow submission.
