@@ -573,3 +573,75 @@ async fn each_overview_card_opens_the_list_of_exactly_what_it_counts() {
 fn urlencode(s: &str) -> String {
     s.replace('+', "%2B").replace(':', "%3A")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_and_a_sharded_task_show_that_they_run_as_their_copies_and_shards() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    let worker = support::start_worker(&db, support::config(&["default"]));
+    let service: uuid::Uuid = sqlx::query_scalar(
+        "select sked.task_submit(kind => 'service', command => array['sleep', '300'], replicas => 2)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let sharded: uuid::Uuid =
+        sqlx::query_scalar("select sked.task_submit(command => array['true'], shards => 3)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    support::wait_for(&db.pool, sharded, &["succeeded"], crate::browser::PATIENCE).await;
+    assert_eq!(support::state(&db.pool, service).await, "blocked");
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/tasks/{service}"), &admin).await;
+    b.wait(".task-head [data-shown-state=active]").await;
+    let attempts = "dd[data-field=attempts]";
+    b.wait(attempts).await;
+    assert_eq!(
+        text_of(&b, attempts).await,
+        "none of its own: it runs as its 2 copies",
+        "a service has no attempts of its own"
+    );
+    assert!(
+        text_of(&b, "[data-parent-log]")
+            .await
+            .contains("each copy has its own log"),
+        "the log says where the output is"
+    );
+    assert!(
+        !b.exists(".waiting-reason").await,
+        "a service is not said to wait for its copies"
+    );
+    assert!(
+        !b.exists(".task-head [data-state=blocked]:not([data-shown-state])")
+            .await,
+        "the service is not shown as blocked"
+    );
+    b.screenshot("task-service-parent").await;
+
+    b.goto(&format!("{}/tasks/{sharded}", server.url)).await;
+    b.wait(".task-head [data-state=succeeded]").await;
+    b.wait_js(
+        "the shards' states are counted",
+        "document.querySelector('[data-shard-tally]')?.textContent === ' · 3 succeeded'",
+    )
+    .await;
+    assert_eq!(
+        text_of(&b, attempts).await,
+        "none of its own: it ran as its 3 shards",
+        "a sharded task has no attempts of its own"
+    );
+    assert!(
+        text_of(&b, "[data-parent-log]")
+            .await
+            .contains("each shard has its own log"),
+    );
+    b.screenshot("task-sharded-parent").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}

@@ -25,6 +25,40 @@ const WAITING_REFRESH_MS: u32 = 10_000;
 /// A reader closer than this to the bottom of the log (pixels) keeps following it.
 const STICK_PX: i32 = 24;
 
+/// A task that runs nothing itself: a service, which runs as its copies, or a sharded task,
+/// which runs as its shards (`docs/services.md`, `docs/shards.md`). Its row waits `blocked`
+/// on them and has no attempt, log or worker of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    Service,
+    Shards,
+}
+
+impl Parent {
+    fn of(task: &Task) -> Option<Parent> {
+        if task.shard_of.is_some() {
+            None
+        } else if task.kind == TaskKind::Service {
+            Some(Parent::Service)
+        } else if task.shard_total.is_some() {
+            Some(Parent::Shards)
+        } else {
+            None
+        }
+    }
+
+    /// What it runs as: `its 3 copies`, `its 4 shards`.
+    fn parts(self, task: &Task) -> String {
+        let n = task.shard_total.unwrap_or_default();
+        match (self, n) {
+            (Parent::Service, 1) => "its copy".to_owned(),
+            (Parent::Service, n) => format!("its {n} copies"),
+            (Parent::Shards, 1) => "its shard".to_owned(),
+            (Parent::Shards, n) => format!("its {n} shards"),
+        }
+    }
+}
+
 /// A chunk of the log as shown.
 #[derive(Debug, Clone)]
 struct LogLine {
@@ -284,6 +318,21 @@ pub fn TaskPage() -> impl IntoView {
         None => "Task".to_owned(),
     };
     let state = move || detail.with(|d| d.as_ref().map(|d| d.task.state));
+    let parent = move || detail.with(|d| d.as_ref().and_then(|d| Parent::of(&d.task)));
+    // A service's row waits `blocked` on its copies until it is stopped: the service is active.
+    let head_badge = move || {
+        match (state(), parent()) {
+        (Some(TaskState::Blocked), Some(Parent::Service)) => view! {
+            <span class="badge state-running" data-state="blocked" data-shown-state="active"
+                title="The service runs as its copies (see Copies); its own row waits on them, blocked, until it is stopped">
+                "active"
+            </span>
+        }
+        .into_any(),
+        (Some(s), _) => view! { <ui::StateBadge state=s/> }.into_any(),
+        (None, _) => ().into_any(),
+    }
+    };
     let page_error = Signal::derive(move || match id.get() {
         None => Some(format!("“{}” is not a task id.", raw_id.get())),
         Some(_) => error.get(),
@@ -291,11 +340,27 @@ pub fn TaskPage() -> impl IntoView {
     view! {
         <div class="task-head">
             <h1>{title}</h1>
-            {move || state().map(|s| view! { <ui::StateBadge state=s/> })}
+            {head_badge}
         </div>
         <ui::Loaded error=page_error ready=Signal::derive(move || detail.with(Option::is_some))>
             {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
-            <section class="panel">
+            {move || detail.with(|d| d.as_ref().and_then(|d| Parent::of(&d.task).map(|p| (p, d.task.clone())))).map(|(p, t)| {
+                let (whose, link) = match p {
+                    Parent::Service => ("each copy has its own log: open a copy from Copies above", None),
+                    Parent::Shards => ("each shard has its own log", Some(format!("/tasks?shard_of={}", t.id))),
+                };
+                view! {
+                    <section class="panel" data-parent-log="">
+                        <h2>"Log"</h2>
+                        <p class="hint">
+                            {format!("It prints nothing itself, running as {}: {whose}", p.parts(&t))}
+                            {link.map(|l| view! { " (" <a href=l>"its shards"</a> ")" })}
+                            "."
+                        </p>
+                    </section>
+                }
+            })}
+            <section class="panel" class:hidden=move || parent().is_some()>
                 <h2>"Log"</h2>
                 <Show when=move || log.dropped.get()>
                     <p class="hint">"Earlier output is not shown (the view keeps the last chunks)."</p>
@@ -375,12 +440,17 @@ fn Detail(
                     </dd>
                 })}
                 {(task.shard_of.is_none() && task.shard_total.is_some()).then(|| view! {
-                    <dt>"Shards"</dt>
+                    <dt>{if task.kind == TaskKind::Service { "Copies" } else { "Shards" }}</dt>
                     <dd>
                         <a href=format!("/tasks?shard_of={}", task.id)>
-                            {format!("{} shards", task.shard_total.unwrap_or_default())}
+                            {if task.kind == TaskKind::Service {
+                                format!("{} copies", task.shard_total.unwrap_or_default())
+                            } else {
+                                format!("{} shards", task.shard_total.unwrap_or_default())
+                            }}
                         </a>
                         {task.broadcast.then_some(" (broadcast: one per worker)")}
+                        <ShardTally parent=task.id/>
                     </dd>
                 })}
                 <dt>"Owner"</dt>
@@ -411,15 +481,24 @@ fn Detail(
                     <dd>{task.labels.join(", ")}</dd>
                 })}
                 <dt>"Attempts"</dt>
-                <dd>
-                    {format!("{} of {}", task.attempt, task.max_attempts)}
-                    <span class="hint">
-                        {format!(
-                            " · backoff {} up to {}",
-                            ui::duration(task.backoff_base_secs),
-                            ui::duration(task.backoff_max_secs)
-                        )}
-                    </span>
+                <dd data-field="attempts">
+                    {match Parent::of(&task) {
+                        Some(p) => format!(
+                            "none of its own: it {} as {}",
+                            if task.state.is_final() { "ran" } else { "runs" },
+                            p.parts(&task)
+                        ),
+                        None => format!("{} of {}", task.attempt, task.max_attempts),
+                    }}
+                    {Parent::of(&task).is_none().then(|| view! {
+                        <span class="hint">
+                            {format!(
+                                " · backoff {} up to {}",
+                                ui::duration(task.backoff_base_secs),
+                                ui::duration(task.backoff_max_secs)
+                            )}
+                        </span>
+                    })}
                 </dd>
                 <dt>"Timeout"</dt>
                 <dd>{task.timeout_secs.map(ui::duration).unwrap_or_else(|| "none".into())}</dd>
@@ -451,7 +530,7 @@ fn Detail(
                         </dd>
                     }
                 })}
-                {waiting_reason.map(|r| {
+                {waiting_reason.filter(|_| Parent::of(&task) != Some(Parent::Service)).map(|r| {
                     let hint = r.hint(&task.queue);
                     view! {
                         <dt>"Waits"</dt>
@@ -489,14 +568,57 @@ fn Detail(
     }
 }
 
+/// How many of a sharded task's shards are in each state (` · 2 succeeded, 1 running`), from
+/// `GET /api/v1/tasks?shard_of=ID` (the first 500), read when the detail is.
+#[component]
+fn ShardTally(parent: Uuid) -> impl IntoView {
+    let fetched = ui::Fetched::<sked_types::TaskSummaryPage>::new();
+    let path = format!("/tasks?shard_of={parent}&view=summary&limit=500");
+    fetched.load(async move { api::get(&path).await });
+    let tally = move || {
+        fetched.data.with(|page| {
+            let page = page.as_ref()?;
+            let mut counts: Vec<(TaskState, usize)> = Vec::new();
+            for t in &page.tasks {
+                match counts.iter_mut().find(|(s, _)| *s == t.state) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((t.state, 1)),
+                }
+            }
+            counts.sort_by_key(|(s, _)| TaskState::ALL.iter().position(|x| x == s));
+            let parts: Vec<String> = counts
+                .iter()
+                .map(|(s, n)| format!("{n} {}", s.as_str().replace('_', " ")))
+                .collect();
+            let more = if page.next_cursor.is_some() {
+                " (of the first 500)"
+            } else {
+                ""
+            };
+            Some(format!(" · {}{more}", parts.join(", ")))
+        })
+    };
+    view! { <span class="hint" data-shard-tally="">{tally}</span> }
+}
+
 /// What the task was given, and its attempts: below the log.
 #[component]
 fn Definition(detail: TaskDetail, tick: ReadSignal<u64>) -> impl IntoView {
     let TaskDetail { task, attempts, .. } = detail;
     let input = task.input.as_ref().map(pretty);
+    let parent = Parent::of(&task).map(|p| p.parts(&task));
     let env = task.env;
     view! {
-        <Attempts attempts=attempts tick=tick/>
+        {match parent {
+            Some(parts) => view! {
+                <section class="panel">
+                    <h2>"Attempts"</h2>
+                    <ui::Empty>{format!("None of its own: it runs nothing itself, only {parts} do.")}</ui::Empty>
+                </section>
+            }
+            .into_any(),
+            None => view! { <Attempts attempts=attempts tick=tick/> }.into_any(),
+        }}
         {input.map(|json| view! {
             <section class="panel">
                 <h2>"Input"</h2>
