@@ -44,11 +44,19 @@ comment on table sked.alert_targets is
 alter table sked.tasks add column notify jsonb;
 alter table sked.queues add column notify jsonb;
 alter table sked.workflows add column notify jsonb;
+alter table sked.schedules add column notify jsonb;
+
+-- The statement trigger after updates of tasks asks whether any schedule has a notify, and a
+-- failed task's run, by an index each.
+create index schedules_notified on sked.schedules (id) where notify is not null;
+create index schedule_runs_by_task on sked.schedule_runs (task_id) where task_id is not null;
 
 comment on column sked.tasks.notify is
   'Who is told when the task succeeds, fails or is retried: {"on_success"|"on_failure"|"on_retry": [target name | {"task": {...}}, ...]} (docs/operations.md). Null: its queue''s.';
 comment on column sked.workflows.notify is
   'Who is told when the workflow succeeds or fails: {"on_success"|"on_failure": [...]}, as a task''s notify.';
+comment on column sked.schedules.notify is
+  'Who is told of missed ticks and of occurrences failing in a row: {"on_missed": [...], "on_failure": [...], "failures_in_a_row": N}.';
 comment on column sked.queues.notify is
   'The notify of the queue''s tasks that have none of their own.';
 

@@ -16,9 +16,23 @@
 -- schema's owner) may insert them, so that no submitter can have a worker sign a body of
 -- its choosing; a follow-up task cannot be one.
 
--- Whether a notify value has the shape of one: null, or an object whose keys are among
--- on_success, on_failure and on_retry, each a list of at most 16 targets, each the name of an
--- alert target or {"task": {…}} (a task that is not a webhook).
+-- Whether a list of a notify's event is valid: at most 16 targets, each the name of an alert
+-- target or {"task": {…}} (a task that is not a webhook).
+create or replace function sked.notify_list_is_valid(list jsonb) returns boolean
+language sql immutable parallel safe as $$
+  select jsonb_typeof(list) = 'array'
+     and jsonb_array_length(list) <= 16
+     and not exists (
+       select 1 from jsonb_array_elements(list) x
+        where not ((jsonb_typeof(x) = 'string' and length(x #>> '{}') between 1 and 64)
+                   or (jsonb_typeof(x) = 'object'
+                       and x - 'task' = '{}'::jsonb
+                       and jsonb_typeof(x -> 'task') = 'object'
+                       and (x -> 'task' ->> 'kind') is distinct from 'webhook')))
+$$;
+
+-- Whether a notify value (a task's, a queue's or a workflow's) has the shape of one: null,
+-- or an object whose keys are among on_success, on_failure and on_retry, each a valid list.
 create or replace function sked.notify_shape_is_valid(n jsonb) returns boolean
 language sql immutable parallel safe as $$
   select n is null
@@ -26,15 +40,24 @@ language sql immutable parallel safe as $$
           and not exists (
             select 1 from jsonb_each(n) e
              where e.key not in ('on_success', 'on_failure', 'on_retry')
-                or jsonb_typeof(e.value) <> 'array'
-                or jsonb_array_length(e.value) > 16
-                or exists (
-                  select 1 from jsonb_array_elements(e.value) x
-                   where not ((jsonb_typeof(x) = 'string' and length(x #>> '{}') between 1 and 64)
-                              or (jsonb_typeof(x) = 'object'
-                                  and x - 'task' = '{}'::jsonb
-                                  and jsonb_typeof(x -> 'task') = 'object'
-                                  and (x -> 'task' ->> 'kind') is distinct from 'webhook')))))
+                or not sked.notify_list_is_valid(e.value)))
+$$;
+
+-- Whether a schedule's notify has the shape of one: an object of on_missed and on_failure,
+-- each a valid list, and failures_in_a_row, a whole number from 1 to 1000.
+create or replace function sked.schedule_notify_is_valid(n jsonb) returns boolean
+language sql immutable parallel safe as $$
+  select jsonb_typeof(n) = 'object'
+     and not exists (
+       select 1 from jsonb_each(n) e
+        where case e.key
+                when 'on_missed' then not sked.notify_list_is_valid(e.value)
+                when 'on_failure' then not sked.notify_list_is_valid(e.value)
+                when 'failures_in_a_row' then
+                  not (jsonb_typeof(e.value) = 'number'
+                       and (e.value #>> '{}')::numeric between 1 and 1000
+                       and (e.value #>> '{}')::numeric % 1 = 0)
+                else true end)
 $$;
 
 -- The first alert target a notify names that does not exist, or null. Runs as the owner:
@@ -201,6 +224,21 @@ declare
   tasks uuid[];
   attempts integer[];
 begin
+  -- Schedules told of failing occurrences (the partial index schedules_notified).
+  if exists (select 1 from sked.schedules where notify is not null)
+     and exists (select 1 from new_rows where state = 'failed') then
+    select array_agg(f.owner), array_agg(f.rules), array_agg(f.event)
+      into owners, rules, events
+      from sked.schedule_failing_events(
+             array(select n.id from new_rows n join old_rows o on o.id = n.id
+                    where n.state = 'failed' and o.state <> 'failed'),
+             statement_timestamp()) f;
+    if owners is not null then
+      perform sked.alerts_deliver(owners, rules, events,
+                                  array_fill(null::uuid, array[cardinality(owners)]),
+                                  array_fill(null::integer, array[cardinality(owners)]));
+    end if;
+  end if;
   if not exists (select 1 from new_rows where notify is not null)
      and not exists (select 1 from sked.queues where notify is not null) then
     return null;
@@ -247,6 +285,78 @@ create or replace trigger workflows_before_insert_notify
   before insert or update of notify on sked.workflows
   for each row when (new.notify is not null)
   execute function sked.workflows_before_insert_notify();
+
+-- A schedule's notify is checked when it is written.
+create or replace function sked.schedules_before_write_notify() returns trigger
+language plpgsql as $$
+declare
+  unknown text;
+begin
+  if not sked.schedule_notify_is_valid(new.notify) then
+    raise exception 'sked.schedules: notify must be an object of on_missed and on_failure, each a list of at most 16 alert target names or {"task": {…}} (not a webhook), and failures_in_a_row, a whole number from 1 to 1000, got % (schedules_notify_must_be_valid)',
+      left(new.notify::text, 200)
+      using errcode = 'check_violation', constraint = 'schedules_notify_must_be_valid',
+            table = 'schedules', schema = 'sked';
+  end if;
+  unknown := sked.notify_unknown_target(new.notify);
+  if unknown is not null then
+    raise exception 'sked.schedules: notify names the alert target %, which does not exist (schedules_notify_target_must_exist)',
+      unknown
+      using errcode = '23503', constraint = 'schedules_notify_target_must_exist',
+            table = 'schedules', schema = 'sked';
+  end if;
+  return new;
+end
+$$;
+
+create or replace trigger schedules_before_write_notify
+  before insert or update of notify on sked.schedules
+  for each row when (new.notify is not null)
+  execute function sked.schedules_before_write_notify();
+
+-- What an event says of a schedule.
+create or replace function sked.alert_schedule(s sked.schedules) returns jsonb
+language sql stable as $$
+  select jsonb_build_object('id', s.id, 'owner', s.owner, 'name', s.name, 'cron', s.cron,
+                            'time_zone', s.time_zone)
+$$;
+
+-- The schedules whose on_failure is due after a statement that failed the tasks `failed`:
+-- those whose latest finished occurrences now fail failures_in_a_row times in a row and did
+-- not before the statement (its tasks were unfinished then), so that a streak is told once,
+-- when it reaches the number, however many of its failures one statement writes. Read by
+-- sked.alerts_after_update.
+create or replace function sked.schedule_failing_events(failed uuid[], p_now timestamptz)
+returns table (owner text, rules jsonb, event jsonb)
+language sql stable as $$
+  select s.owner, s.notify -> 'on_failure',
+         jsonb_build_object('event', 'schedule.failing', 'at', p_now,
+                            'schedule', sked.alert_schedule(s),
+                            'failures_in_a_row', w.want,
+                            'task', jsonb_build_object('id', st.newest))
+    from sked.schedules s
+    cross join lateral (
+      select coalesce((s.notify ->> 'failures_in_a_row')::integer, 1) as want) w
+    cross join lateral (
+      -- Newest first: `pos` among every finished occurrence, `old_pos` among those finished
+      -- before the statement.
+      select coalesce(min(x.pos) filter (where x.state <> 'failed') - 1, count(*)) as now_,
+             coalesce(min(x.old_pos) filter (where x.state <> 'failed' and not x.new) - 1,
+                      count(*) filter (where not x.new)) as before,
+             (array_agg(x.id order by x.pos) filter (where x.new))[1] as newest
+        from (select t.id, t.state, t.id = any (failed) as new,
+                     row_number() over (order by r.fire_at desc, r.id desc) as pos,
+                     row_number() over (partition by t.id = any (failed)
+                                        order by r.fire_at desc, r.id desc) as old_pos
+                from sked.schedule_runs r
+                join sked.tasks t on t.id = r.task_id
+               where r.schedule_id = s.id and r.task_id is not null
+                 and not sked.state_is_unfinished(t.state)) x) st
+   where s.notify is not null
+     and jsonb_typeof(s.notify -> 'on_failure') = 'array'
+     and s.id in (select r.schedule_id from sked.schedule_runs r where r.task_id = any (failed))
+     and st.now_ >= w.want and st.before < w.want
+$$;
 
 -- After a statement that ends workflows: `workflow.succeeded` and `workflow.failed` to the
 -- targets of their notify.

@@ -657,6 +657,9 @@ create or replace trigger schedules_after_write_notify
 -- ---------------------------------------------------------------------------------------------
 
 -- Create a schedule with named arguments; returns its id. Exactly one of task and workflow.
+drop function if exists sked.schedule_create(text, text, jsonb, jsonb, text, text, interval,
+                                             integer, text, interval, integer, boolean, text,
+                                             timestamptz);
 create or replace function sked.schedule_create(
   name            text,
   cron            text,
@@ -671,6 +674,7 @@ create or replace function sked.schedule_create(
   history_limit   integer     default 1000,
   paused          boolean     default false,
   owner           text        default current_user,
+  notify          jsonb       default null,
   p_now           timestamptz default now()
 ) returns uuid
 language plpgsql as $$
@@ -682,11 +686,11 @@ begin
   insert into sked.schedules (name, cron, task, workflow, time_zone, misfire_policy,
                               misfire_grace, catch_up_limit, overlap_policy, jitter,
                               history_limit, paused_at, owner, next_run_at, created_at,
-                              updated_at)
+                              updated_at, notify)
   values (name, cron, task, workflow, time_zone, misfire_policy, misfire_grace,
           catch_up_limit, overlap_policy, jitter, history_limit,
           case when paused then p_now end, owner,
-          sked.cron_next(s, time_zone, p_now), p_now, p_now)
+          sked.cron_next(s, time_zone, p_now), p_now, p_now, notify)
   returning id into new_id;
   return new_id;
 end
@@ -837,6 +841,10 @@ declare
   sub_ids uuid[];
   task_ids uuid[] := '{}';
   wf_ids uuid[] := '{}';
+  -- The notifications of missed ticks.
+  m_owners text[];
+  m_rules jsonb[];
+  m_events jsonb[];
 begin
   for r in
     select s.*, coalesce(sked.state_is_unfinished(pt.state), false) as task_busy
@@ -1022,6 +1030,25 @@ begin
                    ('missed', u.missed_ticks)) as x(outcome, n)
            group by x.outcome) c
    where st.outcome = c.outcome and c.n > 0;
+
+  -- Missed ticks are told to their schedule's on_missed (sql/alerts.sql).
+  select array_agg(sc.owner), array_agg(sc.notify -> 'on_missed'),
+         array_agg(jsonb_build_object('event', 'schedule.missed', 'at', p_now,
+                                      'schedule', sked.alert_schedule(sc),
+                                      'missed_ticks', u.missed_ticks,
+                                      'first_missed_at', u.fire_at))
+    into m_owners, m_rules, m_events
+    from unnest(runs) with ordinality
+         as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
+              recorded_at, i)
+    join unnest(claimed) as k(i) on k.i = u.i
+    join sked.schedules sc on sc.id = u.schedule_id
+   where u.missed_ticks > 0 and jsonb_typeof(sc.notify -> 'on_missed') = 'array';
+  if m_owners is not null then
+    perform sked.alerts_deliver(m_owners, m_rules, m_events,
+                                array_fill(null::uuid, array[cardinality(m_owners)]),
+                                array_fill(null::integer, array[cardinality(m_owners)]));
+  end if;
 
   -- Replaced occurrences are cancelled before their successors are inserted.
   foreach i in array claimed loop

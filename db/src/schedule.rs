@@ -37,6 +37,7 @@ struct ScheduleRow {
     queued_fire_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    notify: Option<Value>,
 }
 
 /// A schedule with its templates' real environments, which its ticks submit: answers mask
@@ -51,6 +52,7 @@ impl From<ScheduleRow> for Schedule {
             time_zone: r.time_zone,
             task: r.task,
             workflow: r.workflow,
+            notify: r.notify,
             misfire_policy: r.misfire_policy,
             misfire_grace_secs: interval_secs(&r.misfire_grace),
             catch_up_limit: r.catch_up_limit,
@@ -115,7 +117,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
            overlap_policy => coalesce($9, 'skip'),
            jitter => coalesce($10::interval, '0'),
            history_limit => coalesce($11, 1000),
-           paused => $12, owner => $13)",
+           paused => $12, owner => $13, notify => $14)",
     )
     .bind(&s.name)
     .bind(&s.cron)
@@ -130,6 +132,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
     .bind(s.history_limit)
     .bind(s.paused)
     .bind(s.owner.as_deref().unwrap_or(owner))
+    .bind(s.notify.as_ref().filter(|n| n.as_object().is_none_or(|o| !o.is_empty())))
     .fetch_one(pool)
     .await?;
     Ok(id)
@@ -337,7 +340,9 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
            catch_up_limit = coalesce($9, catch_up_limit),
            overlap_policy = coalesce($10, overlap_policy),
            jitter = coalesce($11::interval, jitter),
-           history_limit = coalesce($12, history_limit)
+           history_limit = coalesce($12, history_limit),
+           notify = case when $13::jsonb is null then notify
+                         when $13::jsonb = '{}' then null else $13 end
          where id = $1
          returning *",
     )
@@ -353,6 +358,7 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
     .bind(&u.overlap_policy)
     .bind(secs(u.jitter_secs, "jitter_secs")?)
     .bind(u.history_limit)
+    .bind(&u.notify)
     .fetch_optional(pool)
     .await?;
     one_with_last_tick(pool, row).await

@@ -82,6 +82,17 @@ pub struct CreateArgs {
     /// Create it for this owner (admin tokens only).
     #[arg(long)]
     owner: Option<String>,
+    /// An alert target told when ticks are missed (no server or worker fired them in time);
+    /// repeat for more.
+    #[arg(long = "alert-missed", value_name = "TARGET")]
+    alert_missed: Vec<String>,
+    /// An alert target told when occurrences fail --failures-in-a-row times in a row.
+    #[arg(long = "alert-failing", value_name = "TARGET")]
+    alert_failing: Vec<String>,
+    /// How many occurrences in a row fail before --alert-failing is told (default 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1000),
+          requires = "alert_failing")]
+    failures_in_a_row: Option<i32>,
     #[command(flatten)]
     task: TaskFlags,
     #[command(flatten)]
@@ -275,6 +286,11 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         history_limit: args.history_limit,
         paused: args.paused,
         owner: args.owner,
+        notify: schedule_notify(
+            &args.alert_missed,
+            &args.alert_failing,
+            args.failures_in_a_row,
+        ),
     };
     let created = args.api.client()?.create_schedule(&request).await?;
     if args.json {
@@ -283,6 +299,25 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         outln!("{}", created.id);
     }
     Ok(())
+}
+
+/// A schedule's notify from its flags; `None` when they name no target.
+fn schedule_notify(
+    missed: &[String],
+    failing: &[String],
+    in_a_row: Option<i32>,
+) -> Option<serde_json::Value> {
+    let mut notify = serde_json::Map::new();
+    if !missed.is_empty() {
+        notify.insert("on_missed".into(), serde_json::json!(missed));
+    }
+    if !failing.is_empty() {
+        notify.insert("on_failure".into(), serde_json::json!(failing));
+    }
+    if let Some(n) = in_a_row {
+        notify.insert("failures_in_a_row".into(), n.into());
+    }
+    (!notify.is_empty()).then_some(serde_json::Value::Object(notify))
 }
 
 /// The task template of a command after `--` and the task flags.

@@ -779,3 +779,124 @@ async fn a_workflow_s_notify_is_told_when_it_fails() {
     assert_eq!(receiver.received().len(), 1, "told once");
     worker.shutdown().await;
 }
+
+/// The events of the webhook tasks waiting to be delivered, oldest first.
+async fn events_queued(pool: &PgPool) -> Vec<Value> {
+    sqlx::query_scalar(
+        "select input->'event' from sked.tasks where kind = 'webhook' order by created_at, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_is_told_of_missed_ticks_and_once_of_failures_in_a_row() {
+    let db = TestDb::new().await;
+    let (_receiver, addr) = Receiver::start(([127, 0, 0, 1], 0).into(), 0).await;
+    target(&db.pool, "ops", addr, 3).await;
+    let fire = |at: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query("select sked.schedules_fire(p_now => $1::timestamptz)")
+                .bind(at)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    // Bad notifies are refused when the schedule is written.
+    for (notify, says) in [
+        (json!({"on_missed": ["nobody"]}), "alert target nobody"),
+        (
+            json!({"on_failure": ["ops"], "failures_in_a_row": 0}),
+            "schedules_notify_must_be_valid",
+        ),
+        (
+            json!({"on_succes": ["ops"]}),
+            "schedules_notify_must_be_valid",
+        ),
+    ] {
+        let e = sqlx::query(
+            "select sked.schedule_create(name => 'bad', cron => '* * * * *',
+                                         task => '{\"kind\": \"noop\"}', notify => $1)",
+        )
+        .bind(&notify)
+        .execute(&db.pool)
+        .await
+        .expect_err("refused");
+        assert!(e.to_string().contains(says), "{notify}: {e}");
+    }
+
+    // Hourly, misfire skip, first looked at long after its first tick: its missed ticks are
+    // told once.
+    sqlx::query(
+        "select sked.schedule_create(name => 'hourly', cron => '0 * * * *', misfire_policy => 'skip',
+                                     task => '{\"kind\": \"noop\", \"queue\": \"idle\"}',
+                                     notify => '{\"on_missed\": [\"ops\"]}',
+                                     p_now => '2026-06-01T05:30:00Z')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Every minute, occurrences that fail; told when two fail in a row.
+    sqlx::query(
+        "select sked.schedule_create(name => 'flaky', cron => '* * * * *', overlap_policy => 'allow',
+                                     task => '{\"command\": [\"false\"], \"queue\": \"work\", \"max_attempts\": 1}',
+                                     notify => '{\"on_failure\": [\"ops\"], \"failures_in_a_row\": 2}',
+                                     p_now => '2026-06-01T10:00:30Z')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    fire("2026-06-01T10:01:00Z").await;
+    let events = events_queued(&db.pool).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["event"], "schedule.missed");
+    assert_eq!(events[0]["schedule"]["name"], "hourly");
+    assert_eq!(events[0]["missed_ticks"], 5, "06:00 to 10:00");
+
+    fire("2026-06-01T10:02:00Z").await;
+    fire("2026-06-01T10:03:00Z").await;
+    let worker = start_worker(&db, config(&["work"]));
+    let occurrences = |pool: PgPool| async move {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from sked.tasks where queue = 'work' and state = 'failed'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while occurrences(db.pool.clone()).await < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "three occurrences fail"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A fourth failure makes the streak longer, not new: still told once.
+    fire("2026-06-01T10:04:00Z").await;
+    while occurrences(db.pool.clone()).await < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a fourth occurrence fails"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let failing: Vec<Value> = events_queued(&db.pool)
+        .await
+        .into_iter()
+        .filter(|e| e["event"] == "schedule.failing")
+        .collect();
+    assert_eq!(
+        failing.len(),
+        1,
+        "told once, when the streak reached 2: {failing:?}"
+    );
+    assert_eq!(failing[0]["schedule"]["name"], "flaky");
+    assert_eq!(failing[0]["failures_in_a_row"], 2);
+    worker.shutdown().await;
+}

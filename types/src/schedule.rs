@@ -39,6 +39,9 @@ pub struct Schedule {
     pub last_workflow_id: Option<Uuid>,
     /// A tick waiting for the previous occurrence to finish (overlap policy `queue_one`).
     pub queued_fire_at: Option<DateTime<Utc>>,
+    /// Who is told of missed ticks and failing occurrences (see `CreateSchedule::notify`).
+    #[serde(default)]
+    pub notify: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// What happened at the latest tick: `fired`, `queued`, `skipped` or `missed`, with its
@@ -139,6 +142,12 @@ macro_rules! schedule_body {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             #[cfg_attr(feature = "openapi", schema(minimum = 1))]
             pub history_limit: Option<i32>,
+            /// Who is told when ticks are missed and when occurrences fail in a row:
+            /// `{"on_missed": [TARGET, …], "on_failure": [TARGET, …], "failures_in_a_row": N}`
+            /// (N: 1 to 1000, default 1; `{}`: no one). See `docs/schedules.md`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+            pub notify: Option<serde_json::Value>,
         }
     };
 }
