@@ -645,3 +645,114 @@ async fn a_service_and_a_sharded_task_show_that_they_run_as_their_copies_and_sha
     b.close().await;
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_shows_each_lines_time_searches_and_downloads_the_whole_log() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let worker = support::start_worker(&db, support::config(&["e2e"]));
+    let id = insert(
+        &db.pool,
+        "(owner, command, queue) values
+           ('alice', array['sh', '-c', 'echo alpha; sleep 1.2; echo beta; echo gamma >&2'], 'e2e')",
+    )
+    .await;
+    support::wait_for(&db.pool, id, &["succeeded"], crate::browser::PATIENCE).await;
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    // The page's downloads are caught: the blob's text and the file's name.
+    b.goto(&server.url).await;
+    open_signed_in(&b, &server, &format!("/tasks/{id}"), &alice).await;
+    b.js("(() => {
+            const create = URL.createObjectURL;
+            URL.createObjectURL = blob => { blob.text().then(t => window.__skedDownload = t); return create(blob); };
+            HTMLAnchorElement.prototype.click = function () { window.__skedDownloadName = this.download; };
+            return true;
+          })()")
+        .await;
+    let log = format!("pre.log[data-log='{id}']");
+    b.wait_js(
+        "the log is read",
+        &format!("document.querySelector(\"{log}\").textContent.includes('gamma')"),
+    )
+    .await;
+
+    // Each line starts with the time its chunk was written, in the browser's zone (UTC here).
+    let times = b
+        .js(&format!(
+            "Array.from(document.querySelectorAll(\"{log} .ts\")).map(e => e.textContent)"
+        ))
+        .await;
+    let times: Vec<String> = times
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(times.len(), 3, "one time per line: {times:?}");
+    let first: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select min(at) from sked.task_logs where task_id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        times[0],
+        first.format("%H:%M:%S%.3f").to_string(),
+        "the first line's time is its chunk's"
+    );
+    assert!(
+        times[1] > times[0],
+        "beta was written 1.2 s after alpha: {times:?}"
+    );
+    b.screenshot("task-log-times").await;
+
+    // A search shows the matching lines only, and counts them.
+    let search = b.wait("input[name=log-search]").await;
+    search.send_keys("BET").await.unwrap();
+    b.wait_js(
+        "the search counts",
+        "document.querySelector('[data-log-matches]')?.textContent === '1 matching line'",
+    )
+    .await;
+    let shown = text_of(&b, &log).await;
+    assert!(
+        shown.contains("beta") && !shown.contains("alpha") && !shown.contains("gamma"),
+        "only the matching line shows: {shown:?}"
+    );
+    b.screenshot("task-log-search").await;
+    search.clear().await.unwrap();
+    b.js("document.querySelector('input[name=log-search]').dispatchEvent(new Event('input', {bubbles: true}))")
+        .await;
+    b.wait_js(
+        "the whole log is back",
+        &format!("document.querySelector(\"{log}\").textContent.includes('alpha')"),
+    )
+    .await;
+
+    // Download: the whole log through the API with the token, saved from a blob.
+    b.wait("[data-action=download-log]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_js(
+        "the download is offered",
+        "typeof window.__skedDownload === 'string'",
+    )
+    .await;
+    let text = b.js("window.__skedDownload").await;
+    let text = text.as_str().unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["alpha", "beta", "gamma"], "the whole log: {text:?}");
+    assert_eq!(
+        b.js("window.__skedDownloadName").await,
+        format!("task-{id}.log")
+    );
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}

@@ -73,6 +73,20 @@ pub fn local_time(at: DateTime<Utc>) -> String {
     )
 }
 
+/// A time of day in the browser's time zone, to the millisecond: `23:01:02.345`.
+pub fn local_clock(at: DateTime<Utc>) -> String {
+    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(
+        at.timestamp_millis() as f64
+    ));
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        d.get_hours(),
+        d.get_minutes(),
+        d.get_seconds(),
+        d.get_milliseconds()
+    )
+}
+
 /// The browser's IANA time zone (`Europe/Paris`), if it tells.
 pub fn browser_zone() -> Option<String> {
     let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new())

@@ -3,7 +3,9 @@
 //! The detail is refetched when a live event names the task (and on `resync`). The log is
 //! read with `GET /api/v1/tasks/{id}/logs?after=N` from the last chunk shown: a `logs` event
 //! naming the task (or `resync`) fetches only the chunks after it, one request at a time.
-//! The log view stays at the bottom while new output arrives unless the reader scrolled up.
+//! The log view stays at the bottom while new output arrives unless the reader scrolled up;
+//! each line shows when it was written, a search shows the matching lines, and Download saves
+//! the whole log (read through the API, saved from a blob: the token stays in headers).
 
 use leptos::html::Pre;
 use leptos::prelude::*;
@@ -59,14 +61,31 @@ impl Parent {
     }
 }
 
-/// A chunk of the log as shown.
+/// A chunk of the log as shown: its text in pieces, each a line or the rest of one, and the
+/// time the chunk was written before each piece that starts a line.
 #[derive(Debug, Clone)]
 struct LogLine {
     id: i64,
     stderr: bool,
     /// The attempt whose output starts with this chunk, when it is not the first attempt.
     attempt_mark: Option<i32>,
-    data: String,
+    pieces: Vec<(Option<String>, String)>,
+}
+
+/// `data` in pieces that each end with a newline but the last, each with `time` when it
+/// starts a line (the first one only when `at_line_start`); returns whether the next chunk
+/// starts a line.
+fn pieces(
+    data: &str,
+    time: &str,
+    mut at_line_start: bool,
+) -> (Vec<(Option<String>, String)>, bool) {
+    let mut out = Vec::new();
+    for piece in data.split_inclusive('\n') {
+        out.push((at_line_start.then(|| time.to_owned()), piece.to_owned()));
+        at_line_start = piece.ends_with('\n');
+    }
+    (out, at_line_start)
 }
 
 /// The log tail of one task.
@@ -81,6 +100,8 @@ struct LogTail {
     /// The id of the last chunk read.
     last: StoredValue<i64>,
     last_attempt: StoredValue<Option<i32>>,
+    /// Whether the last chunk read ended its line.
+    at_line_start: StoredValue<bool>,
     busy: StoredValue<bool>,
     again: StoredValue<bool>,
     /// Follow new output (the reader is at the bottom).
@@ -97,6 +118,7 @@ impl LogTail {
             task: StoredValue::new(None),
             last: StoredValue::new(0),
             last_attempt: StoredValue::new(None),
+            at_line_start: StoredValue::new(true),
             busy: StoredValue::new(false),
             again: StoredValue::new(false),
             stick: StoredValue::new(true),
@@ -108,6 +130,7 @@ impl LogTail {
         self.task.set_value(task);
         self.last.set_value(0);
         self.last_attempt.set_value(None);
+        self.at_line_start.set_value(true);
         self.busy.set_value(false);
         self.again.set_value(false);
         self.stick.set_value(true);
@@ -122,6 +145,7 @@ impl LogTail {
         };
         self.last.set_value(last);
         let mut previous = self.last_attempt.get_value();
+        let mut at_line_start = self.at_line_start.get_value();
         let new: Vec<LogLine> = chunks
             .into_iter()
             .map(|c| {
@@ -129,16 +153,23 @@ impl LogTail {
                     Some(p) => (p != c.attempt).then_some(c.attempt),
                     None => (c.attempt > 1).then_some(c.attempt),
                 };
+                // Another attempt's output starts a line of its own.
+                if mark.is_some() {
+                    at_line_start = true;
+                }
                 previous = Some(c.attempt);
+                let (pieces, next) = pieces(&c.data, &ui::local_clock(c.at), at_line_start);
+                at_line_start = next;
                 LogLine {
                     id: c.id,
                     stderr: c.stream == "stderr",
                     attempt_mark: mark,
-                    data: c.data,
+                    pieces,
                 }
             })
             .collect();
         self.last_attempt.set_value(previous);
+        self.at_line_start.set_value(at_line_start);
         let follow = self.stick.get_value();
         self.lines.update(|lines| {
             lines.extend(new);
@@ -227,6 +258,9 @@ pub fn TaskPage() -> impl IntoView {
     let action_error = RwSignal::new(None::<String>);
     let generation = StoredValue::new(0u64);
     let log = LogTail::new();
+    // Text searched for in the log (case-insensitive); empty: the whole log.
+    let search = RwSignal::new(String::new());
+    let times = RwSignal::new(true);
     let tick = ui::ticker(1000);
     ui::WorkerNames::provide();
 
@@ -365,17 +399,45 @@ pub fn TaskPage() -> impl IntoView {
                 <Show when=move || log.dropped.get()>
                     <p class="hint">"Earlier output is not shown (the view keeps the last chunks)."</p>
                 </Show>
+                <LogTools id=id search=search times=times/>
                 <ui::ErrorBox message=log.error/>
+                <Show when=move || !search.with(String::is_empty)>
+                    <p class="hint" data-log-matches="">
+                        {move || {
+                            let n = matching(&log, &search.get()).len();
+                            format!("{} matching {}", ui::count(n as i64), if n == 1 { "line" } else { "lines" })
+                        }}
+                    </p>
+                </Show>
                 <pre
                     class="log"
+                    class:no-times=move || !times.get()
                     data-log=move || id.get().map(|i| i.to_string()).unwrap_or_default()
                     node_ref=log.pre
                     on:scroll=move |_| log.on_scroll()
                 >
-                    <For each=move || log.lines.get() key=|line| line.id let:line>
-                        {line.attempt_mark.map(|n| view! { <span class="mark">{format!("── attempt {n} ──\n")}</span> })}
-                        <span class:stderr=line.stderr>{line.data}</span>
-                    </For>
+                    <Show
+                        when=move || search.with(String::is_empty)
+                        fallback=move || {
+                            matching(&log, &search.get())
+                                .into_iter()
+                                .map(|(time, text, stderr)| view! {
+                                    <span class="line">
+                                        {time.map(|t| view! { <span class="ts">{t}</span> })}
+                                        <span class:stderr=stderr>{text}</span>
+                                    </span>
+                                })
+                                .collect_view()
+                        }
+                    >
+                        <For each=move || log.lines.get() key=|line| line.id let:line>
+                            {line.attempt_mark.map(|n| view! { <span class="mark">{format!("── attempt {n} ──\n")}</span> })}
+                            {line.pieces.into_iter().map(|(time, text)| view! {
+                                {time.map(|t| view! { <span class="ts">{t}</span> })}
+                                <span class:stderr=line.stderr>{text}</span>
+                            }).collect_view()}
+                        </For>
+                    </Show>
                 </pre>
                 <Show when=move || log.lines.with(Vec::is_empty) && log.error.with(Option::is_none)>
                     <p class="hint">
@@ -390,6 +452,129 @@ pub fn TaskPage() -> impl IntoView {
             {move || detail.get().map(|d| view! { <Definition detail=d tick=tick/> })}
         </ui::Loaded>
     }
+}
+
+/// The log's pieces whose text holds `term`, ignoring case, with their time and stream: the
+/// lines a search shows. A line written in several chunks is matched piece by piece.
+fn matching(log: &LogTail, term: &str) -> Vec<(Option<String>, String, bool)> {
+    let term = term.to_lowercase();
+    log.lines.with(|lines| {
+        lines
+            .iter()
+            .flat_map(|l| l.pieces.iter().map(move |(t, text)| (t, text, l.stderr)))
+            .filter(|(_, text, _)| text.to_lowercase().contains(&term))
+            .map(|(t, text, stderr)| {
+                let mut text = text.clone();
+                if !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                (t.clone(), text, stderr)
+            })
+            .collect()
+    })
+}
+
+/// Above the log view: the search box, whether times show, and Download.
+#[component]
+fn LogTools(
+    id: Memo<Option<Uuid>>,
+    search: RwSignal<String>,
+    times: RwSignal<bool>,
+) -> impl IntoView {
+    let downloading = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let download = move |_| {
+        let Some(task) = id.get_untracked() else {
+            return;
+        };
+        downloading.set(true);
+        error.set(None);
+        spawn_local(async move {
+            let result = download_log(task).await;
+            downloading.try_set(false);
+            if let Err(e) = result {
+                error.try_set(Some(e));
+            }
+        });
+    };
+    view! {
+        <div class="filters log-tools">
+            <input
+                type="search"
+                name="log-search"
+                placeholder="Search the log"
+                aria-label="Search the log"
+                prop:value=move || search.get()
+                on:input=move |ev| search.set(event_target_value(&ev))
+            />
+            <label class="choice">
+                <input
+                    type="checkbox"
+                    name="log-times"
+                    prop:checked=move || times.get()
+                    on:change=move |ev| times.set(event_target_checked(&ev))
+                />
+                {format!("Times ({})", ui::time_zone())}
+            </label>
+            <ui::ActionButton action="download-log" disabled=downloading on_click=download
+                title="Download the whole log as a text file">
+                {move || if downloading.get() { "Downloading…" } else { "Download" }}
+            </ui::ActionButton>
+        </div>
+        <ui::ErrorBox message=error/>
+    }
+}
+
+/// Reads the whole log (`GET /api/v1/tasks/{id}/logs`, 10,000 chunks a request, with the
+/// signed-in token in the `Authorization` header as every call) and saves it as
+/// `task-<id>.log`, through a `Blob`: no address carries the token. stdout and stderr are
+/// interleaved as written, each attempt's output after a line naming it.
+async fn download_log(task: Uuid) -> Result<(), String> {
+    const PAGE: usize = 10_000;
+    let mut text = String::new();
+    let mut after = 0;
+    let mut attempt = None;
+    loop {
+        let chunks =
+            api::get::<Vec<LogChunk>>(&format!("/tasks/{task}/logs?after={after}&limit={PAGE}"))
+                .await
+                .map_err(|e| e.message)?;
+        for c in &chunks {
+            if attempt.is_some_and(|a| a != c.attempt) || (attempt.is_none() && c.attempt > 1) {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&format!("── attempt {} ──\n", c.attempt));
+            }
+            attempt = Some(c.attempt);
+            text.push_str(&c.data);
+        }
+        match chunks.last() {
+            Some(last) if chunks.len() == PAGE => after = last.id,
+            _ => break,
+        }
+    }
+    save_text(&format!("task-{task}.log"), &text).map_err(|e| format!("saving the log: {e:?}"))
+}
+
+/// Offers `text` to the browser as a file download named `name`.
+fn save_text(name: &str, text: &str) -> Result<(), wasm_bindgen::JsValue> {
+    use wasm_bindgen::JsCast;
+    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type("text/plain;charset=utf-8");
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+    let document = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or("no document")?;
+    let a: web_sys::HtmlAnchorElement = document.create_element("a")?.dyn_into()?;
+    a.set_href(&url);
+    a.set_download(name);
+    a.set_attribute("data-download", name)?;
+    a.click();
+    web_sys::Url::revoke_object_url(&url)?;
+    Ok(())
 }
 
 /// Above the log: the command, actions, what and where the task runs, and its output.
