@@ -209,7 +209,7 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
         pool.clone(),
         listener,
         shutdown,
-        sked_server::EventsConfig::default(),
+        cmd.server.events(),
         cmd.server.quotas(),
         sked_server::upkeep(&pool),
     )
@@ -395,6 +395,7 @@ async fn serve_dev(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let quotas = server_args.quotas();
+    let events = server_args.events();
     let pool = connect(url, "sked-dev", worker_pool_size(&config) + 12).await?;
     sked_db::migrate(&pool)
         .await
@@ -459,7 +460,7 @@ async fn serve_dev(
                 pool,
                 listener,
                 stop,
-                sked_server::EventsConfig::default(),
+                events,
                 quotas,
                 sked_db::upkeep::Upkeep::new(),
             )

@@ -44,6 +44,7 @@
 
 mod client;
 mod gate;
+pub(crate) mod pool;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,6 +84,11 @@ const TOKEN_RECHECK_SECS: u64 = 5;
 /// How the live events run. The defaults are the server's; tests shrink them.
 #[derive(Debug, Clone)]
 pub struct EventsConfig {
+    /// Connections of the hub's own pool ([`pool::DEFAULT_POOL_SIZE`], at least
+    /// [`pool::MIN_POOL_SIZE`]), beside the server's: what the hub reads, its `LISTEN`
+    /// connection and its clients' token checks never wait for the requests that hold the
+    /// server's pool.
+    pub pool_size: u32,
     /// Frames queued for one client; beyond that its events are dropped and it gets a
     /// `resync` once it has caught up.
     pub client_buffer: usize,
@@ -111,6 +117,7 @@ pub struct EventsConfig {
 impl Default for EventsConfig {
     fn default() -> Self {
         EventsConfig {
+            pool_size: pool::DEFAULT_POOL_SIZE,
             client_buffer: 64,
             batch_window: Duration::from_millis(BATCH_WINDOW_MS),
             max_tasks_per_batch: 1000,
@@ -186,8 +193,8 @@ impl Shared {
 }
 
 impl Hub {
-    /// A hub over `pool` that stops when `stop` is cancelled. It does nothing until
-    /// [`Hub::run`] runs.
+    /// A hub over `pool` (its own connections: see [`EventsConfig::pool_size`]) that stops
+    /// when `stop` is cancelled. It does nothing until [`Hub::run`] runs.
     pub fn new(pool: PgPool, config: EventsConfig, stop: CancellationToken) -> Hub {
         Hub {
             shared: Arc::new(Shared {

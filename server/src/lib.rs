@@ -58,6 +58,9 @@ use tower_http::compression::CompressionLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::Error;
+pub use events::pool::{
+    DEFAULT_POOL_SIZE as DEFAULT_EVENTS_POOL_SIZE, MIN_POOL_SIZE as MIN_EVENTS_POOL_SIZE,
+};
 pub use events::{EventsConfig, Hub};
 pub use openapi::document as openapi_document;
 pub use quotas::{
@@ -93,16 +96,22 @@ pub struct ServerArgs {
     /// front of the server (often 60 s).
     #[arg(long, env = "SKED_MAX_WAIT", default_value = "50s", value_parser = parse_max_wait)]
     pub max_wait: std::time::Duration,
-    /// Replaced by the retention stored in the database, which every server applies
-    /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
-    /// saying so, so that a server started with it does not run with a retention it did not
-    /// ask for.
     /// The most queues `/metrics` names, those with the most unfinished tasks; the others
     /// are added up under `queue="_other"` (queue names are chosen by submitters: this
     /// bounds what one scrape, and Prometheus, holds).
     #[arg(long, env = "SKED_METRICS_MAX_QUEUES", default_value_t = sked_db::metrics::DEFAULT_MAX_QUEUES,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub metrics_max_queues: usize,
+    /// Connections the live events (`/api/v1/events`) hold beside the server's pool: the
+    /// hub's `LISTEN` connection, its reads of what changed and its clients' token checks.
+    /// Requests that keep every connection of the server's pool busy never delay them.
+    #[arg(long, env = "SKED_EVENTS_POOL_SIZE", default_value_t = DEFAULT_EVENTS_POOL_SIZE,
+          value_parser = clap::value_parser!(u32).range(i64::from(MIN_EVENTS_POOL_SIZE)..=64))]
+    pub events_pool_size: u32,
+    /// Replaced by the retention stored in the database, which every server applies
+    /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
+    /// saying so, so that a server started with it does not run with a retention it did not
+    /// ask for.
     #[arg(long = "retention-days", env = "SKED_RETENTION_DAYS", value_name = "DAYS",
           hide = true, value_parser = retention_days_replaced)]
     pub retention_days: Option<std::convert::Infallible>,
@@ -139,6 +148,14 @@ impl ServerArgs {
             max_rows_per_owner_per_minute: self.max_rows_per_owner_per_minute,
             max_wait: self.max_wait,
             metrics_max_queues: self.metrics_max_queues,
+        }
+    }
+
+    /// The live events these flags set.
+    pub fn events(&self) -> EventsConfig {
+        EventsConfig {
+            pool_size: self.events_pool_size,
+            ..EventsConfig::default()
         }
     }
 }
@@ -256,9 +273,13 @@ pub async fn serve_configured(
     // the database.
     let upkeep_stop = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep.run(upkeep_stop.clone()));
-    // Live events: one LISTEN connection for all the websocket clients of this process. The
-    // hub stops with the server, and closes the sockets of its clients.
-    let hub = Hub::new(pool.clone(), events, shutdown.child_token());
+    // Live events: one LISTEN connection for all the websocket clients of this process, in
+    // a pool of the hub's own, so that requests holding every connection of `pool` never
+    // delay them. The hub stops with the server, and closes the sockets of its clients.
+    let events_pool = events::pool::connect(&pool, events.pool_size)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the live events' connections: {e}")))?;
+    let hub = Hub::new(events_pool.clone(), events, shutdown.child_token());
     let mut hub_service = tokio::spawn(hub.clone().run());
     // Long polls answer at once when the server stops, so that the graceful shutdown, which
     // waits for the requests in flight, does not wait for them.
@@ -275,5 +296,6 @@ pub async fn serve_configured(
         hub_service.abort();
     }
     let _ = upkeep.await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events_pool.close()).await;
     served
 }

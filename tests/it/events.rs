@@ -787,6 +787,47 @@ async fn the_hub_queries_nothing_while_no_client_is_connected() {
     server.shutdown().await;
 }
 
+#[tokio::test]
+async fn live_events_never_wait_for_the_servers_pool() {
+    // The server's pool has two connections (its upkeep's LISTEN connection takes one), and
+    // the test holds every one it can get (as requests saturating the database hold them)
+    // for the rest of the test: the hub reads through connections of its own.
+    let db = TestDb::new().await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let server = Server::start_on(db, Some(pool.clone()), EventsConfig::default(), None).await;
+    // Let the server start (it checks the schema through its pool) before taking it all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut held = Vec::new();
+    while let Ok(conn) = tokio::time::timeout(Duration::from_millis(500), pool.acquire()).await {
+        held.push(conn.unwrap());
+    }
+    assert_eq!(
+        (pool.size(), pool.num_idle()),
+        (2, 0),
+        "every connection of the server's pool is taken"
+    );
+
+    let started = Instant::now();
+    let mut admin = server.connect_hello(&server.admin).await;
+    let id = insert(&server.db.pool, "(kind) values ('noop')").await;
+    admin
+        .until(SECS_5, "the task", |e| task_state(e, id).is_some())
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "with every connection of the server's pool taken, a client is greeted and hears of \
+         a new task at once (the pool's acquire timeout is 10 s): took {:?}",
+        started.elapsed()
+    );
+    drop(held);
+    server.shutdown().await;
+}
+
 /// The changes recorded in `sked.event_outbox`, as `kind` and the number of ids.
 async fn recorded(pool: &sqlx::PgPool) -> Vec<(String, Option<i32>)> {
     sqlx::query_as("select kind, cardinality(ids) from sked.event_outbox order by at, slot, n")
