@@ -311,7 +311,7 @@ async fn a_worker_has_one_name_on_the_task_page_and_the_workers_page() {
     )
     .await;
     b.screenshot("task-worker-name").await;
-    b.wait(&format!("{on_task}")).await.click().await.unwrap();
+    b.wait(on_task).await.click().await.unwrap();
     let row = format!("tr[data-worker-id='{worker_id}'] td:first-child");
     b.wait(&row).await;
     assert_eq!(
