@@ -36,7 +36,8 @@
 //! ([`EventsConfig::client_buffer`] frames). When it is full the hub drops that client's
 //! frames and flags it, and its pump sends one [`ServerEvent::Resync`] as soon as the queue is
 //! empty again. A client whose socket accepts nothing for [`EventsConfig::send_timeout`] is
-//! disconnected. Every client also gets `Resync` when a statement changed too many rows to
+//! disconnected: it is sent `resync` and a close frame (code 4408), which it gets if it reads
+//! within [`EventsConfig::close_timeout`]. Every client also gets `Resync` when a statement changed too many rows to
 //! name them, or deleted rows (at most once a second), when recorded changes were lost (pruned
 //! before the hub read them, or a crash), and when a batch could not be resolved. Every
 //! server's background upkeep (`sked_db::upkeep`) deletes recorded changes a minute old,
@@ -101,8 +102,13 @@ pub struct EventsConfig {
     /// The server pings every client this often; a client silent for two intervals is
     /// dropped.
     pub ping_interval: Duration,
-    /// A client whose socket accepts nothing for this long is disconnected.
+    /// A client whose socket accepts nothing for this long is disconnected: it is sent
+    /// `resync` and a close frame (4408), which it gets if it reads them within
+    /// `close_timeout`.
     pub send_timeout: Duration,
+    /// How long a client being disconnected has to take its last frames and answer the close
+    /// frame before its connection is dropped.
+    pub close_timeout: Duration,
     /// This server's row in `sked.event_listeners` expires this long after its last
     /// refresh (it is refreshed every third of it while clients are connected).
     pub listener_ttl: Duration,
@@ -124,6 +130,7 @@ impl Default for EventsConfig {
             auth_timeout: Duration::from_secs(AUTH_TIMEOUT_SECS),
             ping_interval: Duration::from_secs(20),
             send_timeout: Duration::from_secs(30),
+            close_timeout: Duration::from_secs(10),
             listener_ttl: Duration::from_secs(60),
             linger: Duration::from_secs(10),
             token_recheck: Duration::from_secs(TOKEN_RECHECK_SECS),

@@ -11,7 +11,7 @@ use sked_db::testing::TestDb;
 use sked_db::token::Role;
 use sked_server::EventsConfig;
 use sked_types::TaskState;
-use sked_types::events::{CLOSE_UNAUTHORIZED, ServerEvent};
+use sked_types::events::{CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED, ServerEvent};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
@@ -696,6 +696,109 @@ async fn a_stuck_client_gets_a_resync_and_never_delays_the_others() {
         unreachable!()
     };
     assert!(reason.contains("too slowly"), "{reason}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_reads_nothing_gets_a_resync_and_a_close_frame_and_never_delays_the_others() {
+    // Kernel buffers of a few kilobytes, a queue of two frames, and a second for a stuck
+    // socket: the client below is disconnected about a second after the flood begins.
+    let server = Server::start_with(
+        EventsConfig {
+            client_buffer: 2,
+            send_timeout: Duration::from_secs(1),
+            close_timeout: Duration::from_secs(30),
+            ..EventsConfig::default()
+        },
+        Some(4096),
+    )
+    .await;
+    let mut stuck = Client::connect(server.addr, Some(&server.admin), Some(4096)).await;
+    assert!(matches!(
+        stuck.next(SECS_5).await,
+        Some(ServerEvent::Hello { .. })
+    ));
+    let mut reader = server.connect_hello(&server.admin).await;
+    let pool = &server.db.pool;
+
+    // A flood of frames of about 150 KB that the stuck client does not read, for longer
+    // than the server waits for its socket.
+    let long = "x".repeat(1000);
+    let mut slowest = Duration::ZERO;
+    let flood = Instant::now();
+    let mut round = 0;
+    while round < 8 || flood.elapsed() < Duration::from_secs(3) {
+        let started = Instant::now();
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "insert into sked.tasks (kind, args) select 'noop', array[$1, g::text]
+               from generate_series(1, 100) g returning id",
+        )
+        .bind(&long)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let mut missing: HashSet<Uuid> = ids.into_iter().collect();
+        reader
+            .until(SECS_5, &format!("the tasks of round {round}"), |e| {
+                if let ServerEvent::Tasks { tasks } = e {
+                    for t in tasks {
+                        missing.remove(&t.id);
+                    }
+                }
+                missing.is_empty()
+            })
+            .await;
+        slowest = slowest.max(started.elapsed());
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a client that reads nothing never delays the others: the slowest round took {slowest:?}"
+    );
+
+    // Now it reads: what was in flight, then `resync`, then a close frame saying why.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut resynced = false;
+    let (code, reason) = loop {
+        let message = tokio::time::timeout_at(deadline, stuck.ws.next())
+            .await
+            .expect("the stuck client's socket is closed within 20 s");
+        match message {
+            Some(Ok(Message::Text(text))) => {
+                let event: ServerEvent = serde_json::from_str(&text).unwrap();
+                if let ServerEvent::Resync { reason } = event {
+                    assert!(reason.contains("too slowly"), "{reason}");
+                    resynced = true;
+                }
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            Some(Ok(Message::Close(Some(frame)))) => {
+                break (u16::from(frame.code), frame.reason.to_string());
+            }
+            other => panic!(
+                "a client disconnected for reading too slowly gets a close frame with a code, \
+                 got {other:?}"
+            ),
+        }
+    };
+    assert!(
+        resynced,
+        "the stuck client is told to resync before its socket is closed"
+    );
+    assert_eq!(
+        code, CLOSE_TOO_SLOW,
+        "a client that read too slowly is closed with 4408 ({reason})"
+    );
+    assert!(reason.contains("too slowly"), "{reason}");
+
+    // The others are still served at once.
+    let id = insert(pool, "(kind) values ('noop')").await;
+    reader
+        .until(SECS_5, "a task after the stuck client left", |e| {
+            task_state(e, id).is_some()
+        })
+        .await;
     server.shutdown().await;
 }
 

@@ -11,7 +11,8 @@
 //!    [`AUTH_TIMEOUT_SECS`] seconds.
 //! 2. The server answers [`ServerEvent::Hello`], or closes with code 4401 and a reason.
 //! 3. From then on the server sends batches of events; the client sends nothing else (frames
-//!    other than pings are ignored).
+//!    other than pings are ignored). A client that reads too slowly is sent
+//!    [`ServerEvent::Resync`] and closed with [`CLOSE_TOO_SLOW`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,10 @@ pub const BATCH_WINDOW_MS: u64 = 150;
 pub const AUTH_TIMEOUT_SECS: u64 = 5;
 /// Close code sent when authentication fails or times out.
 pub const CLOSE_UNAUTHORIZED: u16 = 4401;
+/// Close code sent to a client that read too slowly: its socket accepted nothing for the
+/// server's send timeout, or it answered no ping. It was sent [`ServerEvent::Resync`] just
+/// before when its socket took it.
+pub const CLOSE_TOO_SLOW: u16 = 4408;
 
 /// A frame from the client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,11 +12,12 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
+use futures::SinkExt;
 use sked_db::token::{Principal, Refusal};
-use sked_types::events::{CLOSE_UNAUTHORIZED, ClientMessage, ServerEvent};
+use sked_types::events::{CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED, ClientMessage, ServerEvent};
 use tokio::time::Instant;
 
-use super::{Hub, LAGGED, Shared, Subscription, frame};
+use super::{EventsConfig, Hub, LAGGED, Shared, Subscription, frame};
 use crate::AppState;
 use crate::error::Error;
 
@@ -63,7 +64,7 @@ async fn client(mut socket: WebSocket, hub: Hub, token: Option<Result<String, &'
     let (token, principal) = match authenticate(&mut socket, &hub, token).await {
         Ok(authenticated) => authenticated,
         Err((code, reason)) => {
-            close(&mut socket, code, reason).await;
+            close(&mut socket, code, reason, CLOSE_WAIT).await;
             return;
         }
     };
@@ -165,14 +166,14 @@ async fn pump(
         }) => false,
     };
     if stopped {
-        close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+        close(&mut socket, CLOSE_GOING_AWAY, SHUTTING_DOWN, CLOSE_WAIT).await;
         return;
     }
     let hello = frame(&ServerEvent::Hello {
         owner: principal.owner.clone(),
         role: principal.role.as_str().to_owned(),
     });
-    if !send(&mut socket, Message::Text(hello), config.send_timeout).await {
+    if !send(&mut socket, Message::Text(hello), config).await {
         return;
     }
     let mut ping =
@@ -183,19 +184,24 @@ async fn pump(
     loop {
         let message = tokio::select! {
             _ = shared.stop.cancelled() => {
-                close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+                close(&mut socket, CLOSE_GOING_AWAY, SHUTTING_DOWN, CLOSE_WAIT).await;
                 return;
             }
             frame = subscription.frames.recv() => match frame {
                 Some(text) => Some(Message::Text(text)),
                 None => {
-                    close(&mut socket, CLOSE_GOING_AWAY, "the server is shutting down").await;
+                    close(&mut socket, CLOSE_GOING_AWAY, SHUTTING_DOWN, CLOSE_WAIT).await;
                     return;
                 }
             },
             _ = subscription.lag.wake.notified() => None,
             received = socket.recv() => match received {
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                // Answer the client's close frame (queued by the websocket layer) and go.
+                Some(Ok(Message::Close(_))) => {
+                    let _ = tokio::time::timeout(CLOSE_WAIT, socket.flush()).await;
+                    return;
+                }
+                Some(Err(_)) | None => return,
                 // Pongs, and pings (which the websocket layer answers); other frames are
                 // ignored.
                 Some(Ok(_)) => {
@@ -206,7 +212,7 @@ async fn pump(
             _ = recheck_timer.tick() => {
                 if let Err((code, reason)) = recheck(shared, token).await {
                     tracing::info!(owner = %principal.owner, reason, "live events: closing the socket of a token no longer valid");
-                    close(&mut socket, code, reason).await;
+                    close(&mut socket, code, reason, CLOSE_WAIT).await;
                     return;
                 }
                 None
@@ -214,13 +220,14 @@ async fn pump(
             _ = ping.tick() => {
                 if last_heard.elapsed() > 2 * config.ping_interval {
                     tracing::debug!(owner = %principal.owner, "live events: dropping a client that stopped answering pings");
+                    close(&mut socket, CLOSE_TOO_SLOW, NO_PONG, config.close_timeout).await;
                     return;
                 }
                 Some(Message::Ping(Bytes::new()))
             }
         };
         if let Some(message) = message
-            && !send(&mut socket, message, config.send_timeout).await
+            && !send(&mut socket, message, config).await
         {
             return;
         }
@@ -231,17 +238,28 @@ async fn pump(
             let resync = frame(&ServerEvent::Resync {
                 reason: LAGGED.to_owned(),
             });
-            if !send(&mut socket, Message::Text(resync), config.send_timeout).await {
+            if !send(&mut socket, Message::Text(resync), config).await {
                 return;
             }
         }
     }
 }
 
-/// Writes one message; false when the client is gone or its socket accepted nothing for
-/// `timeout` (then it is disconnected).
-async fn send(socket: &mut WebSocket, message: Message, timeout: Duration) -> bool {
-    match tokio::time::timeout(timeout, socket.send(message)).await {
+/// Reason of the close frame when the server shuts down.
+const SHUTTING_DOWN: &str = "the server is shutting down";
+/// Reason of the close frame of a client whose socket accepted nothing for the send timeout.
+const STUCK: &str = "this client read too slowly";
+/// Reason of the close frame of a client that answered no ping.
+const NO_PONG: &str = "this client read too slowly: it answered no ping";
+/// How long a client closed for another reason than its slowness has to take the close frame
+/// and answer it.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Writes one message; false when the client is gone, or when its socket accepted nothing
+/// for the send timeout: then it is sent `resync` and a close frame (4408), which it gets if
+/// it reads them within the close timeout, and the socket is dropped.
+async fn send(socket: &mut WebSocket, message: Message, config: &EventsConfig) -> bool {
+    match tokio::time::timeout(config.send_timeout, socket.send(message)).await {
         Ok(Ok(())) => true,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "live events: a client went away");
@@ -249,23 +267,49 @@ async fn send(socket: &mut WebSocket, message: Message, timeout: Duration) -> bo
         }
         Err(_) => {
             tracing::info!(
-                timeout_secs = timeout.as_secs_f64(),
+                timeout_secs = config.send_timeout.as_secs_f64(),
                 "live events: disconnecting a client that read nothing"
             );
+            // The frame in flight stays queued in the socket; `resync` and the close frame
+            // follow it, so a client that reads again learns what happened.
+            let resync = frame(&ServerEvent::Resync {
+                reason: LAGGED.to_owned(),
+            });
+            let deadline = Instant::now() + config.close_timeout;
+            if let Ok(Ok(())) =
+                tokio::time::timeout_at(deadline, socket.send(Message::Text(resync))).await
+            {
+                close(
+                    socket,
+                    CLOSE_TOO_SLOW,
+                    STUCK,
+                    deadline.saturating_duration_since(Instant::now()),
+                )
+                .await;
+            }
             false
         }
     }
 }
 
-async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {
+/// Closes the socket with `code` and `reason`: sends the close frame, then reads what the
+/// client sends until it answers with its own, all within `within`. Reading to the end
+/// matters: a socket dropped with unread bytes makes the kernel reset the connection, and
+/// the client may then never see the close frame.
+async fn close(socket: &mut WebSocket, code: u16, reason: &'static str, within: Duration) {
     let frame = CloseFrame {
         code,
         reason: Utf8Bytes::from_static(reason),
     };
-    // A client that does not read its close frame is dropped all the same.
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        socket.send(Message::Close(Some(frame))),
-    )
+    let _ = tokio::time::timeout(within, async {
+        if socket.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
     .await;
 }
