@@ -54,7 +54,8 @@ pub async fn list(
 }
 
 /// Read a service with its copies: per copy its index, generation, state, worker (id, host,
-/// name), start of the attempt and of the process (uptime), restarts, the time it starts
+/// name; for a user token no host, and the name the workers' list gives it), start of the
+/// attempt and of the process (uptime), restarts, the time it starts
 /// again while it backs off, and its last exits. Copies retired by a scale-down or a rolling
 /// update show with `retired` until they have stopped. The logs of a copy are its task's
 /// (`GET /api/v1/tasks/{copy id}/logs`).
@@ -73,7 +74,17 @@ pub async fn detail(
     Path(id): Path<Uuid>,
 ) -> Result<Shown<Service>> {
     let row = visible_service(&state, &principal, id).await?;
-    Ok(Shown(sked_db::service::detail(&state.pool, row).await?))
+    let mut service = sked_db::service::detail(&state.pool, row).await?;
+    if !principal.is_admin() {
+        // Where workers run is for admins only, as in `GET /api/v1/workers`.
+        for copy in &mut service.copies {
+            let host = copy.worker_host.take().unwrap_or_default();
+            if let (Some(id), Some(name)) = (copy.worker_id, copy.worker_name.as_mut()) {
+                *name = crate::system::name_for_users(id, name, &host);
+            }
+        }
+    }
+    Ok(Shown(service))
 }
 
 /// Change a service that runs: its definition (`command`, `args`, `env`, `input`,

@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sked_types::{Health, Me, Overview, QueueControls, QueueCounts, TaskState, Worker};
+use sked_types::{
+    Health, History, HistoryRange, Me, Overview, QueueControls, QueueCounts, TaskState, Worker,
+};
 use utoipa::IntoParams;
+use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{Error, Result};
@@ -51,6 +54,56 @@ pub async fn overview(
     ))
 }
 
+/// Parameters of `GET /api/v1/history`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryParams {
+    /// `24h` (the default: steps of 5 minutes) or `7d` (steps of an hour).
+    #[param(value_type = Option<String>, example = "24h")]
+    range: Option<HistoryRange>,
+    /// Count only this queue's tasks (every queue's when absent).
+    queue: Option<String>,
+    /// Count only this owner's tasks. A user token counts its own tasks and may name only its
+    /// own owner; an admin token counts every owner's tasks unless it names one.
+    owner: Option<String>,
+}
+
+/// The history of finishes: per step of the last 24 hours (5 minutes) or 7 days (an hour),
+/// the tasks finished in each final state and the 50th, 90th and 99th percentiles of their
+/// last attempts' durations and lateness (due time to start), in seconds.
+///
+/// Read from the rollups that sked keeps as tasks finish, never from the task table, so the
+/// cost follows the steps shown (see `docs/api.md`, "History"). Counts are exact; percentiles
+/// are estimated from histograms with two buckets per doubling.
+#[utoipa::path(
+    get, path = "/api/v1/history", operation_id = "get_history", tag = "system",
+    params(HistoryParams),
+    responses(
+        (status = 200, description = "One point per step, oldest first", body = History),
+        OwnerForbidden,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn history(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Query(params): Query<HistoryParams>,
+) -> Result<axum::Json<History>> {
+    let owner = listing_owner(&principal, params.owner, "tasks")?;
+    let queue = params.queue.filter(|q| !q.is_empty());
+    Ok(axum::Json(
+        sked_db::history::history(
+            &state.pool,
+            owner.as_deref(),
+            queue.as_deref(),
+            params.range.unwrap_or_default(),
+            None,
+        )
+        .await?,
+    ))
+}
+
 /// List the worker registry with liveness and running counts.
 ///
 /// Where workers run is for admins only: a user token gets `host` empty, `pid` null, and a
@@ -76,16 +129,20 @@ pub async fn workers(
 /// Removes from a worker what says where it runs: its host and pid, and its name when that
 /// is the default `host:pid`.
 fn hide_location(worker: &mut Worker) {
-    let default_name = match worker.pid {
-        Some(pid) => format!("{}:{pid}", worker.host),
-        None => worker.host.clone(),
-    };
-    if worker.name == default_name || worker.name.contains(&worker.host) {
-        let id = worker.id.simple().to_string();
-        worker.name = format!("worker-{}", &id[..8]);
-    }
+    worker.name = name_for_users(worker.id, &worker.name, &worker.host);
     worker.host.clear();
     worker.pid = None;
+}
+
+/// A worker's name as a user token sees it: `worker-` and the start of its id when the name
+/// says where it runs (the default `host:pid`, or any name holding its host), else the name.
+pub(crate) fn name_for_users(id: Uuid, name: &str, host: &str) -> String {
+    if name.contains(host) {
+        let id = id.simple().to_string();
+        format!("worker-{}", &id[..8])
+    } else {
+        name.to_owned()
+    }
 }
 
 /// Task counts per queue and state, with each queue's controls.

@@ -385,6 +385,41 @@ async fn a_user_token_sees_no_hosts_or_pids_of_workers() {
         !seen.contains(&host) && !seen.contains(&format!(":{pid}")),
         "nothing in a user's answer names the host or the pid: {seen}"
     );
+    let listed_name = body[0]["name"].clone();
+
+    // Nor do the copies of the user's own service, which name their worker as the list does.
+    let service: uuid::Uuid = sqlx::query_scalar(
+        "select sked.task_submit(kind => 'service', command => array['sleep', '300'], owner => 'alice')",
+    )
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap();
+    let path = format!("/api/v1/services/{service}");
+    let copy = loop {
+        let (_, body) = api.get(&path, &api.alice).await;
+        if body["copies"][0]["worker_id"].is_string() {
+            break body["copies"][0].clone();
+        }
+        assert!(
+            Instant::now() < deadline + 10 * SECS,
+            "the copy is claimed: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let seen = copy.to_string();
+    assert!(
+        copy["worker_host"].is_null() && !seen.contains(&host),
+        "a user's service does not name its workers' host: {seen}"
+    );
+    assert_eq!(
+        copy["worker_name"], listed_name,
+        "its copies name the worker as the list does"
+    );
+    let (_, body) = api.get(&path, &api.admin).await;
+    assert_eq!(
+        body["copies"][0]["worker_host"], host,
+        "an admin sees the copy's host"
+    );
     worker.shutdown().await;
 }
 
