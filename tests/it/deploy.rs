@@ -6,8 +6,9 @@
 //! drop-in are enough for a root worker, without new privileges, to run tasks as `nobody`
 //! end to end, as does the unit's own user with no capabilities; the server unit's command
 //! serves as a user of systemd's dynamic range with no capabilities; the variables
-//! `sked.env.example` and the Containerfile set are ones the binaries read; and the
-//! Containerfile's images run as a non-root user and hold only the binaries.
+//! `sked.env.example` and the Containerfile set are ones the binaries read; the
+//! Containerfile's images run as a non-root user and hold only the binaries; and the binaries
+//! connect to PostgreSQL over TLS when the URL's `sslmode` asks.
 //!
 //! `systemd-analyze` runs offline here (`--man=no --generators=no`, no systemd as PID 1
 //! needed). Where it is missing the test says so and returns, except in CI (`CI` set), where
@@ -910,4 +911,83 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// `url` with the query parameter `sslmode=mode`.
+fn with_sslmode(url: &str, mode: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}sslmode={mode}")
+}
+
+#[tokio::test]
+async fn the_binaries_connect_to_postgresql_over_tls_when_the_url_asks() {
+    let db = TestDb::new().await;
+    let ssl: String = sqlx::query_scalar("show ssl")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    if ssl != "on" {
+        eprintln!("SKIPPED: this PostgreSQL has ssl = off, so TLS cannot be tried");
+        return;
+    }
+    // sslmode=require: encrypted, the certificate not checked (as libpq).
+    let url = with_sslmode(&db.url, "require");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked"))
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sked migrate over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked-server"))
+        .args(["--listen", &addr.to_string()])
+        .env("DATABASE_URL", &url)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + 30 * SECS;
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the server listens");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (connections, encrypted): (i64, i64) = sqlx::query_as(
+        "select count(*), count(*) filter (where s.ssl)
+           from pg_stat_activity a join pg_stat_ssl s using (pid)
+          where a.datname = current_database() and a.application_name = 'sked-server'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(connections > 0, "the server is connected");
+    assert_eq!(
+        encrypted, connections,
+        "every connection of the server is encrypted"
+    );
+    let _ = server.kill().await;
+
+    // sslmode=verify-full checks the certificate: this server's is not one a public root
+    // signed for 127.0.0.1, and the connection is refused, saying why.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked"))
+        .arg("migrate")
+        .env("DATABASE_URL", with_sslmode(&db.url, "verify-full"))
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "an unverifiable certificate is refused"
+    );
+    assert!(
+        said.to_lowercase().contains("certificate"),
+        "says why: {said}"
+    );
 }
