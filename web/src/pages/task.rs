@@ -978,3 +978,31 @@ fn requests(task: &Task) -> Option<String> {
     .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn a_chunks_lines_get_its_time_and_a_continued_line_none() {
+        let (p, next) = pieces("a\nb\npart", "10:00:00.000", true);
+        assert_eq!(
+            p,
+            [
+                (Some("10:00:00.000".to_owned()), "a\n".to_owned()),
+                (Some("10:00:00.000".to_owned()), "b\n".to_owned()),
+                (Some("10:00:00.000".to_owned()), "part".to_owned()),
+            ]
+        );
+        assert!(!next, "the next chunk continues the line");
+        let (p, next) = pieces("ial\nc\n", "10:00:01.000", next);
+        assert_eq!(
+            p,
+            [
+                (None, "ial\n".to_owned()),
+                (Some("10:00:01.000".to_owned()), "c\n".to_owned()),
+            ]
+        );
+        assert!(next);
+    }
+}
