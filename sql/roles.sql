@@ -128,7 +128,8 @@ declare
     'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
     'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
     'service_copy_exited', 'services_reconcile', 'schedules_fire', 'schedules_next_due',
-    'schedule_runs_prune', 'alert_target_for_delivery'];
+    'schedule_runs_prune', 'alert_target_for_delivery', 'finishes_fold',
+    'finish_rollups_prune'];
   -- The server's functions that change state or read across owners. They run as the owner.
   server_calls text[] := array[
     'task_cancel', 'task_retry', 'workflow_cancel', 'workflow_retry',
@@ -140,7 +141,8 @@ declare
     'events_running', 'events_ended', 'owner_quota_take', 'tasks_prune',
     'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention',
     'idempotency_keys_prune', 'alert_target_set', 'alert_target_delete', 'alert_targets_list',
-    'queue_set_notify'];
+    'queue_set_notify', 'finishes_fold', 'finish_rollups_prune', 'finishes_history',
+    'finishes_queues'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
   -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
   -- awaiting, the idempotency keys a submission takes (called by sked.tasks_insert) and the

@@ -8,6 +8,7 @@
 pub mod alert;
 pub mod awaits;
 pub mod error;
+pub mod history;
 pub mod listen;
 pub mod listing;
 pub mod metrics;
@@ -50,6 +51,8 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/alerts.sql", include_str!("../../sql/alerts.sql")),
     ("sql/retention.sql", include_str!("../../sql/retention.sql")),
+    // Before overview.sql: the overview reads the rollups of finishes.
+    ("sql/finishes.sql", include_str!("../../sql/finishes.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
     ("sql/events.sql", include_str!("../../sql/events.sql")),

@@ -10,6 +10,7 @@
 //! | prune live events | `sked.events_prune` | servers | 10 s |
 //! | prune finished tasks | `sked.tasks_prune_expired`, then `sked.idempotency_keys_prune` | servers | 60 s (at once again after a run that stopped with more to do) |
 //! | prune artifacts | `sked.artifacts_prune` | servers | 10 min |
+//! | fold finishes | `sked.finishes_fold`, then `sked.finish_rollups_prune` | servers, workers | 5 s (at once again after a full batch) |
 //!
 //! How long finished tasks are kept is a setting of the database (`sked.retention_settings`,
 //! overridden per queue in `sked.queues`), so every server prunes by the same rule; both
@@ -19,7 +20,9 @@
 //! rescue, reconcile and firing lock what they change with `SKIP LOCKED` (and a tick's
 //! `schedule_runs` row is its claim), the two prunes of runs and events delete what is
 //! deletable whoever deletes it first, the prune of finished tasks runs batch by batch under
-//! an advisory lock, and artifacts are locked with `SKIP LOCKED`. Each batch of the two
+//! an advisory lock, artifacts are locked with `SKIP LOCKED`, and the fold of finishes runs
+//! under a transaction-scoped advisory lock that the other folders skip (the prune after it
+//! deletes what is deletable whoever deletes it first). Each batch of the two
 //! retention prunes is one short transaction; a run is a loop of batches.
 //!
 //! A rescue or a reconcile that took long waits up to ten times as long before its next run
@@ -51,6 +54,10 @@ const PRUNE_EVENTS_EVERY: Duration = Duration::from_secs(10);
 
 /// How often schedules' runs are trimmed to their `history_limit`.
 const PRUNE_RUNS_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the deltas of finishing statements are folded into the rollups of finishes
+/// (and the rollups past their keeping deleted): the deltas a reader adds stay few.
+const FOLD_FINISHES_EVERY: Duration = Duration::from_secs(5);
 
 /// How often finished tasks past their retention are deleted.
 const PRUNE_TASKS_EVERY: Duration = Duration::from_secs(60);
@@ -126,6 +133,10 @@ pub enum Duty {
     /// Stored artifacts that no task or schedule refers to, older than their grace period,
     /// are deleted (`sked.artifacts_prune`), every 10 minutes.
     PruneArtifacts,
+    /// The deltas that finishing statements wrote are folded into the rollups of finishes
+    /// (`sked.finishes_fold`, [`crate::history::FOLD_BATCH`] at a time), and rollup rows past
+    /// their keeping deleted (`sked.finish_rollups_prune`), every 5 s.
+    FoldFinishes,
 }
 
 impl Duty {
@@ -139,6 +150,7 @@ impl Duty {
             Duty::PruneEvents => "prune live events",
             Duty::PruneTasks => "prune finished tasks",
             Duty::PruneArtifacts => "prune artifacts",
+            Duty::FoldFinishes => "fold finishes",
         }
     }
 
@@ -156,6 +168,7 @@ impl Duty {
             Duty::PruneEvents => PRUNE_EVENTS_EVERY,
             Duty::PruneTasks => PRUNE_TASKS_EVERY,
             Duty::PruneArtifacts => PRUNE_ARTIFACTS_EVERY,
+            Duty::FoldFinishes => FOLD_FINISHES_EVERY,
         }
     }
 
@@ -229,6 +242,13 @@ impl Duty {
                     tracing::info!(artifacts = deleted, "pruned artifacts nothing refers to");
                 }
                 if !done {
+                    ran.next = Duration::ZERO;
+                }
+            }
+            Duty::FoldFinishes => {
+                let folded = crate::history::fold(pool, crate::history::FOLD_BATCH).await?;
+                crate::history::prune(pool, None).await?;
+                if folded >= crate::history::FOLD_BATCH {
                     ran.next = Duration::ZERO;
                 }
             }

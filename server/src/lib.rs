@@ -242,7 +242,8 @@ pub async fn serve_with(
 /// The server's duties of background upkeep (`sked_db::upkeep`), over `pool`: cron firing and
 /// the trimming of schedules' runs, the pruning of recorded live events, and retention: the
 /// pruning of finished tasks and of artifacts nothing refers to, by the rules stored in the
-/// database (`sql/retention.sql`; nothing while retention is off there).
+/// database (`sql/retention.sql`; nothing while retention is off there), and the fold of
+/// finishes into their rollups (`sql/finishes.sql`).
 pub fn upkeep(pool: &PgPool) -> Upkeep {
     Upkeep::new()
         .with(Duty::FireSchedules(FiringConfig::default()), pool)
@@ -250,6 +251,7 @@ pub fn upkeep(pool: &PgPool) -> Upkeep {
         .with(Duty::PruneEvents, pool)
         .with(Duty::PruneTasks, pool)
         .with(Duty::PruneArtifacts, pool)
+        .with(Duty::FoldFinishes, pool)
 }
 
 /// [`serve`] with the live events configured by `events`, the quotas `quotas`, and `upkeep`

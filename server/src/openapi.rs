@@ -93,6 +93,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(services::list))
         .routes(routes!(services::detail, services::update))
         .routes(routes!(system::overview))
+        .routes(routes!(system::history))
         .routes(routes!(system::workers))
         .routes(routes!(system::queues))
         .routes(routes!(queues::update))

@@ -60,7 +60,6 @@ pub async fn overview(
 #[serde(deny_unknown_fields)]
 pub struct HistoryParams {
     /// `24h` (the default: steps of 5 minutes) or `7d` (steps of an hour).
-    #[param(value_type = Option<String>, example = "24h")]
     range: Option<HistoryRange>,
     /// Count only this queue's tasks (every queue's when absent).
     queue: Option<String>,

@@ -1204,3 +1204,123 @@ async fn the_cli_searches_resubmits_and_shows_masked_values() {
         "the copy has the real value"
     );
 }
+
+/// The finishes of the last hour at `now`, counted from the task table as the overview
+/// counted them before it read the rollups: per queue and per minute, by final state.
+async fn finishes_scanned(
+    pool: &PgPool,
+    owner: Option<&str>,
+    now: DateTime<Utc>,
+) -> (
+    std::collections::BTreeMap<String, sked_types::FinalCounts>,
+    std::collections::BTreeMap<DateTime<Utc>, sked_types::FinalCounts>,
+) {
+    let rows: Vec<(String, DateTime<Utc>, String, i64)> = sqlx::query_as(
+        "select queue, date_trunc('minute', finished_at), state, count(*) from sked.tasks
+          where finished_at >= sked.overview_since($2) and finished_at <= $2
+            and ($1::text is null or owner = $1)
+          group by 1, 2, 3",
+    )
+    .bind(owner)
+    .bind(now)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let (mut queues, mut minutes) = (
+        std::collections::BTreeMap::new(),
+        std::collections::BTreeMap::new(),
+    );
+    for (queue, minute, state, n) in rows {
+        let state: TaskState = state.parse().unwrap();
+        queues
+            .entry(queue)
+            .or_insert_with(sked_types::FinalCounts::default)
+            .add(state, n);
+        minutes
+            .entry(minute)
+            .or_insert_with(sked_types::FinalCounts::default)
+            .add(state, n);
+    }
+    (queues, minutes)
+}
+
+/// Asserts that the overview at `now` counts the last hour's finishes as a scan of the task
+/// table does, for every owner and for alice.
+async fn assert_overview_matches_scan(pool: &PgPool, now: DateTime<Utc>, when: &str) {
+    for owner in [None, Some("alice")] {
+        let o = sked_db::overview::overview(pool, owner, Some(now))
+            .await
+            .unwrap();
+        let (queues, minutes) = finishes_scanned(pool, owner, now).await;
+        let got: std::collections::BTreeMap<String, sked_types::FinalCounts> = o
+            .queues
+            .iter()
+            .filter(|q| q.finished.total() > 0)
+            .map(|q| (q.queue.clone(), q.finished))
+            .collect();
+        assert_eq!(
+            got, queues,
+            "{when}: the overview's finished counts per queue ({owner:?}) are the task table's"
+        );
+        let got: std::collections::BTreeMap<DateTime<Utc>, sked_types::FinalCounts> = o
+            .series
+            .iter()
+            .filter(|p| p.finished.total() > 0)
+            .map(|p| (p.minute, p.finished))
+            .collect();
+        assert_eq!(
+            got, minutes,
+            "{when}: the overview's series ({owner:?}) is the task table's, minute by minute"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_overview_counts_many_finishes_of_the_last_hour_from_the_rollups_exactly() {
+    let api = Api::new().await;
+    let pool = &api.db.pool;
+    let now: DateTime<Utc> = "2030-01-01T12:30:30Z".parse().unwrap();
+    // 6,000 finishes from 70 minutes before `now` to 30 s after it, in two queues, of two
+    // owners, in three final states; the newest after `now` must not count.
+    sqlx::query(
+        "insert into sked.tasks (owner, queue, state, command, attempt, started_at, finished_at,
+                                 next_run_at)
+         select case when i % 3 = 0 then 'bob' else 'alice' end, 'q' || (i % 2 + 1),
+                (array['succeeded', 'failed', 'cancelled'])[i % 3 + 1], array['x'], 1,
+                f - interval '2 seconds', f, f - interval '5 seconds'
+           from generate_series(1, 6000) i,
+                lateral (select $1::timestamptz - interval '70 minutes'
+                                + (i * interval '710 milliseconds') as f) x",
+    )
+    .bind(now)
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_overview_matches_scan(pool, now, "before any fold").await;
+
+    // Part of the deltas folded, then finishes undone and changed by later statements.
+    sked_db::history::fold(pool, 2).await.unwrap();
+    sqlx::query(
+        "update sked.tasks set state = 'waiting', finished_at = null, attempt = 1
+          where id in (select id from sked.tasks where state = 'failed' order by id limit 300)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "update sked.tasks set state = 'upstream_failed'
+          where id in (select id from sked.tasks where state = 'succeeded' order by id limit 200)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_overview_matches_scan(pool, now, "partly folded, with finishes undone").await;
+
+    while sked_db::history::fold(pool, 3).await.unwrap() > 0 {}
+    let left: i64 = sqlx::query_scalar("select count(*) from sked.finish_deltas")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "folding until nothing is folded leaves no delta");
+    assert_overview_matches_scan(pool, now, "all folded").await;
+}

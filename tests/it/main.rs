@@ -15,6 +15,7 @@ mod delayed;
 mod deploy;
 mod errors;
 mod events;
+mod history;
 mod idempotency;
 mod isolation;
 mod log_format;

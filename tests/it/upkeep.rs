@@ -180,6 +180,7 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
         [
             "rescue",
             "reconcile services",
+            "fold finishes",
             "fire schedules",
             "prune schedule runs"
         ]
@@ -190,7 +191,7 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
     };
     assert_eq!(
         names(&sked_worker::upkeep(pool, &quiet)),
-        ["rescue", "reconcile services"],
+        ["rescue", "reconcile services", "fold finishes"],
         "--fire-schedules false: the worker neither fires nor trims runs"
     );
     assert_eq!(
@@ -200,7 +201,8 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
             "prune schedule runs",
             "prune live events",
             "prune finished tasks",
-            "prune artifacts"
+            "prune artifacts",
+            "fold finishes"
         ],
         "every server applies the retention stored in the database"
     );
@@ -210,6 +212,7 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
         [
             "rescue",
             "reconcile services",
+            "fold finishes",
             "fire schedules",
             "prune schedule runs",
             "prune live events",
@@ -222,6 +225,7 @@ async fn each_process_runs_each_duty_once_and_dev_runs_both_parts_in_one_loop() 
         [
             "rescue",
             "reconcile services",
+            "fold finishes",
             "fire schedules",
             "prune schedule runs",
             "prune live events",

@@ -14,6 +14,7 @@ use uuid::Uuid;
 mod alert;
 pub mod duration;
 pub mod events;
+mod history;
 mod overview;
 mod queue;
 mod schedule;
@@ -24,6 +25,7 @@ pub mod strict;
 pub mod time_zones;
 pub mod units;
 pub use alert::{AlertTarget, QueueNotify, SetAlertTarget};
+pub use history::{History, HistoryPoint, HistoryRange, Percentiles};
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
 #[cfg(feature = "openapi")]
 pub use queue::QueueName;

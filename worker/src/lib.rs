@@ -495,14 +495,16 @@ pub async fn run_with(
 
 /// The worker's duties of background upkeep (`sked_db::upkeep`), over `pool`: the rescue of
 /// expired leases and the reconcile of services every poll interval (at most a second; a run
-/// given up after a third of the lease), and, unless `--fire-schedules false`, cron firing and
-/// the trimming of schedules' runs.
+/// given up after a third of the lease), the fold of finishes into their rollups
+/// (`sql/finishes.sql`) every 5 s, and, unless `--fire-schedules false`, cron firing and the
+/// trimming of schedules' runs.
 pub fn upkeep(pool: &PgPool, config: &WorkerConfig) -> Upkeep {
     let every = config.poll_interval.min(Duration::from_secs(1));
     let limit = config.lease / 3;
     let upkeep = Upkeep::new()
         .with(Duty::Rescue { every, limit }, pool)
-        .with(Duty::ReconcileServices { every, limit }, pool);
+        .with(Duty::ReconcileServices { every, limit }, pool)
+        .with(Duty::FoldFinishes, pool);
     if config.fire_schedules {
         upkeep
             .with(Duty::FireSchedules(FiringConfig::default()), pool)
