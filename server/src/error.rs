@@ -385,7 +385,7 @@ pub fn describe_rule(constraint: &str) -> String {
         "tasks_kind_is_known" => {
             return format!(
                 "kind must be one of {}",
-                listed(TaskKind::ALL.map(TaskKind::as_str))
+                listed(TaskKind::SUBMITTED.map(TaskKind::as_str))
             );
         }
         "tasks_state_is_known" => {

@@ -248,6 +248,15 @@ fn task_rules(schemas: &mut serde_json::Value) {
         .map(TaskKind::as_str)
         .collect();
     let service = TaskKind::Service.as_str();
+    // A submission names every kind but `webhook`, which sked inserts itself
+    // (`tasks_webhook_kind_is_for_alerts_only`); the templates made from SubmitTask below
+    // inherit this.
+    let kind = &mut schemas["SubmitTask"]["properties"]["kind"];
+    let description = kind["oneOf"][1]["description"].take();
+    *kind = json!({"oneOf": [
+        {"type": "null"},
+        {"type": "string", "enum": TaskKind::SUBMITTED.map(TaskKind::as_str), "description": description},
+    ]});
     let given = |field: &str, schema: serde_json::Value| json!({"required": [field], "properties": {field: schema}});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
@@ -854,7 +863,12 @@ mod tests {
             schemas["WorkflowTask"]["properties"]["kind"]["oneOf"][1]["enum"],
             json!(["command", "noop", "sleep"])
         );
-        assert_eq!(fields("WorkflowTemplate"), ["name", "tasks"]);
+        assert_eq!(fields("WorkflowTemplate"), ["name", "notify", "tasks"]);
+        assert_eq!(
+            schemas["SubmitTask"]["properties"]["kind"]["oneOf"][1]["enum"],
+            json!(["command", "noop", "sleep", "service"]),
+            "no submission names webhook"
+        );
         assert_eq!(
             schemas["CreateSchedule"]["properties"]["workflow"]["oneOf"][1]["$ref"],
             "#/components/schemas/WorkflowTemplate"

@@ -89,7 +89,7 @@ pub struct SubmitArgs {
     idempotency_key: Option<String>,
     /// `command` (default) runs COMMAND; the built-ins `noop` and `sleep` take ARGS only;
     /// `service` keeps COMMAND running (as --service).
-    #[arg(long, value_parser = one_of(&TaskKind::ALL, TaskKind::as_str))]
+    #[arg(long, value_parser = one_of(&TaskKind::SUBMITTED, TaskKind::as_str))]
     kind: Option<TaskKind>,
     /// A long-running service: COMMAND is kept running, restarted when it exits, on
     /// --replicas workers; stop it with `sked cancel ID` (see docs/services.md).

@@ -161,6 +161,14 @@ impl TaskKind {
         TaskKind::Webhook,
     ];
 
+    /// The kinds a submission may name: every kind but `webhook`, which sked inserts itself.
+    pub const SUBMITTED: [TaskKind; 4] = [
+        TaskKind::Command,
+        TaskKind::Noop,
+        TaskKind::Sleep,
+        TaskKind::Service,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKind::Command => "command",
@@ -193,7 +201,7 @@ impl fmt::Display for UnknownKind {
             f,
             "unknown task kind {:?} (expected one of {})",
             self.0,
-            listed(TaskKind::ALL.map(TaskKind::as_str))
+            listed(TaskKind::SUBMITTED.map(TaskKind::as_str))
         )
     }
 }
