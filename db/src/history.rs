@@ -58,14 +58,9 @@ pub async fn history(
     .fetch_all(&mut *tx)
     .await?;
     let from = rows.first().map_or(at, |r| r.0);
-    let grain = match range {
-        HistoryRange::Day => "minute",
-        HistoryRange::Week => "hour",
-    };
-    let queues: Vec<String> = sqlx::query_scalar("select sked.finishes_queues($1, $2, $3)")
+    let queues: Vec<String> = sqlx::query_scalar("select sked.finishes_queues($1, $2)")
         .persistent(false)
         .bind(owner)
-        .bind(grain)
         .bind(from)
         .fetch_all(&mut *tx)
         .await?;

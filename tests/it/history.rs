@@ -57,7 +57,7 @@ async fn rollups_and_tasks(
 ) {
     let rollups = sqlx::query_as(
         "select grain, start, queue, owner, state, tasks from sked.finish_rollups
-          where tasks <> 0 order by 1, 2, 3, 4, 5",
+          where tasks <> 0 and queue <> '' and owner <> '' order by 1, 2, 3, 4, 5",
     )
     .fetch_all(pool)
     .await
@@ -120,6 +120,22 @@ async fn two_folds_at_once_count_every_finish_once() {
     assert_eq!(
         rollups, tasks,
         "the minute and hour rollups count each finished task once, in its minute and hour"
+    );
+    let levels_disagree: i64 = sqlx::query_scalar(
+        "select count(*) from (
+           select 1 from (
+             select grain, start, state, queue = '' as every_queue, owner = '' as every_owner,
+                    sum(tasks) as tasks
+               from sked.finish_rollups group by 1, 2, 3, 4, 5) l
+            group by grain, start, state having count(distinct tasks) > 1
+               or count(*) <> 4) d",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        levels_disagree, 0,
+        "each level of the rollups (every queue, every owner, both, neither) sums to the same"
     );
 }
 
@@ -193,13 +209,24 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
     sked_db::history::fold(pool, 100).await.unwrap();
     let rows = |pool: PgPool| async move {
         sqlx::query_as::<_, (String, DateTime<Utc>)>(
-            "select grain, start from sked.finish_rollups order by 1, 2",
+            "select distinct grain, start from sked.finish_rollups order by 1, 2",
         )
         .fetch_all(&pool)
         .await
         .unwrap()
     };
     assert_eq!(rows(pool.clone()).await.len(), 6);
+    let count = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>("select count(*) from sked.finish_rollups")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        count(pool.clone()).await,
+        24,
+        "a minute and an hour row per finish at each of four levels"
+    );
     let early: DateTime<Utc> = "2030-01-02T00:00:00Z".parse().unwrap();
     assert_eq!(
         sked_db::history::prune(pool, Some(early)).await.unwrap(),
@@ -208,8 +235,8 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
     );
     let pruned = sked_db::history::prune(pool, Some(now)).await.unwrap();
     assert_eq!(
-        pruned, 3,
-        "minute rows older than two days, hour rows older than eight"
+        pruned, 12,
+        "minute rows older than two days, hour rows older than eight, at every level"
     );
     let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
     assert_eq!(
@@ -399,4 +426,112 @@ async fn the_history_api_shows_a_user_its_own_finishes() {
         StatusCode::UNAUTHORIZED,
         "the history needs a token"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_page_charts_finishes_and_percentiles_by_range_and_queue() {
+    use crate::browser::Browser;
+    use crate::dashboard::{Server, assert_quiet_console, open_signed_in, token_for};
+    use sked_db::token::Role;
+
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let spread = "now() - interval '20 minutes' - i * interval '97 seconds'";
+    finished(
+        pool,
+        "alice",
+        "q1",
+        "succeeded",
+        30,
+        spread,
+        "interval '2 seconds'",
+        "interval '1 second'",
+    )
+    .await;
+    finished(
+        pool,
+        "alice",
+        "q2",
+        "failed",
+        5,
+        "now() - interval '3 hours'",
+        "interval '10 seconds'",
+        "interval '0'",
+    )
+    .await;
+    finished(
+        pool,
+        "bob",
+        "q1",
+        "succeeded",
+        100,
+        spread,
+        "interval '1 second'",
+        "interval '0'",
+    )
+    .await;
+    sked_db::history::fold(pool, 2).await.unwrap();
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/history", &alice).await;
+    let bars =
+        |chart: &str| format!("document.querySelectorAll('[data-chart={chart}] g.bar').length");
+    b.wait("[data-chart=finished-per-step]").await;
+    assert_eq!(
+        b.js(&bars("finished-per-step")).await,
+        288,
+        "24 hours of 5-minute steps"
+    );
+    let summary =
+        "document.querySelector('[data-chart=finished-per-step]').getAttribute('aria-label')";
+    assert_eq!(
+        b.js(summary).await,
+        "35 tasks finished in the last 24 hours, 5 of them failed",
+        "alice's finishes only"
+    );
+    assert!(
+        b.js("document.querySelector('[data-chart=duration] path.line-p99').getAttribute('d')")
+            .await
+            .as_str()
+            .is_some_and(|d| d.starts_with('M')),
+        "the duration chart draws its 99th percentile"
+    );
+    assert_eq!(b.js(&bars("lateness")).await, 288);
+    b.screenshot("history-24h").await;
+
+    b.wait("a[data-range='7d']").await.click().await.unwrap();
+    b.wait_js(
+        "the week shows",
+        &format!("{} == 168", bars("finished-per-step")),
+    )
+    .await;
+    b.wait_js(
+        "the queue filter offers alice's queues",
+        "document.querySelectorAll('select[name=queue] option').length == 3",
+    )
+    .await;
+    b.js(
+        "(() => { const s = document.querySelector('select[name=queue]'); s.value = 'q2'; \
+         s.dispatchEvent(new Event('change')); return true })()",
+    )
+    .await;
+    b.wait_js(
+        "the queue filter applies",
+        &format!("{summary} == '5 tasks finished in the last 7 days, 5 of them failed'"),
+    )
+    .await;
+    assert!(
+        b.js("location.search")
+            .await
+            .as_str()
+            .is_some_and(|s| s.contains("range=7d") && s.contains("queue=q2")),
+        "the range and the queue are in the URL"
+    );
+    b.screenshot("history-7d-queue").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
 }

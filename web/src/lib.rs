@@ -104,6 +104,7 @@ fn Shell() -> impl IntoView {
             <a class="brand" href="/">"sked"</a>
             <nav class="nav">
                 <A href="/" exact=true>"Overview"</A>
+                <A href="/history">"History"</A>
                 <A href="/tasks">"Tasks"</A>
                 <A href="/workflows">"Workflows"</A>
                 <A href="/schedules">"Schedules"</A>
@@ -127,6 +128,7 @@ fn Shell() -> impl IntoView {
         <main class="page">
             <Routes fallback=|| view! { <ui::Empty>"No such page."</ui::Empty> }>
                 <Route path=path!("/") view=pages::overview::Overview/>
+                <Route path=path!("/history") view=pages::history::History/>
                 <Route path=path!("/tasks") view=pages::tasks::TaskList/>
                 <Route path=path!("/tasks/:id") view=pages::task::TaskPage/>
                 <Route path=path!("/workflows") view=pages::workflows::WorkflowList/>

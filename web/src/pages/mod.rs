@@ -1,5 +1,6 @@
 //! One module per page of the dashboard.
 
+pub mod history;
 pub mod overview;
 pub mod queues;
 pub mod schedules;

@@ -93,7 +93,7 @@ pub fn Overview() -> impl IntoView {
                     <span class="swatch bar-ok"></span>"succeeded "
                     <span class="swatch bar-bad"></span>"failed"
                 </p>
-                {move || finish_chart(&series.get())}
+                {move || minute_chart(&series.get())}
             </section>
             <h2>"Queues"</h2>
             <QueueTable queues=queues aged=aged/>
@@ -274,9 +274,9 @@ fn QueueTable(queues: Memo<Vec<QueueOverview>>, aged: Signal<f64>) -> impl IntoV
     }
 }
 
-/// Width of the chart's drawing, in its own units: about its width on the page when drawn, so
+/// Width of a chart's drawing, in its own units: about its width on the page when drawn, so
 /// that its text has the page's size (the SVG still scales with the page afterwards).
-fn chart_width() -> f64 {
+pub(crate) fn chart_width() -> f64 {
     let window = web_sys::window()
         .and_then(|w| w.inner_width().ok())
         .and_then(|w| w.as_f64())
@@ -302,16 +302,21 @@ fn y_scale(max: i64) -> (i64, i64) {
     }
 }
 
-/// `12:34` in the browser's time zone.
-fn hour_minute(at: DateTime<Utc>) -> (u32, String) {
-    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(
+/// `at` in the browser's time zone.
+pub(crate) fn local_date(at: DateTime<Utc>) -> js_sys::Date {
+    js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(
         at.timestamp_millis() as f64
-    ));
+    ))
+}
+
+/// `12:34` in the browser's time zone.
+pub(crate) fn hour_minute(at: DateTime<Utc>) -> (u32, String) {
+    let d = local_date(at);
     let minute = d.get_minutes();
     (minute, format!("{:02}:{:02}", d.get_hours(), minute))
 }
 
-/// The tooltip of one minute's bar.
+/// The tooltip of one step's bar.
 fn bar_title(label: &str, f: &FinalCounts, current: bool) -> String {
     let mut parts = vec![
         format!("{} succeeded", ui::count(f.succeeded)),
@@ -330,22 +335,55 @@ fn bar_title(label: &str, f: &FinalCounts, current: bool) -> String {
     format!("{label}{so_far}: {}", parts.join(", "))
 }
 
-/// Stacked bars of succeeded (below) and failed (above) finishes per minute.
-fn finish_chart(series: &[MinuteFinishes]) -> impl IntoView + use<> {
+/// A label of the x axis centred at `x` (ending there near the right edge, so that it shows
+/// whole).
+pub(crate) fn axis_label(x: f64, width: f64, height: f64, text: String) -> impl IntoView {
+    let anchor = if x > width - 45.0 { "end" } else { "middle" };
+    view! { <text x=x y=height - 6.0 text-anchor=anchor>{text}</text> }
+}
+
+/// The overview's chart: the finishes of each minute of the last hour, a label every 10
+/// minutes (15 on narrow screens).
+fn minute_chart(series: &[MinuteFinishes]) -> impl IntoView + use<> {
+    let label_every = if chart_width() < 500.0 { 15 } else { 10 };
+    let points: Vec<(DateTime<Utc>, FinalCounts)> =
+        series.iter().map(|m| (m.minute, m.finished)).collect();
+    let total: i64 = series.iter().map(|m| m.finished.total()).sum();
+    finish_chart(
+        &points,
+        &|at| {
+            let (minute, label) = hour_minute(at);
+            let axis = minute.is_multiple_of(label_every).then(|| label.clone());
+            (label, axis)
+        },
+        "finished-per-minute",
+        format!("{} tasks finished in the last hour", ui::count(total)),
+    )
+}
+
+/// Stacked bars of succeeded (below) and failed (above) finishes per step: one bar per point
+/// (the step's start and its counts), oldest first, the last one partial. `label` names a
+/// step (in its tooltip) and gives its label on the x axis, if any; `name` is the chart's
+/// `data-chart`; `summary` describes it under the chart.
+pub(crate) fn finish_chart(
+    points: &[(DateTime<Utc>, FinalCounts)],
+    label: &dyn Fn(DateTime<Utc>) -> (String, Option<String>),
+    name: &'static str,
+    summary: String,
+) -> impl IntoView + use<> {
     const HEIGHT: f64 = 190.0;
     const LEFT: f64 = 40.0;
     const RIGHT: f64 = 6.0;
     const TOP: f64 = 8.0;
     const BOTTOM: f64 = 22.0;
     let width = chart_width();
-    let label_every = if width < 500.0 { 15 } else { 10 };
     let plot_w = width - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
-    let slot = plot_w / series.len().max(1) as f64;
+    let slot = plot_w / points.len().max(1) as f64;
     let bar_w = (slot * 0.78).max(1.0);
-    let max = series
+    let max = points
         .iter()
-        .map(|m| m.finished.succeeded + m.finished.failed)
+        .map(|(_, f)| f.succeeded + f.failed)
         .max()
         .unwrap_or(0);
     let (top, step) = y_scale(max);
@@ -360,24 +398,19 @@ fn finish_chart(series: &[MinuteFinishes]) -> impl IntoView + use<> {
             }
         })
         .collect_view();
-    let last = series.len().saturating_sub(1);
-    let bars = series
+    let last = points.len().saturating_sub(1);
+    let bars = points
         .iter()
         .enumerate()
-        .map(|(i, m)| {
-            let (minute, label) = hour_minute(m.minute);
+        .map(|(i, (start, f))| {
+            let (text, axis) = label(*start);
             let x = LEFT + slot * i as f64;
-            let f = m.finished;
             let ok_top = y(f.succeeded);
             let bad_top = y(f.succeeded + f.failed);
-            let tick_label = minute.is_multiple_of(label_every).then(|| {
-                view! {
-                    <text x=x + slot / 2.0 y=HEIGHT - 6.0 text-anchor="middle">{label.clone()}</text>
-                }
-            });
+            let tick_label = axis.map(|axis| axis_label(x + slot / 2.0, width, HEIGHT, axis));
             view! {
-                <g class="bar" data-minute=m.minute.to_rfc3339()>
-                    <title>{bar_title(&label, &f, i == last)}</title>
+                <g class="bar" data-start=start.to_rfc3339()>
+                    <title>{bar_title(&text, f, i == last)}</title>
                     <rect class="hit" x=x y=TOP width=slot height=plot_h/>
                     <rect class="bar-ok" x=x + (slot - bar_w) / 2.0 y=ok_top width=bar_w height=TOP + plot_h - ok_top/>
                     <rect class="bar-bad" x=x + (slot - bar_w) / 2.0 y=bad_top width=bar_w height=ok_top - bad_top/>
@@ -386,15 +419,13 @@ fn finish_chart(series: &[MinuteFinishes]) -> impl IntoView + use<> {
             }
         })
         .collect_view();
-    let total: i64 = series.iter().map(|m| m.finished.total()).sum();
-    let summary = format!("{} tasks finished in the last hour", ui::count(total));
     view! {
         <svg
             class="chart"
             viewBox=format!("0 0 {width} {HEIGHT}")
             role="img"
             aria-label=summary.clone()
-            data-chart="finished-per-minute"
+            data-chart=name
         >
             {grid}
             <line class="axis" x1=LEFT x2=width - RIGHT y1=TOP + plot_h y2=TOP + plot_h/>
