@@ -23,12 +23,14 @@ language sql immutable parallel safe as $$
   select jsonb_typeof(list) = 'array'
      and jsonb_array_length(list) <= 16
      and not exists (
+       -- (coalesce: an element such as {} makes the test null, which must count as false.)
        select 1 from jsonb_array_elements(list) x
-        where not ((jsonb_typeof(x) = 'string' and length(x #>> '{}') between 1 and 64)
-                   or (jsonb_typeof(x) = 'object'
-                       and x - 'task' = '{}'::jsonb
-                       and jsonb_typeof(x -> 'task') = 'object'
-                       and (x -> 'task' ->> 'kind') is distinct from 'webhook')))
+        where not coalesce((jsonb_typeof(x) = 'string' and length(x #>> '{}') between 1 and 64)
+                           or (jsonb_typeof(x) = 'object'
+                               and x - 'task' = '{}'::jsonb
+                               and jsonb_typeof(x -> 'task') = 'object'
+                               and (x -> 'task' ->> 'kind') is distinct from 'webhook'),
+                           false))
 $$;
 
 -- Whether a notify value (a task's, a queue's or a workflow's) has the shape of one: null,
@@ -458,6 +460,7 @@ create or replace function sked.queue_set_notify(p_queue text, p_notify jsonb,
 returns text
 language plpgsql as $$
 begin
+  perform sked.queue_name_check(p_queue);
   if p_notify is null then
     -- sked.queues holds only queues with a control: a row left without one goes.
     delete from sked.queues

@@ -167,6 +167,35 @@ fn other_rules(doc: &mut serde_json::Value) {
     // `queues_burst_needs_a_rate`.
     schemas["QueueLimits"]["dependentSchemas"] = json!({"burst": {"if": given("burst", json!({"type": "integer"})),
                          "then": given("rate_per_sec", json!({"type": "number"}))}});
+    // A notify's shape (`tasks_notify_must_be_an_object_of_event_lists`,
+    // `schedules_notify_must_be_valid`, sql/alerts.sql): per event, at most 16 targets, each
+    // an alert target's name or a follow-up task (checked as a submission when it is made).
+    let targets = json!({"type": "array", "maxItems": 16, "items": {"oneOf": [
+        {"type": "string", "pattern": sked_types::QUEUE_NAME_PATTERN},
+        {"type": "object", "required": ["task"], "additionalProperties": false,
+         "properties": {"task": {"type": "object", "propertyNames": {"pattern": NO_NUL},
+                                 "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}}}},
+    ]}});
+    schemas["Notify"] = json!({
+        "description": "Who is told when a task (or a workflow) succeeds, fails for good, or                         fails an attempt that will be retried: alert target names or                         {\"task\": {…}} follow-up tasks (see docs/operations.md)",
+        "type": "object", "additionalProperties": false,
+        "properties": {"on_success": targets, "on_failure": targets, "on_retry": targets},
+    });
+    schemas["ScheduleNotify"] = json!({
+        "description": "Who is told when a schedule's ticks are missed, and when its                         occurrences fail failures_in_a_row times in a row (see docs/schedules.md)",
+        "type": "object", "additionalProperties": false,
+        "properties": {"on_missed": targets, "on_failure": targets,
+                       "failures_in_a_row": {"type": "integer", "minimum": 1, "maximum": 1000}},
+    });
+    let notify = json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/Notify"}]});
+    for body in ["SubmitTask", "TaskTemplate", "WorkflowTask", "SubmitWorkflow", "QueueNotify"] {
+        schemas[body]["properties"]["notify"] = notify.clone();
+    }
+    let notify =
+        json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/ScheduleNotify"}]});
+    for body in ["CreateSchedule", "UpdateSchedule"] {
+        schemas[body]["properties"]["notify"] = notify.clone();
+    }
     // A schedule runs a task or a workflow (`schedules_run_a_task_or_a_workflow`); its
     // workflow is a workflow submission without an owner (the schedule's owns it).
     let mut template = schemas["SubmitWorkflow"].clone();

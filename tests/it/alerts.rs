@@ -442,6 +442,21 @@ async fn a_submitter_cannot_insert_a_webhook_name_an_unknown_target_or_follow_up
             "an unknown target is refused at submit, named",
         )
         .await;
+    for bad in [
+        r#"{"on_failure": [{}]}"#,
+        r#"{"on_failure": [{"task": null}]}"#,
+        r#"{"on_failure": [1]}"#,
+    ] {
+        alice
+            .assert_refused(
+                &format!(
+                    "insert into sked.tasks (command, notify) values (array['true'], '{bad}')"
+                ),
+                "tasks_notify_must_be_an_object_of_event_lists",
+                "a target that is neither a name nor a follow-up task is refused",
+            )
+            .await;
+    }
     alice
         .assert_refused(
             "insert into sked.tasks (command, notify) values (array['true'], '{\"on_crash\": [\"ops\"]}')",
