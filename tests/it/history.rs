@@ -63,9 +63,13 @@ async fn rollups_and_tasks(
     .await
     .unwrap();
     let tasks = sqlx::query_as(
-        "select g.grain, date_trunc(g.grain, t.finished_at, 'UTC'), t.queue, t.owner, t.state,
+        "select g.grain,
+                case g.grain when '5min'
+                  then date_bin('5 minutes', t.finished_at, timestamptz '2000-01-01 00:00:00+00')
+                  else date_trunc(g.grain, t.finished_at, 'UTC') end,
+                t.queue, t.owner, t.state,
                 count(*)
-           from sked.tasks t cross join (values ('minute'), ('hour')) g(grain)
+           from sked.tasks t cross join (values ('minute'), ('5min'), ('hour')) g(grain)
           where t.finished_at is not null
           group by 1, 2, 3, 4, 5 order by 1, 2, 3, 4, 5",
     )
@@ -119,7 +123,7 @@ async fn two_folds_at_once_count_every_finish_once() {
     let (rollups, tasks) = rollups_and_tasks(pool).await;
     assert_eq!(
         rollups, tasks,
-        "the minute and hour rollups count each finished task once, in its minute and hour"
+        "the rollups count each finished task once, in its minute, 5 minutes and hour"
     );
     let levels_disagree: i64 = sqlx::query_scalar(
         "select count(*) from (
@@ -215,7 +219,7 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
         .await
         .unwrap()
     };
-    assert_eq!(rows(pool.clone()).await.len(), 6);
+    assert_eq!(rows(pool.clone()).await.len(), 9);
     let count = |pool: PgPool| async move {
         sqlx::query_scalar::<_, i64>("select count(*) from sked.finish_rollups")
             .fetch_one(&pool)
@@ -224,8 +228,8 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
     };
     assert_eq!(
         count(pool.clone()).await,
-        24,
-        "a minute and an hour row per finish at each of four levels"
+        36,
+        "a minute, a 5-minute and an hour row per finish at each of four levels"
     );
     let early: DateTime<Utc> = "2030-01-02T00:00:00Z".parse().unwrap();
     assert_eq!(
@@ -235,18 +239,19 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
     );
     let pruned = sked_db::history::prune(pool, Some(now)).await.unwrap();
     assert_eq!(
-        pruned, 12,
-        "minute rows older than two days, hour rows older than eight, at every level"
+        pruned, 20,
+        "minute and 5-minute rows older than two days, hour rows older than eight, at every level"
     );
     let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
     assert_eq!(
         rows(pool.clone()).await,
         vec![
+            ("5min".to_owned(), at("2030-01-10T11:00:00Z")),
             ("hour".to_owned(), at("2030-01-07T12:00:00Z")),
             ("hour".to_owned(), at("2030-01-10T11:00:00Z")),
             ("minute".to_owned(), at("2030-01-10T11:00:00Z")),
         ],
-        "the 7-day view keeps its hours, the 24-hour view its minutes"
+        "the 7-day view keeps its hours, the 24-hour view its 5 minutes, the overview its minutes"
     );
 }
 
