@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::api::InProcessApi;
 use crate::config::Config;
 use crate::pg::{self, BenchDb};
-use crate::report::{Sample, Target};
+use crate::report::{Sample, Target, percentile};
 
 const W: &str = "W8";
 /// Every listing and overview answers within this many milliseconds.
@@ -231,15 +231,6 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
         ));
     }
     Ok(())
-}
-
-/// The nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// The API served in this process on an ephemeral port, with an admin token and user tokens

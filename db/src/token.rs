@@ -141,6 +141,36 @@ pub async fn check(pool: &PgPool, token: &str) -> Result<std::result::Result<Pri
     })
 }
 
+/// Checks many tokens in one statement (the live events check their clients' tokens so):
+/// for each of `tokens`, in order, `Ok(())` while it is valid, else why it is refused.
+pub async fn check_many(
+    pool: &PgPool,
+    tokens: &[&str],
+) -> Result<Vec<std::result::Result<(), Refusal>>> {
+    let digests: Vec<Vec<u8>> = tokens.iter().map(|t| digest(t)).collect();
+    type Row = (Vec<u8>, Option<chrono::DateTime<chrono::Utc>>, bool);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select token_sha256, expires_at, coalesce(expires_at <= now(), false)
+           from sked.api_tokens
+          where token_sha256 = any($1) and revoked_at is null",
+    )
+    .bind(&digests)
+    .fetch_all(pool)
+    .await?;
+    let found: std::collections::HashMap<Vec<u8>, (Option<chrono::DateTime<chrono::Utc>>, bool)> =
+        rows.into_iter()
+            .map(|(d, at, expired)| (d, (at, expired)))
+            .collect();
+    Ok(digests
+        .iter()
+        .map(|d| match found.get(d) {
+            None => Err(Refusal::UnknownOrRevoked),
+            Some((Some(at), true)) => Err(Refusal::Expired(*at)),
+            Some(_) => Ok(()),
+        })
+        .collect())
+}
+
 /// The principal of a token, or `None` when the token is unknown, revoked or expired.
 pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal>> {
     Ok(check(pool, token).await?.ok())

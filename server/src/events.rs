@@ -17,7 +17,8 @@
 //!   for recording only while someone watches.
 //! - **A client pump** (`client`, one task per websocket) authenticates the client, sends
 //!   `hello` once the gate is open, then writes the frames queued for it, pings it, and closes
-//!   the socket when the hub stops.
+//!   the socket when the hub stops or finds the client's token no longer valid (it checks the
+//!   tokens of all its clients in one statement every [`EventsConfig::token_recheck`]).
 //!
 //! - **The hint listener** ([`hints`]): while clients are connected, one `LISTEN` connection
 //!   on the channels writers already notify (`sked_tasks` for new and requeued tasks,
@@ -166,15 +167,21 @@ struct Shared {
 #[derive(Debug, Clone)]
 struct Client {
     principal: Principal,
+    /// Checked again every [`EventsConfig::token_recheck`], for all clients at once.
+    token: Arc<str>,
     frames: mpsc::Sender<Utf8Bytes>,
-    lag: Arc<Lag>,
+    signals: Arc<Signals>,
 }
 
-/// Set by the hub when it dropped frames for a client whose queue was full; the client's
-/// pump sends `resync` once the queue is empty.
+/// What the hub tells a client's pump besides its frames.
 #[derive(Debug, Default)]
-struct Lag {
+struct Signals {
+    /// Set when the hub dropped frames for the client because its queue was full: the pump
+    /// sends `resync` once the queue is empty.
     dropped: AtomicBool,
+    /// Set when the client's token was revoked or expired since it connected: the pump
+    /// closes the socket (4401) with this reason.
+    refused: Mutex<Option<&'static str>>,
     wake: Notify,
 }
 
@@ -183,7 +190,7 @@ struct Subscription {
     id: u64,
     shared: Arc<Shared>,
     frames: mpsc::Receiver<Utf8Bytes>,
-    lag: Arc<Lag>,
+    signals: Arc<Signals>,
 }
 
 impl Drop for Subscription {
@@ -227,16 +234,17 @@ impl Hub {
         self.shared.clients().len()
     }
 
-    fn subscribe(&self, principal: Principal) -> Subscription {
+    fn subscribe(&self, principal: Principal, token: &str) -> Subscription {
         let (tx, rx) = mpsc::channel(self.shared.config.client_buffer.max(1));
-        let lag = Arc::new(Lag::default());
+        let signals = Arc::new(Signals::default());
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.clients().insert(
             id,
             Client {
                 principal,
+                token: token.into(),
                 frames: tx,
-                lag: lag.clone(),
+                signals: signals.clone(),
             },
         );
         self.shared.clients_changed.notify_one();
@@ -244,7 +252,7 @@ impl Hub {
             id,
             shared: self.shared.clone(),
             frames: rx,
-            lag,
+            signals,
         }
     }
 
@@ -267,6 +275,9 @@ impl Hub {
         let mut last_read = Instant::now();
         let mut batch = Batch::default();
         let hint_listener = tokio::spawn(hints(shared.clone()));
+        let mut recheck =
+            tokio::time::interval_at(Instant::now() + config.token_recheck, config.token_recheck);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             shared
                 .ready
@@ -286,7 +297,9 @@ impl Hub {
                     // Read where the counters stand before greeting anyone: from there on,
                     // every change is read.
                     if !step.greet {
-                        seen = None;
+                        if seen.take().is_some() && self.clients() == 0 {
+                            release_freed_memory();
+                        }
                     } else if seen.is_none() {
                         match counters(&shared.pool).await {
                             Ok(now) => seen = Some(now),
@@ -298,6 +311,7 @@ impl Hub {
                     }
                     gate_greets = step.greet && seen.is_some();
                 }
+                _ = recheck.tick(), if self.clients() > 0 => self.recheck_tokens().await,
                 // A writer notified: read soon, but not more often than every HINT_GAP, so a
                 // stream of submissions coalesces into batches.
                 _ = shared.hint.notified(), if seen.is_some() => {
@@ -389,14 +403,47 @@ impl Hub {
             match client.frames.try_send(frame.clone()) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
-                    client.lag.dropped.store(true, Ordering::SeqCst);
-                    client.lag.wake.notify_one();
+                    client.signals.dropped.store(true, Ordering::SeqCst);
+                    client.signals.wake.notify_one();
                     return;
                 }
                 Err(TrySendError::Closed(_)) => {
                     self.shared.clients().remove(&id);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Checks the tokens of the connected clients again, in one statement: the pump of a
+    /// client whose token was revoked or expired since closes its socket (4401). A database
+    /// that does not answer keeps the clients connected: the next check decides.
+    async fn recheck_tokens(&self) {
+        let clients: Vec<(Arc<str>, Arc<Signals>)> = self
+            .shared
+            .clients()
+            .values()
+            .map(|c| (c.token.clone(), c.signals.clone()))
+            .collect();
+        let mut tokens: Vec<&str> = clients.iter().map(|(token, _)| &**token).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        let verdicts = match sked_db::token::check_many(&self.shared.pool, &tokens).await {
+            Ok(verdicts) => verdicts,
+            Err(e) => {
+                tracing::warn!(error = %e, "live events: checking the clients' tokens failed");
+                return;
+            }
+        };
+        let refused: HashMap<&str, &'static str> = tokens
+            .iter()
+            .zip(verdicts)
+            .filter_map(|(token, verdict)| Some((*token, client::refusal_reason(&verdict.err()?))))
+            .collect();
+        for (token, signals) in &clients {
+            if let Some(reason) = refused.get(&**token) {
+                *signals.refused.lock().expect("client signals") = Some(reason);
+                signals.wake.notify_one();
             }
         }
     }
@@ -492,6 +539,18 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen_all(HINT_CHANNELS).await?;
     Ok(listener)
+}
+
+/// Hands the memory its departed clients used back to the system, when the hub stops
+/// listening after its last client left. glibc's malloc keeps what is freed in its arenas
+/// (one per thread), so without this a server that had a thousand dashboards open would stay
+/// at that size after they closed.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only gives free pages of malloc's own arenas back to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// At most one `resync` for too many changes per this interval.

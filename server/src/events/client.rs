@@ -1,7 +1,7 @@
 //! The websocket of one client of the live events: authentication, then the pump that
-//! writes the frames the hub queued for it, pings it, checks its token again every few
-//! seconds (closing the socket once the token is revoked or expired), and closes it when the
-//! hub stops.
+//! writes the frames the hub queued for it, pings it, closes the socket once the hub found
+//! its token revoked or expired (the hub checks every client's token every few seconds, in
+//! one statement), and closes it when the hub stops.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,6 +21,11 @@ use super::{EventsConfig, Hub, LAGGED, Shared, Subscription, frame};
 use crate::AppState;
 use crate::error::Error;
 
+/// The read buffer of each socket: what a client sends fits in it (a longer frame grows it).
+const READ_BUFFER_SIZE: usize = 4 * 1024;
+/// The largest frame or message a client may send (its `auth` frame holds a token); a longer
+/// one ends its socket.
+const MAX_CLIENT_MESSAGE: usize = 16 * 1024;
 /// Close code when the server shuts down (the standard "going away").
 const CLOSE_GOING_AWAY: u16 = 1001;
 /// Close code when the database could not check the token (the standard "internal error").
@@ -39,7 +44,13 @@ pub(crate) async fn events(
             "live events are served only by a running server".to_owned(),
         ));
     };
-    let upgrade = upgrade.map_err(|r| Error::InvalidRequest(r.body_text()))?;
+    let upgrade = upgrade
+        .map_err(|r| Error::InvalidRequest(r.body_text()))?
+        // The websocket layer's read buffer is allocated and zeroed whole for every socket
+        // (128 KiB by default); a client sends only its `auth` frame and pongs.
+        .read_buffer_size(READ_BUFFER_SIZE)
+        .max_message_size(MAX_CLIENT_MESSAGE)
+        .max_frame_size(MAX_CLIENT_MESSAGE);
     let token = bearer(&headers);
     Ok(upgrade.on_upgrade(move |socket| client(socket, hub, token)))
 }
@@ -68,25 +79,12 @@ async fn client(mut socket: WebSocket, hub: Hub, token: Option<Result<String, &'
             return;
         }
     };
-    let subscription = hub.subscribe(principal.clone());
-    pump(socket, &hub.shared, &token, principal, subscription).await;
+    let subscription = hub.subscribe(principal.clone(), &token);
+    pump(socket, &hub.shared, principal, subscription).await;
 }
 
-/// Checks a connected client's token again: `Ok` while it is valid, else the close code and
-/// reason. A database that does not answer keeps the client connected: the next check
-/// decides.
-async fn recheck(shared: &Shared, token: &str) -> Result<(), (u16, &'static str)> {
-    match sked_db::token::check(&shared.pool, token).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(refusal)) => Err((CLOSE_UNAUTHORIZED, refusal_reason(&refusal))),
-        Err(e) => {
-            tracing::warn!(error = %e, "live events: checking a client's token failed");
-            Ok(())
-        }
-    }
-}
-
-fn refusal_reason(refusal: &Refusal) -> &'static str {
+/// What a client whose token is refused is told in the close frame.
+pub(super) fn refusal_reason(refusal: &Refusal) -> &'static str {
     match refusal {
         Refusal::UnknownOrRevoked => "unknown or revoked token",
         Refusal::Expired(_) => "the token expired",
@@ -150,7 +148,6 @@ async fn first_frame_token(
 async fn pump(
     mut socket: WebSocket,
     shared: &Shared,
-    token: &str,
     principal: Principal,
     mut subscription: Subscription,
 ) {
@@ -179,8 +176,6 @@ async fn pump(
     let mut ping =
         tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
     let mut last_heard = Instant::now();
-    let mut recheck_timer =
-        tokio::time::interval_at(Instant::now() + config.token_recheck, config.token_recheck);
     loop {
         let message = tokio::select! {
             _ = shared.stop.cancelled() => {
@@ -194,7 +189,16 @@ async fn pump(
                     return;
                 }
             },
-            _ = subscription.lag.wake.notified() => None,
+            _ = subscription.signals.wake.notified() => {
+                // The hub found the token revoked or expired.
+                let refused = subscription.signals.refused.lock().expect("client signals").take();
+                if let Some(reason) = refused {
+                    tracing::info!(owner = %principal.owner, reason, "live events: closing the socket of a token no longer valid");
+                    close(&mut socket, CLOSE_UNAUTHORIZED, reason, CLOSE_WAIT).await;
+                    return;
+                }
+                None
+            }
             received = socket.recv() => match received {
                 // Answer the client's close frame (queued by the websocket layer) and go.
                 Some(Ok(Message::Close(_))) => {
@@ -209,14 +213,6 @@ async fn pump(
                     None
                 }
             },
-            _ = recheck_timer.tick() => {
-                if let Err((code, reason)) = recheck(shared, token).await {
-                    tracing::info!(owner = %principal.owner, reason, "live events: closing the socket of a token no longer valid");
-                    close(&mut socket, code, reason, CLOSE_WAIT).await;
-                    return;
-                }
-                None
-            }
             _ = ping.tick() => {
                 if last_heard.elapsed() > 2 * config.ping_interval {
                     tracing::debug!(owner = %principal.owner, "live events: dropping a client that stopped answering pings");
@@ -233,7 +229,8 @@ async fn pump(
         }
         // Frames were dropped while the queue was full; now that it is empty, tell the
         // client to refetch.
-        if subscription.frames.is_empty() && subscription.lag.dropped.swap(false, Ordering::SeqCst)
+        if subscription.frames.is_empty()
+            && subscription.signals.dropped.swap(false, Ordering::SeqCst)
         {
             let resync = frame(&ServerEvent::Resync {
                 reason: LAGGED.to_owned(),
