@@ -43,6 +43,9 @@ pub enum Workload {
     /// Await latency: from a task's finish to the moment an application awaiting it (by SQL
     /// and by a REST long poll) knows its state, `--w14-rounds` times each.
     W14,
+    /// Live events at scale: a `sked-server` process's memory per idle websocket, and the
+    /// latency of live events while REST requests saturate its pool (run only when named).
+    W15,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -66,6 +69,7 @@ impl Workload {
             Workload::W12 => "W12",
             Workload::W13 => "W13",
             Workload::W14 => "W14",
+            Workload::W15 => "W15",
             Workload::Peer => "peer",
         }
     }
@@ -77,9 +81,9 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w14, peer); all but w9, w11, w12, w13 and peer when none is
-    /// named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
-    /// minutes, peer installs graphile-worker with npm).
+    /// Workloads to run (w1 … w15, peer); all but w9, w11, w12, w13, w15 and peer when none
+    /// is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
+    /// minutes, w15 opens a thousand websockets, peer installs graphile-worker with npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -188,6 +192,18 @@ pub struct Cli {
     /// Tasks W14 awaits by SQL, and as many by REST.
     #[arg(long, default_value_t = 1_000)]
     pub w14_rounds: usize,
+    /// W15's idle websocket clients (and as many reading ones under load).
+    #[arg(long, default_value_t = 500)]
+    pub w15_clients: usize,
+    /// How long W15 inserts tasks under load, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub w15_secs: u64,
+    /// Single-row INSERTs a second in W15.
+    #[arg(long, default_value_t = 300)]
+    pub w15_inserts_per_sec: u32,
+    /// HTTP clients W15 runs back to back to saturate the server's pool.
+    #[arg(long, default_value_t = 64)]
+    pub w15_rest_clients: usize,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -253,6 +269,10 @@ pub struct Config {
     pub w12_every: Duration,
     pub w13_history: usize,
     pub w14_rounds: usize,
+    pub w15_clients: usize,
+    pub w15_duration: Duration,
+    pub w15_inserts_per_sec: u32,
+    pub w15_rest_clients: usize,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -374,6 +394,18 @@ impl Cli {
                 self.w14_rounds
             ));
         }
+        if !(1..=10_000).contains(&self.w15_clients)
+            || !(1..=3600).contains(&self.w15_secs)
+            || !(1..=10_000).contains(&self.w15_inserts_per_sec)
+            || !(1..=1_000).contains(&self.w15_rest_clients)
+        {
+            return Err(format!(
+                "--w15-clients must be between 1 and 10000, --w15-secs between 1 and 3600, \
+                 --w15-inserts-per-sec between 1 and 10000 and --w15-rest-clients between 1 \
+                 and 1000, got {}, {}, {} and {}",
+                self.w15_clients, self.w15_secs, self.w15_inserts_per_sec, self.w15_rest_clients
+            ));
+        }
         if !(1..=100_000_000).contains(&self.w13_history) {
             return Err(format!(
                 "--w13-history must be between 1 and 100000000, got {}",
@@ -438,6 +470,10 @@ impl Cli {
             w12_every: Duration::from_secs(self.w12_every_secs),
             w13_history: self.w13_history,
             w14_rounds: self.w14_rounds,
+            w15_clients: self.w15_clients,
+            w15_duration: Duration::from_secs(self.w15_secs),
+            w15_inserts_per_sec: self.w15_inserts_per_sec,
+            w15_rest_clients: self.w15_rest_clients,
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,

@@ -10,6 +10,7 @@ mod delayed;
 mod drain;
 mod history;
 mod latency;
+mod live;
 mod peer;
 mod pg;
 mod placement;
@@ -78,6 +79,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W12 => snapshot::run(&cfg).await,
                 Workload::W13 => retention::run(&cfg).await,
                 Workload::W14 => awaits::run(&cfg).await,
+                Workload::W15 => live::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

@@ -89,6 +89,15 @@ pub struct Row {
     pub status: &'static str,
 }
 
+/// The nearest-rank percentile of sorted values (NaN when empty).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
 /// The median (the mean of the two middle values for an even count).
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
