@@ -552,6 +552,7 @@ mod tests {
             time_zone: "Europe/Berlin".into(),
             task: Some(serde_json::json!({"command": ["sh", "-c", "echo hi"], "queue": "ops"})),
             workflow: None,
+            notify: None,
             misfire_policy: "run_once".into(),
             misfire_grace_secs: 60.0,
             catch_up_limit: 100,
