@@ -1,7 +1,8 @@
 //! W8, the dashboard's reads on a million tasks: `--w8-tasks` (1,000,000) tasks are loaded
 //! with one `INSERT … SELECT generate_series` (`reads.sql`: mostly succeeded, some failed,
 //! waiting, running, retry and blocked, five owners and six queues, realistic command lines),
-//! then every listing and overview the dashboard uses is requested `--w8-requests` times over
+//! then the rollups of their finishes are folded (as the upkeep would), and every listing,
+//! overview and history the dashboard uses is requested `--w8-requests` times over
 //! HTTP from the API served in this process, one request at a time, and so is a Prometheus
 //! scrape of `/metrics`. Reported per endpoint: the
 //! median and the 99th percentile of the request time, seen by the client on the loopback
@@ -36,6 +37,15 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
                 "load {} tasks (INSERT … SELECT, VACUUM ANALYZE)",
                 cfg.w8_tasks
             ),
+            "s",
+            started.elapsed().as_secs_f64(),
+            None,
+        ));
+        let started = Instant::now();
+        let folded = fold(db).await?;
+        out.push(Sample::new(
+            W,
+            format!("fold the rollups of finishes ({folded} deltas)"),
             "s",
             started.elapsed().as_secs_f64(),
             None,
@@ -76,6 +86,19 @@ async fn load(db: &BenchDb, n: usize) -> Result<()> {
     }
     db.pool.execute("vacuum analyze sked.tasks").await?;
     Ok(())
+}
+
+/// Folds the deltas that the load's finishes wrote into the rollups, as the upkeep of a
+/// server or worker would within seconds; returns how many.
+async fn fold(db: &BenchDb) -> Result<i64> {
+    let mut folded = 0;
+    loop {
+        let n = sked_db::history::fold(&db.pool, sked_db::history::FOLD_BATCH).await?;
+        folded += i64::from(n);
+        if n == 0 {
+            return Ok(folded);
+        }
+    }
 }
 
 /// The endpoints the dashboard reads, each `requests` times.
@@ -191,6 +214,26 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
             "overview, user ops (45 %)".into(),
             api.ops.as_str(),
             "/overview".into(),
+        ),
+        (
+            "history 24 h, admin".into(),
+            api.admin.as_str(),
+            "/history?range=24h".into(),
+        ),
+        (
+            "history 7 d, admin".into(),
+            api.admin.as_str(),
+            "/history?range=7d".into(),
+        ),
+        (
+            "history 24 h, queue=gpu".into(),
+            api.admin.as_str(),
+            "/history?range=24h&queue=gpu".into(),
+        ),
+        (
+            "history 24 h, user ops (45 %)".into(),
+            api.ops.as_str(),
+            "/history?range=24h".into(),
         ),
         ("queues, admin".into(), api.admin.as_str(), "/queues".into()),
         ("workers".into(), api.admin.as_str(), "/workers".into()),
