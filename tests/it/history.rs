@@ -22,8 +22,7 @@ async fn finished(
     state: &str,
     n: i32,
     finished: &str,
-    run: &str,
-    late: &str,
+    [run, late]: [&str; 2],
 ) {
     // The SQL expressions are the tests' own.
     sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -92,8 +91,7 @@ async fn two_folds_at_once_count_every_finish_once() {
             if s % 5 == 0 { "failed" } else { "succeeded" },
             50,
             &format!("now() - interval '{s} minutes' - i * interval '1 second'"),
-            "interval '1 second'",
-            "interval '0'",
+            ["interval '1 second'", "interval '0'"],
         )
         .await;
     }
@@ -205,8 +203,7 @@ async fn rollups_are_pruned_after_their_keeping_with_time_as_input() {
             "succeeded",
             1,
             &format!("'{at}'::timestamptz"),
-            "interval '1 second'",
-            "interval '0'",
+            ["interval '1 second'", "interval '0'"],
         )
         .await;
     }
@@ -279,8 +276,7 @@ async fn the_history_counts_steps_exactly_and_estimates_percentiles() {
         "succeeded",
         90,
         in_1231,
-        "interval '1 second'",
-        "interval '3 seconds'",
+        ["interval '1 second'", "interval '3 seconds'"],
     )
     .await;
     finished(
@@ -290,8 +286,7 @@ async fn the_history_counts_steps_exactly_and_estimates_percentiles() {
         "succeeded",
         10,
         in_1231,
-        "interval '100 seconds'",
-        "interval '3 seconds'",
+        ["interval '100 seconds'", "interval '3 seconds'"],
     )
     .await;
     finished(
@@ -301,8 +296,7 @@ async fn the_history_counts_steps_exactly_and_estimates_percentiles() {
         "failed",
         5,
         "'2030-01-01T11:00:00Z'::timestamptz",
-        "interval '1 minute'",
-        "interval '0'",
+        ["interval '1 minute'", "interval '0'"],
     )
     .await;
     finished(
@@ -312,8 +306,7 @@ async fn the_history_counts_steps_exactly_and_estimates_percentiles() {
         "succeeded",
         7,
         "'2030-01-01T12:00:00Z'::timestamptz",
-        "interval '1 second'",
-        "interval '0'",
+        ["interval '1 second'", "interval '0'"],
     )
     .await;
     // Half folded: the history adds what is not.
@@ -391,8 +384,7 @@ async fn the_history_api_shows_a_user_its_own_finishes() {
         "succeeded",
         3,
         recent,
-        "interval '1 second'",
-        "interval '0'",
+        ["interval '1 second'", "interval '0'"],
     )
     .await;
     finished(
@@ -402,8 +394,7 @@ async fn the_history_api_shows_a_user_its_own_finishes() {
         "failed",
         4,
         recent,
-        "interval '1 second'",
-        "interval '0'",
+        ["interval '1 second'", "interval '0'"],
     )
     .await;
 
@@ -451,8 +442,7 @@ async fn the_history_page_charts_finishes_and_percentiles_by_range_and_queue() {
         "succeeded",
         30,
         spread,
-        "interval '2 seconds'",
-        "interval '1 second'",
+        ["interval '2 seconds'", "interval '1 second'"],
     )
     .await;
     finished(
@@ -462,8 +452,7 @@ async fn the_history_page_charts_finishes_and_percentiles_by_range_and_queue() {
         "failed",
         5,
         "now() - interval '3 hours'",
-        "interval '10 seconds'",
-        "interval '0'",
+        ["interval '10 seconds'", "interval '0'"],
     )
     .await;
     finished(
@@ -473,8 +462,7 @@ async fn the_history_page_charts_finishes_and_percentiles_by_range_and_queue() {
         "succeeded",
         100,
         spread,
-        "interval '1 second'",
-        "interval '0'",
+        ["interval '1 second'", "interval '0'"],
     )
     .await;
     sked_db::history::fold(pool, 2).await.unwrap();
