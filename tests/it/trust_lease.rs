@@ -79,7 +79,11 @@ impl Proxy {
     }
 
     fn url(&self, db: &TestDb) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, db.name)
+        // Plain text: the proxy reads the replies it drops (what TLS would hide).
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}?sslmode=disable",
+            self.port, db.name
+        )
     }
 
     fn cut(&self) {
