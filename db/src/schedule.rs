@@ -132,7 +132,11 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
     .bind(s.history_limit)
     .bind(s.paused)
     .bind(s.owner.as_deref().unwrap_or(owner))
-    .bind(s.notify.as_ref().filter(|n| n.as_object().is_none_or(|o| !o.is_empty())))
+    .bind(
+        s.notify
+            .as_ref()
+            .filter(|n| n.as_object().is_none_or(|o| !o.is_empty())),
+    )
     .fetch_one(pool)
     .await?;
     Ok(id)

@@ -188,7 +188,13 @@ fn other_rules(doc: &mut serde_json::Value) {
                        "failures_in_a_row": {"type": "integer", "minimum": 1, "maximum": 1000}},
     });
     let notify = json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/Notify"}]});
-    for body in ["SubmitTask", "TaskTemplate", "WorkflowTask", "SubmitWorkflow", "QueueNotify"] {
+    for body in [
+        "SubmitTask",
+        "TaskTemplate",
+        "WorkflowTask",
+        "SubmitWorkflow",
+        "QueueNotify",
+    ] {
         schemas[body]["properties"]["notify"] = notify.clone();
     }
     let notify =

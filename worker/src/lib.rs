@@ -623,7 +623,10 @@ impl Worker {
                 )
                 .in_current_span(),
             ),
-            tokio::spawn(hb.run(cancel_check, services_stop.clone()).in_current_span()),
+            tokio::spawn(
+                hb.run(cancel_check, services_stop.clone())
+                    .in_current_span(),
+            ),
             tokio::spawn(
                 heartbeat::LeaseGuard {
                     running: running.clone(),
@@ -881,8 +884,7 @@ impl Worker {
         let running = self.running.clone();
         let slots = self.slots.clone();
         let kill_grace = self.config.kill_grace;
-        let span =
-            tracing::info_span!("task", task_id = %row.id, attempt = row.attempt, queue = %row.queue);
+        let span = tracing::info_span!("task", task_id = %row.id, attempt = row.attempt, queue = %row.queue);
         tasks.spawn(
             async move {
                 if !after.is_empty() {
