@@ -385,6 +385,7 @@ async fn on_a_phone_every_page_is_reachable_from_the_navigation() {
         names,
         [
             "Overview",
+            "History",
             "Tasks",
             "Workflows",
             "Schedules",
