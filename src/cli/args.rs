@@ -91,6 +91,26 @@ pub struct TaskFlags {
     pub notify: Option<serde_json::Value>,
 }
 
+/// The notify that `--on-failure`, `--on-success` and `--on-retry` name (of a task, or of a
+/// queue's tasks); `None` when they name no target.
+pub(crate) fn notify_of(
+    on_failure: &[String],
+    on_success: &[String],
+    on_retry: &[String],
+) -> Option<serde_json::Value> {
+    let mut notify = serde_json::Map::new();
+    for (hook, targets) in [
+        ("on_failure", on_failure),
+        ("on_success", on_success),
+        ("on_retry", on_retry),
+    ] {
+        if !targets.is_empty() {
+            notify.insert(hook.to_owned(), serde_json::json!(targets));
+        }
+    }
+    (!notify.is_empty()).then_some(serde_json::Value::Object(notify))
+}
+
 /// A JSON object given to a flag.
 fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
     match serde_json::from_str::<serde_json::Value>(s) {
@@ -109,19 +129,10 @@ impl TaskFlags {
         task.env = self.env.iter().cloned().collect();
         task.max_attempts = self.max_attempts;
         task.labels = self.labels.clone();
-        task.notify = self.notify.clone().or_else(|| {
-            let mut notify = serde_json::Map::new();
-            for (hook, targets) in [
-                ("on_failure", &self.on_failure),
-                ("on_success", &self.on_success),
-                ("on_retry", &self.on_retry),
-            ] {
-                if !targets.is_empty() {
-                    notify.insert(hook.to_owned(), serde_json::json!(targets));
-                }
-            }
-            (!notify.is_empty()).then_some(serde_json::Value::Object(notify))
-        });
+        task.notify = self
+            .notify
+            .clone()
+            .or_else(|| notify_of(&self.on_failure, &self.on_success, &self.on_retry));
     }
 }
 

@@ -286,21 +286,12 @@ pub async fn run(cmd: QueueCommand) -> anyhow::Result<()> {
             outln!("{}", describe(&c));
         }
         QueueCommand::Notify(args) => {
-            let mut notify = serde_json::Map::new();
-            for (hook, targets) in [
-                ("on_failure", &args.on_failure),
-                ("on_success", &args.on_success),
-                ("on_retry", &args.on_retry),
-            ] {
-                if !targets.is_empty() {
-                    notify.insert(hook.to_owned(), serde_json::json!(targets));
-                }
-            }
-            if notify.is_empty() && !args.clear {
+            let notify = super::args::notify_of(&args.on_failure, &args.on_success, &args.on_retry);
+            if notify.is_none() && !args.clear {
                 bail!("give at least one of --on-failure, --on-success and --on-retry, or --clear");
             }
             let body = sked_types::QueueNotify {
-                notify: (!args.clear).then_some(serde_json::Value::Object(notify)),
+                notify: notify.filter(|_| !args.clear),
             };
             let set = args
                 .api
