@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
+use sked_types::workflow_spec::{SpecFormat, parse_spec};
 use sked_types::{SubmitWorkflow, WorkflowChange, WorkflowDetail};
 use uuid::Uuid;
 
@@ -61,21 +62,13 @@ pub async fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
 }
 
 /// Reads a workflow file: JSON when its name ends in `.json`, else YAML (`-`: YAML or JSON
-/// from stdin). Unknown keys are errors.
+/// from stdin), by the format's one definition ([`sked_types::workflow_spec`], which the
+/// dashboard's workflow form reads too). Unknown keys are errors.
 pub fn read_spec(path: &Path) -> anyhow::Result<SubmitWorkflow> {
     let text = read_text(path, "the workflow file")?;
-    let json = path.extension().is_some_and(|e| e == "json");
-    let spec: SubmitWorkflow = if json {
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a valid workflow", path.display()))?
-    } else {
-        yaml_serde::from_str(&text)
-            .with_context(|| format!("{} is not a valid workflow", path.display()))?
-    };
-    if spec.tasks.is_empty() {
-        anyhow::bail!("{} holds no tasks", path.display());
-    }
-    Ok(spec)
+    let format = SpecFormat::of_file_name(&path.to_string_lossy());
+    parse_spec(&text, format)
+        .with_context(|| format!("{} is not a valid workflow", path.display()))
 }
 
 /// `sked submit -f FILE`: prints the new workflow's id.

@@ -1,7 +1,8 @@
 //! Wire types of the sked REST API, shared by the server, the CLI and the dashboard.
 //!
 //! This crate compiles to `wasm32-unknown-unknown`: it depends only on serde, chrono (without
-//! the clock) and uuid (without random generation). Keep clocks, random ids, sqlx and tokio out.
+//! the clock), uuid (without random generation) and yaml_serde (pure Rust, for the workflow
+//! file format). Keep clocks, random ids, sqlx and tokio out.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +25,7 @@ pub mod shell;
 pub mod strict;
 pub mod time_zones;
 pub mod units;
+pub mod workflow_spec;
 pub use alert::{AlertTarget, QueueNotify, SetAlertTarget};
 pub use history::{History, HistoryPoint, HistoryRange, Percentiles};
 pub use overview::{FinalCounts, MinuteFinishes, Overview, QueueOverview, WorkerCounts};
