@@ -51,6 +51,7 @@ pub const MAX_PREVIEW: i32 = 100;
         (status = 201, description = "The schedule was created", body = Schedule),
         OwnerForbidden,
         (status = 409, description = "`conflict`: the owner already has a schedule of this name, or the template is a broadcast that no live worker serves", body = ApiError),
+        (status = 413, description = "`too_large`: the template's task, at every tick, would create more task rows (tasks, shards and copies of services) than the server allows per request (`--max-rows-per-request`)", body = ApiError),
         (status = 422, description = "`rejected`: the expression or the template breaks a rule (the message names it); a template is held to the rules of a submission", body = ApiError),
     ),
     security(("bearer" = [])),
