@@ -142,7 +142,7 @@ declare
     'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention',
     'idempotency_keys_prune', 'alert_target_set', 'alert_target_delete', 'alert_targets_list',
     'queue_set_notify', 'finishes_fold', 'finish_rollups_prune', 'finishes_history',
-    'finishes_queues'];
+    'finishes_queues', 'task_search_estimate'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
   -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
   -- awaiting, the idempotency keys a submission takes (called by sked.tasks_insert) and the
@@ -162,7 +162,7 @@ declare
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
                                     'service_copy_up', 'state_is_claimable',
                                     'state_waits_to_run', 'state_is_unfinished',
-                                    'artifact_grace'];
+                                    'artifact_grace', 'task_search_text'];
   -- Columns of sked.tasks that a submission sets (those of its fields and of its place, see
   -- sql/tasks.sql). The state columns that record running and finishing (worker_id,
   -- lease_expires_at, attempt, finished_at, results) and a shard's or a copy's place are

@@ -55,6 +55,7 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/finishes.sql", include_str!("../../sql/finishes.sql")),
     ("sql/overview.sql", include_str!("../../sql/overview.sql")),
     ("sql/views.sql", include_str!("../../sql/views.sql")),
+    ("sql/listing.sql", include_str!("../../sql/listing.sql")),
     ("sql/events.sql", include_str!("../../sql/events.sql")),
     ("sql/worker_io.sql", include_str!("../../sql/worker_io.sql")),
     ("sql/quotas.sql", include_str!("../../sql/quotas.sql")),

@@ -1,30 +1,43 @@
-//! Task listings: filters, keyset pages newest first, and a bound on the rows one request
-//! reads.
+//! Task listings: filters, keyset pages newest first, counts, and a bound on the rows one
+//! request reads.
 //!
 //! Ids are time-ordered, so "newest first" is a backward walk of an index in id order. A
-//! listing picks its walk, the *driver*, from its filters:
+//! listing picks its walk, the *driver*, from its filters, so that each filter alone finds
+//! its first page on an index:
 //!
-//! - a worker's running tasks, or a parent's shards: small sets from selective indexes
-//!   (`tasks_running`, `tasks_shards`), where every filter applies and the rows are sorted;
-//! - tasks in states other than `waiting` and `succeeded`: one walk of `tasks_by_state` per
-//!   state (of `tasks_running` for `running`), merged in id order; most tasks never enter these
-//!   states, so they are found without walking past the succeeded ones;
+//! - a worker's running tasks, a parent's shards, a workflow's tasks or a schedule's
+//!   occurrences: small sets from selective indexes (`tasks_running`, `tasks_shards`,
+//!   `tasks_workflow`, `schedule_runs`), where every filter applies and the rows are sorted;
+//! - a queue's tasks: one walk of `tasks_by_queue` (queue, state, id) per state asked for
+//!   (every state when none is), and of `tasks_running` for `running`, merged in id order;
+//! - tasks in some states: one walk of `tasks_by_state` (state, id) per state (of
+//!   `tasks_running` for `running`), merged in id order;
 //! - an owner's tasks: its finished tasks (`tasks_finished_by_owner`), its blocked, waiting
 //!   and retry tasks (`tasks_pending_by_owner`) and its running tasks (`tasks_running`),
 //!   merged in id order;
+//! - a text search alone: the primary key, and then the trigram index `tasks_text` (below);
 //! - otherwise all tasks (the primary key).
 //!
-//! Every row the driver yields matches the driver's own filter. The other filters (queue,
-//! text, and owner or state when the driver does not apply them) are *residual*: they are
-//! tested on the rows the driver yields, and the driver reads at most
-//! [`ListFilter::scan_limit`] rows per request. When that many rows gave fewer matches than
-//! the page holds, the page ends early with [`ListPage::scan_limit_reached`] and a cursor
-//! at the last row read, from which the next request continues. A request's cost is thus
-//! bounded whatever the filters, at the price of short (even empty) pages for rare matches.
+//! Every walk is bounded by the keyset cursor and the submission-time range (`created_after`,
+//! `created_before`), which are ranges of ids. Every row the driver yields matches the
+//! driver's own filter. The other filters (owner, queue, text, due and finish times, when
+//! the driver does not apply them) are *residual*: they are tested on the rows the driver
+//! yields, and the driver reads at most [`ListFilter::scan_limit`] rows per request. When
+//! that many rows gave fewer matches than the page holds, the page ends early with
+//! [`ListPage::scan_limit_reached`] and a cursor at the last row read, from which the next
+//! request continues. A request's cost is thus bounded whatever the filters.
+//!
+//! The text filter finds its first page even when it is rare: when its walk reads
+//! [`TEXT_FIRST_SCAN`] rows without filling the page, and the planner expects at most
+//! [`TEXT_INDEX_MATCHES`] tasks to hold the text (from the statistics of the trigram
+//! index's expression), the matches are taken from the trigram index `tasks_text` (a bitmap,
+//! with every other filter applied, sorted by id). A text more common than that (which a
+//! walk finds soon), with more matches than expected, or without three letters or digits in
+//! a row for trigrams, goes back to the walk and its scan limit.
 
 use chrono::{DateTime, Utc};
 use sked_types::TaskState;
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::{FromRow, PgPool, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
 use crate::Result;
@@ -37,6 +50,15 @@ pub const SCAN_LIMIT: i64 = 10_000;
 /// The limit when the text filter reads the rows of a walk other than the primary key's,
 /// which lie across the whole table (about 8 µs per row).
 pub const SCAN_LIMIT_SCATTERED: i64 = 4_000;
+/// Rows the text filter's walk reads before the trigram index is asked instead.
+pub const TEXT_FIRST_SCAN: i64 = 1_000;
+/// Matches the trigram index may give a text search at most; a text with more is common
+/// enough for the walk to find it.
+pub const TEXT_INDEX_MATCHES: i64 = 20_000;
+/// A count above this is answered as "more than" it.
+pub const COUNT_LIMIT: i64 = 10_000;
+/// Index entries (or rows) a count with residual filters reads at most.
+pub const COUNT_SCAN_LIMIT: i64 = 100_000;
 
 /// Filters of a task listing; `None` (or no states) means any.
 #[derive(Debug, Clone)]
@@ -54,6 +76,17 @@ pub struct ListFilter {
     pub due: Option<bool>,
     /// Only tasks that finished at or after this instant.
     pub finished_after: Option<DateTime<Utc>>,
+    /// Only tasks that finished before this instant.
+    pub finished_before: Option<DateTime<Utc>>,
+    /// Only tasks submitted at or after this instant, by the time in their id.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks submitted before this instant, by the time in their id.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only the tasks of this workflow.
+    pub workflow: Option<Uuid>,
+    /// Only the occurrences of this schedule that its history keeps (`schedule_runs`): the
+    /// tasks it fired and the tasks of the workflows it fired.
+    pub schedule: Option<Uuid>,
     /// A case-insensitive substring of the command line (the command, or the artifact URL,
     /// followed by the arguments, joined by spaces) or of the name.
     pub text: Option<String>,
@@ -76,6 +109,11 @@ impl Default for ListFilter {
             worker: None,
             due: None,
             finished_after: None,
+            finished_before: None,
+            created_after: None,
+            created_before: None,
+            workflow: None,
+            schedule: None,
             text: None,
             after: None,
             limit: 50,
@@ -97,8 +135,12 @@ pub struct ListPage {
 /// The index walk a listing is driven by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Driver {
-    /// A worker's running tasks or a parent's shards: every filter applies within the set.
+    /// A worker's running tasks, a parent's shards, a workflow's tasks or a schedule's
+    /// occurrences: every filter applies within the set.
     Small,
+    /// The queue's tasks in the filter's states (every state when none is given), each state
+    /// walked on its own.
+    Queue,
     /// The filter's states, each walked on its own index.
     States,
     /// The owner's tasks: finished, pending and running, each walked on its own index.
@@ -107,17 +149,17 @@ enum Driver {
     All,
 }
 
-/// States whose tasks a listing finds on an index of their own (`tasks_by_state`, and
-/// `tasks_running` for `running`) instead of walking past the succeeded ones.
-fn has_own_index(state: TaskState) -> bool {
-    !matches!(state, TaskState::Waiting | TaskState::Succeeded)
-}
-
 impl ListFilter {
     fn driver(&self) -> Driver {
-        if self.worker.is_some() || self.shard_of.is_some() {
+        if self.worker.is_some()
+            || self.shard_of.is_some()
+            || self.workflow.is_some()
+            || self.schedule.is_some()
+        {
             Driver::Small
-        } else if !self.states.is_empty() && self.states.iter().all(|s| has_own_index(*s)) {
+        } else if self.queue.is_some() {
+            Driver::Queue
+        } else if !self.states.is_empty() {
             Driver::States
         } else if self.owner.is_some() {
             Driver::Owner
@@ -128,15 +170,15 @@ impl ListFilter {
 
     /// True when some filter is not applied by the driver itself.
     fn has_residual(&self, driver: Driver) -> bool {
-        let times = self.due.is_some() || self.finished_after.is_some();
+        let others = self.text.is_some()
+            || self.due.is_some()
+            || self.finished_after.is_some()
+            || self.finished_before.is_some();
         match driver {
             Driver::Small => false,
-            Driver::States => {
-                self.owner.is_some() || self.queue.is_some() || self.text.is_some() || times
-            }
-            Driver::Owner | Driver::All => {
-                !self.states.is_empty() || self.queue.is_some() || self.text.is_some() || times
-            }
+            Driver::Queue | Driver::States => self.owner.is_some() || others,
+            Driver::Owner => !self.states.is_empty() || others,
+            Driver::All => !self.states.is_empty() || self.owner.is_some() || others,
         }
     }
 
@@ -144,6 +186,38 @@ impl ListFilter {
     fn wants_any(&self, states: &[TaskState]) -> bool {
         self.states.is_empty() || self.states.iter().any(|s| states.contains(s))
     }
+
+    /// The states a merged walk covers: the filter's, or all of them, sorted and without
+    /// repeats.
+    fn walked_states(&self) -> Vec<TaskState> {
+        let mut states = if self.states.is_empty() {
+            TaskState::ALL.to_vec()
+        } else {
+            self.states.clone()
+        };
+        states.sort_by_key(|s| s.as_str());
+        states.dedup();
+        states
+    }
+
+    /// The exclusive upper bound of the ids: the cursor or the end of the submission-time
+    /// range, whichever is lower.
+    fn id_below(&self) -> Option<Uuid> {
+        let end = self.created_before.map(id_at);
+        match (self.after, end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The smallest time-ordered id (UUIDv7) of the millisecond of `at`: ids at or above it
+/// were made at or after `at`.
+fn id_at(at: DateTime<Utc>) -> Uuid {
+    let ms = at.timestamp_millis().clamp(0, (1 << 48) - 1) as u64;
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
 }
 
 /// The states of `tasks_pending_by_owner`.
@@ -181,20 +255,43 @@ fn push_state_list(q: &mut QueryBuilder<Postgres>, alias: &str, states: &[TaskSt
     q.push(")");
 }
 
-fn push_text(q: &mut QueryBuilder<Postgres>, alias: &str, text: &str) {
-    q.push(format_args!(
-        " and (strpos(lower(concat_ws(' ', {alias}.artifact_url, array_to_string({alias}.command, ' '), \
-         array_to_string({alias}.args, ' '))), lower("
-    ))
-    .push_bind(text.to_owned())
-    .push(format_args!(
-        ")) > 0 or strpos(lower(coalesce({alias}.name, '')), lower("
-    ))
-    .push_bind(text.to_owned())
-    .push(")) > 0)");
+/// The `ILIKE` pattern that finds `text` anywhere: its `%`, `_` and `\` taken literally.
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
 }
 
-/// Pushes the filters on times, which no driver applies: ` and <alias>.next_run_at <= now()`
+/// True when the trigram index can narrow a search for `text`: it holds three letters or
+/// digits in a row (trigrams come from runs of them; a pattern without any would read the
+/// whole index).
+fn has_trigram(text: &str) -> bool {
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c.is_alphanumeric() { run + 1 } else { 0 };
+        if run >= 3 {
+            return true;
+        }
+    }
+    false
+}
+
+fn push_text(q: &mut QueryBuilder<Postgres>, alias: &str, text: &str) {
+    q.push(format_args!(
+        " and sked.task_search_text({alias}.artifact_url, {alias}.command, {alias}.args, \
+         {alias}.name) ilike "
+    ))
+    .push_bind(contains_pattern(text));
+}
+
+/// Pushes the filters on times that no walk applies: ` and <alias>.next_run_at <= now()`
 /// and the like.
 fn push_times(q: &mut QueryBuilder<Postgres>, f: &ListFilter, alias: &str) {
     match f.due {
@@ -210,20 +307,76 @@ fn push_times(q: &mut QueryBuilder<Postgres>, f: &ListFilter, alias: &str) {
         q.push(format_args!(" and {alias}.finished_at >= "))
             .push_bind(since);
     }
+    if let Some(until) = f.finished_before {
+        q.push(format_args!(" and {alias}.finished_at < "))
+            .push_bind(until);
+    }
 }
 
-/// Pushes the filters the driver does not apply, on rows named `alias`.
-fn push_residual(q: &mut QueryBuilder<Postgres>, f: &ListFilter, driver: Driver, alias: &str) {
-    if driver == Driver::States
+/// Pushes the bounds of the ids (the cursor and the submission-time range), which every
+/// walk applies.
+fn push_id_bounds(q: &mut QueryBuilder<Postgres>, f: &ListFilter, alias: &str) {
+    if let Some(below) = f.id_below() {
+        q.push(format_args!(" and {alias}.id < ")).push_bind(below);
+    }
+    if let Some(from) = f.created_after {
+        q.push(format_args!(" and {alias}.id >= "))
+            .push_bind(id_at(from));
+    }
+}
+
+/// Pushes the filters `driver` does not apply, on rows named `alias`; with no driver, every
+/// filter (the id bounds and the small sets' included).
+fn push_filters(
+    q: &mut QueryBuilder<Postgres>,
+    f: &ListFilter,
+    driver: Option<Driver>,
+    alias: &str,
+) {
+    if driver.is_none() {
+        if let Some(worker) = f.worker {
+            q.push(format_args!(
+                " and {alias}.state = 'running' and {alias}.worker_id = "
+            ))
+            .push_bind(worker);
+        }
+        if let Some(parent) = f.shard_of {
+            q.push(format_args!(" and {alias}.shard_of = "))
+                .push_bind(parent);
+        }
+        if let Some(workflow) = f.workflow {
+            q.push(format_args!(" and {alias}.workflow_id = "))
+                .push_bind(workflow);
+        }
+        if let Some(schedule) = f.schedule {
+            // A schedule fires a task (task_id) or a workflow (workflow_id); both are found
+            // on indexes (the primary key, tasks_workflow).
+            q.push(format_args!(
+                " and ({alias}.id in (select r.task_id from sked.schedule_runs r \
+                 where r.task_id is not null and r.schedule_id = "
+            ))
+            .push_bind(schedule)
+            .push(format_args!(
+                ") or {alias}.workflow_id in (select r.workflow_id from sked.schedule_runs r \
+                 where r.workflow_id is not null and r.schedule_id = "
+            ))
+            .push_bind(schedule)
+            .push("))");
+        }
+        push_id_bounds(q, f, alias);
+    }
+    if driver != Some(Driver::Owner)
         && let Some(owner) = &f.owner
     {
         q.push(format_args!(" and {alias}.owner = "))
             .push_bind(owner.clone());
     }
-    if matches!(driver, Driver::Owner | Driver::All) && !f.states.is_empty() {
+    if !matches!(driver, Some(Driver::Queue | Driver::States)) && !f.states.is_empty() {
         push_states_in(q, alias, &f.states);
     }
-    if let Some(queue) = &f.queue {
+    if driver != Some(Driver::Queue)
+        && let Some(queue) = &f.queue
+    {
         q.push(format_args!(" and {alias}.queue = "))
             .push_bind(queue.clone());
     }
@@ -250,41 +403,20 @@ fn push_driver(
             q.push(format_args!(
                 "select {columns} from (select t.* from sked.tasks t where true"
             ));
-            if let Some(worker) = f.worker {
-                q.push(" and t.state = 'running' and t.worker_id = ")
-                    .push_bind(worker);
-            }
-            if let Some(parent) = f.shard_of {
-                q.push(" and t.shard_of = ").push_bind(parent);
-            }
-            if let Some(owner) = &f.owner {
-                q.push(" and t.owner = ").push_bind(owner.clone());
-            }
-            if !f.states.is_empty() {
-                push_states_in(q, "t", &f.states);
-            }
-            if let Some(queue) = &f.queue {
-                q.push(" and t.queue = ").push_bind(queue.clone());
-            }
-            if let Some(text) = &f.text {
-                push_text(q, "t", text);
-            }
-            push_times(q, f, "t");
-            if let Some(after) = f.after {
-                q.push(" and t.id < ").push_bind(after);
-            }
+            push_filters(q, f, None, "t");
             q.push(format_args!(" offset 0) t order by t.id desc limit {n}"));
         }
+        Driver::Queue => {
+            let walks: Vec<Walk> = f.walked_states().into_iter().map(Walk::State).collect();
+            push_merged(q, f, &walks, None, f.queue.as_deref(), columns, n);
+        }
         Driver::States => {
-            let mut states = f.states.clone();
-            states.sort_by_key(|s| s.as_str());
-            states.dedup();
-            let walks: Vec<Walk> = states.into_iter().map(Walk::State).collect();
-            push_merged(q, f, &walks, None, columns, n);
+            let walks: Vec<Walk> = f.walked_states().into_iter().map(Walk::State).collect();
+            push_merged(q, f, &walks, None, None, columns, n);
         }
         Driver::Owner => {
             // Only finished tasks have finished since a time.
-            let finished_only = f.finished_after.is_some();
+            let finished_only = f.finished_after.is_some() || f.finished_before.is_some();
             let mut walks = Vec::new();
             if f.wants_any(&FINAL) {
                 walks.push(Walk::Finished);
@@ -295,15 +427,13 @@ fn push_driver(
             if f.wants_any(&[TaskState::Running]) && !finished_only {
                 walks.push(Walk::State(TaskState::Running));
             }
-            push_merged(q, f, &walks, f.owner.as_deref(), columns, n);
+            push_merged(q, f, &walks, f.owner.as_deref(), None, columns, n);
         }
         Driver::All => {
             q.push(format_args!(
                 "select {columns} from sked.tasks t where true"
             ));
-            if let Some(after) = f.after {
-                q.push(" and t.id < ").push_bind(after);
-            }
+            push_id_bounds(q, f, "t");
             q.push(format_args!(" order by t.id desc limit {n}"));
         }
     }
@@ -312,7 +442,8 @@ fn push_driver(
 /// One ordered walk of a merged driver.
 #[derive(Debug, Clone, Copy)]
 enum Walk {
-    /// The tasks in a state (`tasks_by_state`, or `tasks_running` for `running`).
+    /// The tasks in a state (`tasks_by_state`, or `tasks_by_queue` within a queue, or
+    /// `tasks_running` for `running`).
     State(TaskState),
     /// Finished tasks (`tasks_finished_by_owner` with an owner).
     Finished,
@@ -321,12 +452,13 @@ enum Walk {
 }
 
 /// Pushes walks merged in id order (a Merge Append of ordered index scans), at most `n`
-/// rows, each walk limited to the owner when one is given.
+/// rows, each walk limited to the owner and to the queue when they are given.
 fn push_merged(
     q: &mut QueryBuilder<Postgres>,
     f: &ListFilter,
     walks: &[Walk],
     owner: Option<&str>,
+    queue: Option<&str>,
     columns: &str,
     n: i64,
 ) {
@@ -360,9 +492,10 @@ fn push_merged(
         if let Some(owner) = owner {
             q.push(" and t.owner = ").push_bind(owner.to_owned());
         }
-        if let Some(after) = f.after {
-            q.push(" and t.id < ").push_bind(after);
+        if let Some(queue) = queue {
+            q.push(" and t.queue = ").push_bind(queue.to_owned());
         }
+        push_id_bounds(q, f, "t");
         if running {
             q.push(" offset 0) t");
         }
@@ -372,10 +505,10 @@ fn push_merged(
 }
 
 /// The columns a walk yields for the residual filters: those of the indexes' entries
-/// (`tasks_by_state`, `tasks_finished_by_owner` and `tasks_pending_by_owner` carry owner,
-/// queue and state, and the first and last `next_run_at`), so that testing owner, queue,
-/// state or a due time reads no table row there; the finish time and the text filter are
-/// read from the rows.
+/// (`tasks_by_state`, `tasks_by_queue`, `tasks_finished_by_owner` and
+/// `tasks_pending_by_owner` carry owner, queue and state, and most of them `next_run_at`),
+/// so that testing owner, queue, state or a due time reads no table row there; the finish
+/// time and the text filter are read from the rows.
 fn window_columns(f: &ListFilter) -> String {
     if f.text.is_some() {
         return "t.*".to_owned();
@@ -384,10 +517,45 @@ fn window_columns(f: &ListFilter) -> String {
     if f.due.is_some() {
         columns.push_str(", t.next_run_at");
     }
-    if f.finished_after.is_some() {
+    if f.finished_after.is_some() || f.finished_before.is_some() {
         columns.push_str(", t.finished_at");
     }
     columns
+}
+
+/// True when the trigram index can find the filter's text: the index exists (it needs the
+/// pg_trgm extension, see the migration `20261230000001_listing_indexes.sql`), the text has
+/// trigrams, and the planner expects at most [`TEXT_INDEX_MATCHES`] tasks to hold it (from
+/// the statistics of the index's expression, `sked.task_search_estimate`). A more common text is found sooner by a walk,
+/// and its bitmap alone would cost more than the walk's whole scan limit.
+async fn text_index_finds(db: &mut sqlx::PgConnection, f: &ListFilter) -> Result<bool> {
+    let Some(text) = f.text.as_deref().filter(|t| has_trigram(t)) else {
+        return Ok(false);
+    };
+    let exists: bool = sqlx::query_scalar("select to_regclass('sked.tasks_text') is not null")
+        .fetch_one(&mut *db)
+        .await?;
+    if !exists {
+        return Ok(false);
+    }
+    let rows: Option<f64> = sqlx::query_scalar("select sked.task_search_estimate($1)")
+        .bind(contains_pattern(text))
+        .fetch_one(db)
+        .await?;
+    let rows = rows.unwrap_or(f64::INFINITY);
+    Ok(rows <= TEXT_INDEX_MATCHES as f64)
+}
+
+/// Makes the planner of this transaction read through bitmaps (the trigram index, and
+/// the others with it), never by walking an index or the table in order.
+async fn bitmaps_only(db: &mut sqlx::PgConnection) -> Result<()> {
+    sqlx::raw_sql(
+        "set local enable_seqscan = off; set local enable_indexscan = off; \
+         set local enable_indexonlyscan = off",
+    )
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// One page of tasks, newest first, by keyset on the id (see the module documentation).
@@ -399,43 +567,68 @@ fn window_columns(f: &ListFilter) -> String {
 pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let limit = f.limit.max(1);
     let driver = f.driver();
+    // The page and the end of the scan window are read in one snapshot, so that a cursor at
+    // the window's end continues exactly where this page's scan stopped.
+    let mut tx = pool
+        .begin_with("begin isolation level repeatable read, read only")
+        .await?;
+    let text_index = driver != Driver::Small && text_index_finds(&mut tx, f).await?;
     // The text filter reads whole rows; a walk other than the primary key's finds them
     // across the whole table, each row costing about three times as much.
     let scan_limit = if f.text.is_some() && driver != Driver::All {
         f.scan_limit.min(SCAN_LIMIT_SCATTERED)
     } else {
         f.scan_limit
+    };
+    if text_index {
+        let page = walk(&mut tx, f, driver, limit, TEXT_FIRST_SCAN.min(scan_limit)).await?;
+        if !page.scan_limit_reached {
+            tx.commit().await?;
+            return Ok(page);
+        }
+        if let Some(page) = text_from_index(&mut tx, f, limit).await? {
+            tx.commit().await?;
+            return Ok(page);
+        }
     }
-    .max(limit + 1);
+    let page = walk(&mut tx, f, driver, limit, scan_limit).await?;
+    tx.commit().await?;
+    Ok(page)
+}
+
+/// A page from the driver's walk, reading at most `scan_limit` rows when some filter is
+/// residual.
+async fn walk(
+    db: &mut sqlx::PgConnection,
+    f: &ListFilter,
+    driver: Driver,
+    limit: i64,
+    scan_limit: i64,
+) -> Result<ListPage> {
+    let scan_limit = scan_limit.max(limit + 1);
     // One row more than the page tells whether another page follows.
     let fetch = limit + 1;
     if !f.has_residual(driver) {
         let mut q = QueryBuilder::new("");
         push_driver(&mut q, f, driver, "t.*", fetch);
-        let rows: Vec<TaskRow> = q.build_query_as().persistent(false).fetch_all(pool).await?;
+        let rows: Vec<TaskRow> = q.build_query_as().persistent(false).fetch_all(db).await?;
         return Ok(page(rows, limit, None));
     }
-    // The page and the end of the scan window are read in one snapshot, so that a cursor at
-    // the window's end continues exactly where this page's scan stopped.
-    let mut tx = pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
     // The window's matches first, from the walk's own columns where they suffice; then their
     // rows.
     let mut q = QueryBuilder::new("select t.* from sked.tasks t join (select w.id from (");
     push_driver(&mut q, f, driver, &window_columns(f), scan_limit);
     q.push(") w where true");
-    push_residual(&mut q, f, driver, "w");
+    push_filters(&mut q, f, Some(driver), "w");
     q.push(format_args!(
         " order by w.id desc limit {fetch}) m on m.id = t.id order by t.id desc"
     ));
     let rows: Vec<TaskRow> = q
         .build_query_as()
         .persistent(false)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *db)
         .await?;
     if rows.len() as i64 > limit {
-        tx.commit().await?;
         return Ok(page(rows, limit, None));
     }
     // A short page: did the driver stop at the scan limit? Then its last row is the cursor.
@@ -448,10 +641,133 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let last_read: Option<Uuid> = q
         .build_query_scalar()
         .persistent(false)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(db)
         .await?;
-    tx.commit().await?;
     Ok(page(rows, limit, last_read))
+}
+
+/// A page of a text search from the trigram index: the matches of every filter (at most
+/// [`TEXT_INDEX_MATCHES`]), newest first; `None` when there are more.
+async fn text_from_index(
+    db: &mut sqlx::PgConnection,
+    f: &ListFilter,
+    limit: i64,
+) -> Result<Option<ListPage>> {
+    bitmaps_only(db).await?;
+    let mut q =
+        QueryBuilder::new("with hits as materialized (select t.id from sked.tasks t where true");
+    push_filters(&mut q, f, None, "t");
+    q.push(format_args!(
+        " limit {}) select t.*, (select count(*) from hits) as hits from sked.tasks t \
+         where t.id in (select h.id from hits h order by h.id desc limit {}) \
+         order by t.id desc",
+        TEXT_INDEX_MATCHES + 1,
+        limit + 1
+    ));
+    let rows: Vec<(i64, TaskRow)> = q
+        .build()
+        .persistent(false)
+        .fetch_all(&mut *db)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get("hits")?, TaskRow::from_row(row)?)))
+        .collect::<std::result::Result<_, sqlx::Error>>()?;
+    sqlx::raw_sql("reset enable_seqscan; reset enable_indexscan; reset enable_indexonlyscan")
+        .execute(db)
+        .await?;
+    if rows
+        .first()
+        .is_some_and(|(hits, _)| *hits > TEXT_INDEX_MATCHES)
+    {
+        return Ok(None);
+    }
+    Ok(Some(page(
+        rows.into_iter().map(|(_, row)| row).collect(),
+        limit,
+        None,
+    )))
+}
+
+/// How many tasks a listing's filters select, counted up to [`COUNT_LIMIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count {
+    /// The tasks counted.
+    pub count: i64,
+    /// False when there may be more: `count` is then a lower bound (above [`COUNT_LIMIT`],
+    /// or [`COUNT_SCAN_LIMIT`] entries read before the residual filters were settled).
+    pub exact: bool,
+}
+
+/// Counts the tasks of a listing's filters (its cursor and page size aside), reading a
+/// bounded number of index entries or rows: exact up to [`COUNT_LIMIT`] where the filters'
+/// indexes settle it, else a lower bound.
+pub async fn count(pool: &PgPool, f: &ListFilter) -> Result<Count> {
+    let f = &ListFilter {
+        after: None,
+        ..f.clone()
+    };
+    let driver = f.driver();
+    let mut tx = pool
+        .begin_with("begin isolation level repeatable read, read only")
+        .await?;
+    let capped = |n: i64| Count {
+        count: n.min(COUNT_LIMIT),
+        exact: n <= COUNT_LIMIT,
+    };
+    // A small set, or a rare text the trigram index finds: every filter on the set or the
+    // index's bitmap, stopping after the limit.
+    let text_index = driver != Driver::Small && text_index_finds(&mut tx, f).await?;
+    if driver == Driver::Small || text_index {
+        if text_index {
+            bitmaps_only(&mut tx).await?;
+        }
+        let mut q =
+            QueryBuilder::new("select count(*) from (select 1 from sked.tasks t where true");
+        push_filters(&mut q, f, None, "t");
+        q.push(format_args!(" limit {}) c", COUNT_LIMIT + 1));
+        let n: i64 = q
+            .build_query_scalar()
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(capped(n));
+    }
+    // A walk with residual filters reads at most COUNT_SCAN_LIMIT index entries, or the
+    // scan limit's rows when a common text is tested on them.
+    let residual = f.has_residual(driver);
+    let walked = if !residual {
+        COUNT_LIMIT + 1
+    } else if f.text.is_some() {
+        SCAN_LIMIT
+    } else {
+        COUNT_SCAN_LIMIT
+    };
+    let mut q = QueryBuilder::new("select count(*) from (select 1 from (");
+    push_driver(&mut q, f, driver, &window_columns(f), walked);
+    q.push(") w where true");
+    push_filters(&mut q, f, Some(driver), "w");
+    q.push(format_args!(" limit {}) c", COUNT_LIMIT + 1));
+    let n: i64 = q
+        .build_query_scalar()
+        .persistent(false)
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut counted = capped(n);
+    if residual && counted.exact {
+        // Fewer matches than the limit: exact if the walk ended before its bound.
+        let mut q = QueryBuilder::new("select count(*) from (");
+        push_driver(&mut q, f, driver, "t.id", walked);
+        q.push(") w");
+        let read: i64 = q
+            .build_query_scalar()
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
+        counted.exact = read < walked;
+    }
+    tx.commit().await?;
+    Ok(counted)
 }
 
 fn page(mut rows: Vec<TaskRow>, limit: i64, last_read: Option<Uuid>) -> ListPage {

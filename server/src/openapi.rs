@@ -70,6 +70,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
     let large_bodies = || DefaultBodyLimit::max(crate::error::MAX_BATCH_BODY);
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(tasks::list, tasks::submit))
+        .routes(routes!(tasks::count))
         .routes(routes!(tasks::submit_batch).layer(large_bodies()))
         .routes(routes!(tasks::detail))
         .routes(routes!(tasks::logs))

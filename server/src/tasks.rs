@@ -201,6 +201,18 @@ pub struct TaskParams {
     /// Only tasks that finished at or after this instant (RFC 3339), such as the overview's
     /// last hour (its `since`).
     finished_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks that finished before this instant (RFC 3339).
+    finished_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks submitted at or after this instant (RFC 3339), by the time in their id
+    /// (the UUIDv7 sked gives every task that is not inserted with an id of its own).
+    created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks submitted before this instant (RFC 3339), by the time in their id.
+    created_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only the tasks of this workflow.
+    workflow: Option<Uuid>,
+    /// Only the occurrences of this schedule that its history keeps: the tasks it fired and
+    /// the tasks of the workflows it fired.
+    schedule: Option<Uuid>,
     /// The `next_cursor` of the previous page: only tasks older than this id.
     after: Option<Uuid>,
     /// Page size, 1 to 500 (default 50).
@@ -209,6 +221,44 @@ pub struct TaskParams {
     /// `full` (default): whole tasks; `summary`: the fields a task list shows
     /// (`TaskSummary`), without the environment, input and output.
     view: Option<ListView>,
+}
+
+impl TaskParams {
+    /// The listing these parameters select, as `principal` may see it: a user token's own
+    /// tasks only. Also the selection of the bulk actions, so that they act on exactly what
+    /// the listing shows.
+    pub(crate) fn filter(self, principal: &Principal) -> Result<ListFilter> {
+        Ok(ListFilter {
+            owner: listing_owner(principal, self.owner, "tasks")?,
+            states: parse_states(self.state)?,
+            queue: non_empty(self.queue),
+            shard_of: self.shard_of,
+            worker: self.worker,
+            due: self.due.map(|d| d == Due::Now),
+            finished_after: self.finished_after,
+            finished_before: self.finished_before,
+            created_after: self.created_after,
+            created_before: self.created_before,
+            workflow: self.workflow,
+            schedule: self.schedule,
+            text: non_empty(self.q),
+            after: self.after,
+            limit: page_size(self.limit, DEFAULT_PAGE, MAX_PAGE)?,
+            ..ListFilter::default()
+        })
+    }
+
+    /// The parameters given that select a page rather than tasks (`after`, `limit`, `view`).
+    pub(crate) fn page_params_given(&self) -> Vec<&'static str> {
+        [
+            ("after", self.after.is_some()),
+            ("limit", self.limit.is_some()),
+            ("view", self.view.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
 }
 
 /// Whether a listing takes the tasks due now or those due later (`due`).
@@ -307,23 +357,8 @@ pub async fn list(
     Auth(principal): Auth,
     Query(params): Query<TaskParams>,
 ) -> Result<Shown<Listing>> {
-    let states = parse_states(params.state)?;
     let view = params.view.unwrap_or(ListView::Full);
-    let limit = page_size(params.limit, DEFAULT_PAGE, MAX_PAGE)?;
-    let text = non_empty(params.q);
-    let filter = ListFilter {
-        owner: listing_owner(&principal, params.owner, "tasks")?,
-        states,
-        queue: non_empty(params.queue),
-        shard_of: params.shard_of,
-        worker: params.worker,
-        due: params.due.map(|d| d == Due::Now),
-        finished_after: params.finished_after,
-        text,
-        after: params.after,
-        limit,
-        ..ListFilter::default()
-    };
+    let filter = params.filter(&principal)?;
     let ListPage {
         rows,
         next_cursor,
@@ -341,6 +376,52 @@ pub async fn list(
             next_cursor,
             scan_limit_reached,
         }),
+    }))
+}
+
+/// How many tasks a listing's filters select (`GET /api/v1/tasks/count`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskCount {
+    /// The tasks counted: exact when `exact`, else a lower bound ("more than", or "at
+    /// least").
+    #[schema(minimum = 0, maximum = 10000)]
+    pub count: i64,
+    /// False when there may be more than `count`: past 10,000, or when 100,000 tasks were
+    /// read before the filters no index applies were settled.
+    pub exact: bool,
+}
+
+/// Count the tasks a listing's filters select.
+///
+/// Takes the filters of `GET /api/v1/tasks` (not its `after`, `limit` or `view`) and counts
+/// their tasks as that listing would show them, reading a bounded number of index entries:
+/// exactly up to 10,000 where the filters' indexes settle it, else a lower bound with
+/// `exact` false (see `docs/api.md`).
+#[utoipa::path(
+    get, path = "/api/v1/tasks/count", operation_id = "count_tasks", tag = "tasks",
+    params(TaskParams),
+    responses(
+        (status = 200, description = "The count", body = TaskCount),
+        (status = 400, description = "An unknown state, a malformed parameter, or `after`, `limit` or `view`, which a count does not take", body = ApiError),
+        OwnerForbidden,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn count(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Query(params): Query<TaskParams>,
+) -> Result<axum::Json<TaskCount>> {
+    if let Some(name) = params.page_params_given().first() {
+        return Err(Error::InvalidRequest(format!(
+            "{name} selects a listing's page, which a count does not take"
+        )));
+    }
+    let filter = params.filter(&principal)?;
+    let counted = sked_db::listing::count(&state.pool, &filter).await?;
+    Ok(axum::Json(TaskCount {
+        count: counted.count,
+        exact: counted.exact,
     }))
 }
 

@@ -18,6 +18,7 @@ mod events;
 mod history;
 mod idempotency;
 mod isolation;
+mod listing;
 mod log_format;
 mod metrics;
 mod openapi_contract;
