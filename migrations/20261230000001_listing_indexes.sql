@@ -1,8 +1,12 @@
--- Task listings whose every filter finds its first page on an index (docs/api.md, "Listing
+-- Task listings whose filters find their first page on an index (docs/api.md, "Listing
 -- tasks"): a walk in id order for each state (waiting and succeeded included) and for each
--- queue, and a trigram index for the text search. Running tasks stay out of the new
--- indexes: they are found on tasks_running, and a claim adds no entry to them. The cost on
--- the hot path is measured in bench/README.md (W1, W2) and the listings' times in W8.
+-- queue. Running tasks stay out of the new indexes: they are found on tasks_running, and a
+-- claim adds no entry to them. The cost on the hot path is measured in bench/README.md (W1,
+-- W2) and the listings' times in W8.
+--
+-- The text filter's trigram index is not made here: it doubles the cost of an insert, so an
+-- operator makes it when the search is worth that (`sked search-index enable`, docs/api.md);
+-- what it indexes is defined here, so that every index made by that command is the same.
 
 -- Tasks newest first per state, every state but running: replaces tasks_by_state, which left
 -- out waiting and succeeded tasks (the most numerous, found by walking the primary key).
@@ -17,7 +21,8 @@ create index tasks_by_queue on sked.tasks (queue, state, id) include (owner, nex
   where state <> 'running';
 
 -- What the text filter searches: the command line (the artifact URL or the command, then
--- the arguments, joined by spaces), and the name on a line of its own.
+-- the arguments, joined by spaces), and the name on a line of its own; the expression of
+-- the trigram index tasks_text.
 create function sked.task_search_text(artifact_url text, command text[], args text[], name text)
   returns text
   language sql immutable parallel safe
@@ -26,28 +31,3 @@ create function sked.task_search_text(artifact_url text, command text[], args te
 
 comment on function sked.task_search_text(text, text[], text[], text) is
   'What the task listing''s text filter (q) searches, case-insensitively: the command line, then the name on a line of its own.';
-
--- The trigram index of that text, when the pg_trgm extension can be had (it ships with
--- PostgreSQL; creating it needs the CREATE privilege on the database, which trusted
--- extensions ask of whoever runs the migrations). Without it the text filter still works,
--- on at most the scan limit's rows per request.
-do $$
-declare
-  trgm_schema name;
-begin
-  begin
-    create extension if not exists pg_trgm;
-  exception when insufficient_privilege or undefined_file or feature_not_supported then
-    raise notice 'pg_trgm is not available (%): the task listing''s text filter has no index', sqlerrm;
-  end;
-  select n.nspname into trgm_schema
-    from pg_extension e join pg_namespace n on n.oid = e.extnamespace
-   where e.extname = 'pg_trgm';
-  if trgm_schema is not null then
-    execute format(
-      'create index tasks_text on sked.tasks using gin '
-      '(sked.task_search_text(artifact_url, command, args, name) %I.gin_trgm_ops)',
-      trgm_schema);
-  end if;
-end
-$$;

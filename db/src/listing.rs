@@ -27,7 +27,9 @@
 //! [`ListPage::scan_limit_reached`] and a cursor at the last row read, from which the next
 //! request continues. A request's cost is thus bounded whatever the filters.
 //!
-//! The text filter finds its first page even when it is rare: when its walk reads
+//! With its trigram index (`tasks_text`, which an operator makes: it doubles the cost of an
+//! insert, see [`text_index_enable`]), the text filter finds its first page even when the
+//! text is rare: when its walk reads
 //! [`TEXT_FIRST_SCAN`] rows without filling the page, and the planner expects at most
 //! [`TEXT_INDEX_MATCHES`] tasks to hold the text (from the statistics of the trigram
 //! index's expression), the matches are taken from the trigram index `tasks_text` (a bitmap,
@@ -523,8 +525,77 @@ fn window_columns(f: &ListFilter) -> String {
     columns
 }
 
-/// True when the trigram index can find the filter's text: the index exists (it needs the
-/// pg_trgm extension, see the migration `20261230000001_listing_indexes.sql`), the text has
+/// The text filter's trigram index, `tasks_text`: made by an operator
+/// ([`text_index_enable`], `sked search-index enable`), since it doubles the cost of an
+/// insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextIndex {
+    /// No such index: the text filter walks, at most the scan limit's rows per request.
+    Missing,
+    /// Being built, or left invalid by a build that failed: not used.
+    NotReady,
+    /// Used by the text filter; its size on disk.
+    Ready { bytes: i64 },
+}
+
+/// The state of the text filter's trigram index.
+pub async fn text_index(db: impl sqlx::PgExecutor<'_>) -> Result<TextIndex> {
+    let row: Option<(bool, i64)> = sqlx::query_as(
+        "select i.indisvalid and i.indisready, pg_relation_size(i.indexrelid)
+           from pg_index i where i.indexrelid = to_regclass('sked.tasks_text')",
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(match row {
+        None => TextIndex::Missing,
+        Some((false, _)) => TextIndex::NotReady,
+        Some((true, bytes)) => TextIndex::Ready { bytes },
+    })
+}
+
+/// Makes the text filter's trigram index (`CREATE INDEX CONCURRENTLY`: inserts and updates
+/// go on while it is built), after the pg_trgm extension when it is missing; a build left
+/// invalid by an earlier failure is dropped and made again. Needs the rights of the account
+/// that migrates (the extension, the CREATE privilege on the database).
+pub async fn text_index_enable(pool: &PgPool) -> Result<TextIndex> {
+    let mut conn = pool.acquire().await?;
+    sqlx::raw_sql("create extension if not exists pg_trgm")
+        .execute(&mut *conn)
+        .await?;
+    if text_index(&mut *conn).await? == TextIndex::NotReady {
+        sqlx::raw_sql("drop index concurrently if exists sked.tasks_text")
+            .execute(&mut *conn)
+            .await?;
+    }
+    let schema: String = sqlx::query_scalar(
+        "select n.nspname::text from pg_extension e
+           join pg_namespace n on n.oid = e.extnamespace where e.extname = 'pg_trgm'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "create index concurrently if not exists tasks_text on sked.tasks using gin \
+         (sked.task_search_text(artifact_url, command, args, name) {quoted}.gin_trgm_ops)"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::raw_sql("analyze sked.tasks")
+        .execute(&mut *conn)
+        .await?;
+    text_index(&mut *conn).await
+}
+
+/// Drops the text filter's trigram index (concurrently); the filter walks again.
+pub async fn text_index_disable(pool: &PgPool) -> Result<()> {
+    sqlx::raw_sql("drop index concurrently if exists sked.tasks_text")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// True when the trigram index can find the filter's text: the index is ready (see
+/// [`TextIndex`]), the text has
 /// trigrams, and the planner expects at most [`TEXT_INDEX_MATCHES`] tasks to hold it (from
 /// the statistics of the index's expression, `sked.task_search_estimate`). A more common text is found sooner by a walk,
 /// and its bitmap alone would cost more than the walk's whole scan limit.
@@ -532,10 +603,7 @@ async fn text_index_finds(db: &mut sqlx::PgConnection, f: &ListFilter) -> Result
     let Some(text) = f.text.as_deref().filter(|t| has_trigram(t)) else {
         return Ok(false);
     };
-    let exists: bool = sqlx::query_scalar("select to_regclass('sked.tasks_text') is not null")
-        .fetch_one(&mut *db)
-        .await?;
-    if !exists {
+    if !matches!(text_index(&mut *db).await?, TextIndex::Ready { .. }) {
         return Ok(false);
     }
     let rows: Option<f64> = sqlx::query_scalar("select sked.task_search_estimate($1)")

@@ -291,8 +291,9 @@ async fn a_residual_filter_reads_at_most_the_scan_limit_and_continues_from_its_c
     .await
     .unwrap();
 
-    // The trigram index finds a rare text at once; without it (pg_trgm missing), a walk
-    // reads the scan limit's rows per request.
+    // The trigram index (`sked search-index enable`) finds a rare text at once; without it,
+    // a walk reads the scan limit's rows per request.
+    sked_db::listing::text_index_enable(pool).await.unwrap();
     let (status, page) = api.get("/api/v1/tasks?q=needle", &api.admin).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(
@@ -301,10 +302,7 @@ async fn a_residual_filter_reads_at_most_the_scan_limit_and_continues_from_its_c
         "the trigram index finds the needle"
     );
     assert_eq!(page["scan_limit_reached"], false);
-    sqlx::query("drop index sked.tasks_text")
-        .execute(pool)
-        .await
-        .unwrap();
+    sked_db::listing::text_index_disable(pool).await.unwrap();
     let (status, page) = api.get("/api/v1/tasks?q=needle", &api.admin).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(

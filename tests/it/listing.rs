@@ -1,8 +1,9 @@
 //! Task listings whose every filter finds its first page on an index: state (waiting and
 //! succeeded too), queue, owner, workflow, schedule, submission-time range and text (the
-//! trigram index), each alone and combined, behind many newer tasks that do not match;
-//! counts ("more than" past the limit); the text filter without its trigram index; and the
-//! REST parameters (`GET /api/v1/tasks`, `GET /api/v1/tasks/count`).
+//! trigram index, made by `sked search-index enable`), each alone and combined, behind many
+//! newer tasks that do not match; counts ("more than" past the limit); the text filter
+//! without its trigram index; the REST parameters (`GET /api/v1/tasks`,
+//! `GET /api/v1/tasks/count`); and `sked search-index`.
 
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -151,10 +152,13 @@ async fn data(api: &Api) -> Data {
     .execute(pool)
     .await
     .unwrap();
-    sqlx::query("analyze sked.tasks")
-        .execute(pool)
-        .await
-        .unwrap();
+    assert!(
+        matches!(
+            sked_db::listing::text_index_enable(pool).await.unwrap(),
+            sked_db::listing::TextIndex::Ready { .. }
+        ),
+        "the trigram index is made and ready"
+    );
     Data {
         workflow,
         schedule,
@@ -374,10 +378,11 @@ async fn without_its_trigram_index_the_text_filter_walks_and_finds_the_same_task
     let api = Api::new().await;
     let pool = &api.db.pool;
     let d = data(&api).await;
-    sqlx::query("drop index sked.tasks_text")
-        .execute(pool)
-        .await
-        .unwrap();
+    sked_db::listing::text_index_disable(pool).await.unwrap();
+    assert_eq!(
+        sked_db::listing::text_index(pool).await.unwrap(),
+        sked_db::listing::TextIndex::Missing
+    );
     for (filter, condition) in cases(&d) {
         if filter.text.is_none() {
             continue;
@@ -448,4 +453,57 @@ async fn rest_takes_the_new_filters_and_counts_what_the_token_may_see() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
         assert_error(&body, "invalid_request");
     }
+}
+
+#[tokio::test]
+async fn sked_search_index_makes_shows_and_drops_the_trigram_index() {
+    let db = sked_db::testing::TestDb::new().await;
+    let run = |args: &'static [&'static str]| {
+        let url = db.url.clone();
+        async move {
+            let out = crate::cli::output(
+                crate::cli::sked()
+                    .args(["search-index"])
+                    .args(args)
+                    .env("DATABASE_URL", url),
+            )
+            .await;
+            assert!(out.status.success(), "sked search-index {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    assert_eq!(
+        run(&["status"]).await,
+        "search index: off (text searches walk the tasks)\n"
+    );
+    let on = run(&["enable"]).await;
+    assert!(on.starts_with("search index: on ("), "{on}");
+    assert!(
+        matches!(
+            sked_db::listing::text_index(&db.pool).await.unwrap(),
+            sked_db::listing::TextIndex::Ready { .. }
+        ),
+        "the index is there"
+    );
+    assert_eq!(run(&["enable"]).await, on, "enabling twice changes nothing");
+    // A build that failed leaves an invalid index: enable makes it again.
+    sqlx::query(
+        "update pg_index set indisvalid = false where indexrelid = 'sked.tasks_text'::regclass",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert!(run(&["status"]).await.starts_with("search index: not ready"));
+    assert!(run(&["enable"]).await.starts_with("search index: on ("));
+    assert_eq!(
+        run(&["disable"]).await,
+        "search index: off (text searches walk the tasks)\n"
+    );
+    let out = crate::cli::output(
+        crate::cli::sked()
+            .args(["search-index", "enable"])
+            .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing"),
+    )
+    .await;
+    assert!(!out.status.success(), "no database, no index: {out:?}");
 }
