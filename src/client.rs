@@ -14,6 +14,7 @@ use sked_types::{
 use uuid::Uuid;
 
 mod alerts;
+mod bulk;
 mod queues;
 mod schedules;
 mod services;

@@ -1,6 +1,7 @@
 //! `sked`: the command-line tool. Administers the database (`migrate`, `token create`), talks
-//! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`, `resubmit`), runs the
-//! server or a worker, and starts everything in one process with `sked dev`.
+//! to the REST API (`submit`, `list`, `show`, `logs`, `cancel`, `retry`, `resubmit`,
+//! `tasks retry|cancel`), runs the server or a worker, and starts everything in one process
+//! with `sked dev`.
 
 mod cli;
 
@@ -48,6 +49,10 @@ enum Command {
     Retry(TaskIdArgs),
     /// Submit a new task with the definition of a task (its environment too); prints its id.
     Resubmit(ResubmitArgs),
+    /// Retry or cancel every task the filters of `sked list` select, after showing how many:
+    /// `sked tasks retry --state failed --queue mail` (`--yes` for scripts).
+    #[command(subcommand)]
+    Tasks(cli::bulk::TasksCommand),
     /// List, show, cancel or re-run workflows (submit them with `sked submit -f FILE`).
     #[command(subcommand)]
     Workflow(workflows::WorkflowCommand),
@@ -104,6 +109,7 @@ async fn main() -> ExitCode {
         Command::Services(args) => services::list(args).await,
         Command::Service(cmd) => services::run(cmd).await,
         Command::Resubmit(args) => commands::resubmit(args).await,
+        Command::Tasks(cmd) => cli::bulk::run(cmd).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
         Command::Queue(cmd) => queues::run(cmd).await,
         Command::Retention(cmd) => queues::retention(cmd).await,

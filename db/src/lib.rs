@@ -7,6 +7,7 @@
 
 pub mod alert;
 pub mod awaits;
+pub mod bulk;
 pub mod error;
 pub mod history;
 pub mod listen;

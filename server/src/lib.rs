@@ -5,6 +5,7 @@
 //! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
 //!
 //! - `tasks` — submit, list, read, logs, cancel, retry and resubmit.
+//! - `bulk` — retry or cancel every task a listing's filters select.
 //! - `workflows` — submit, list, read, cancel and re-run DAG workflows.
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
 //!   and preview cron expressions.
@@ -31,6 +32,7 @@
 
 mod alerts;
 mod awaits;
+mod bulk;
 mod error;
 mod events;
 mod extract;

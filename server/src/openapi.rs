@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 
 use sked_types::time_zones;
 
-use crate::{AppState, alerts, queues, schedules, services, system, tasks, workflows};
+use crate::{AppState, alerts, bulk, queues, schedules, services, system, tasks, workflows};
 
 mod shared;
 
@@ -72,6 +72,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::list, tasks::submit))
         .routes(routes!(tasks::count))
         .routes(routes!(tasks::submit_batch).layer(large_bodies()))
+        .routes(routes!(bulk::retry))
+        .routes(routes!(bulk::cancel))
         .routes(routes!(tasks::detail))
         .routes(routes!(tasks::logs))
         .routes(routes!(tasks::cancel))
@@ -159,6 +161,7 @@ const CRON_PATTERN: &str = concat!(
 fn other_rules(doc: &mut serde_json::Value) {
     use serde_json::json;
     let schemas = &mut doc["components"]["schemas"];
+    bulk::schema_rules(schemas);
     let given = |field: &str, schema: serde_json::Value| json!({"required": [field], "properties": {field: schema}});
     // `check_changes`: a change names at least one key; `services_update_values_must_not_be_null`.
     schemas["UpdateService"]["minProperties"] = json!(1);

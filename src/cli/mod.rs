@@ -37,6 +37,7 @@ pub fn stdout_failed(e: std::io::Error) -> ! {
 
 pub mod alerts;
 pub mod args;
+pub mod bulk;
 pub mod commands;
 pub mod format;
 pub mod queues;

@@ -6,6 +6,7 @@ mod api;
 mod architecture;
 mod awaits;
 mod browser;
+mod bulk;
 mod cli;
 mod clients;
 mod dashboard;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod alert;
+pub mod bulk;
 pub mod duration;
 pub mod events;
 mod history;
