@@ -67,8 +67,7 @@ pub async fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
 pub fn read_spec(path: &Path) -> anyhow::Result<SubmitWorkflow> {
     let text = read_text(path, "the workflow file")?;
     let format = SpecFormat::of_file_name(&path.to_string_lossy());
-    parse_spec(&text, format)
-        .with_context(|| format!("{} is not a valid workflow", path.display()))
+    parse_spec(&text, format).with_context(|| format!("{} is not a valid workflow", path.display()))
 }
 
 /// `sked submit -f FILE`: prints the new workflow's id.

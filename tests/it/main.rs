@@ -11,6 +11,7 @@ mod cli;
 mod clients;
 mod dashboard;
 mod dashboard_api;
+mod dashboard_controls;
 mod dashboard_oncall;
 mod delayed;
 mod deploy;

@@ -139,6 +139,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/workers") view=pages::workers::Workers/>
                 <Route path=path!("/queues") view=pages::queues::Queues/>
                 <Route path=path!("/submit") view=pages::submit::Submit/>
+                <Route path=path!("/submit/workflow") view=pages::submit_workflow::SubmitWorkflowPage/>
             </Routes>
         </main>
     }

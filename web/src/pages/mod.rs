@@ -8,6 +8,7 @@ pub mod service;
 pub mod services;
 pub mod signin;
 pub mod submit;
+pub mod submit_workflow;
 pub mod task;
 pub mod tasks;
 pub mod workers;

@@ -93,7 +93,12 @@ fn json_reason(e: &serde_json::Error) -> String {
 /// A whole number from `min` to `max` from a field, as typed (a sign, an exponent: `-3`,
 /// `1e3`), or `None` when it is blank; anything else is refused naming the field and the
 /// range.
-fn parse_int(label: &str, text: &str, min: i32, max: i32) -> Result<Option<i32>, String> {
+pub(crate) fn parse_int(
+    label: &str,
+    text: &str,
+    min: i32,
+    max: i32,
+) -> Result<Option<i32>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
@@ -414,6 +419,7 @@ pub fn Submit() -> impl IntoView {
 
     view! {
         <h1>"Submit"</h1>
+        <SubmitTabs workflow=false/>
         <form class="form submit" on:submit=on_submit novalidate=true>
             <CommandField form=form/>
             <EnvAndInputFields form=form/>
@@ -430,6 +436,22 @@ pub fn Submit() -> impl IntoView {
                 </div>
             </div>
         </form>
+    }
+}
+
+/// What the Submit page submits: a task (`/submit`) or a workflow in YAML
+/// (`/submit/workflow`).
+#[component]
+pub fn SubmitTabs(workflow: bool) -> impl IntoView {
+    view! {
+        <p>
+            <span class="switch" role="group" aria-label="What to submit">
+                <a href="/submit" data-tab="task" aria-current=(!workflow).then_some("page")>"A task"</a>
+                <a href="/submit/workflow" data-tab="workflow" aria-current=workflow.then_some("page")>
+                    "A workflow (YAML)"
+                </a>
+            </span>
+        </p>
     }
 }
 
@@ -689,7 +711,7 @@ fn ResourceFields(form: Form) -> impl IntoView {
 
 /// What a field edits: its text, or a checkbox's tick.
 #[derive(Clone, Copy)]
-enum Value {
+pub enum Value {
     Text(RwSignal<String>),
     Ticked(RwSignal<bool>),
 }
@@ -718,7 +740,7 @@ impl From<RwSignal<bool>> for Value {
 /// is being typed, and drops what it cannot read; `no_autocomplete` and `no_spellcheck` turn off the browser's suggestions of
 /// earlier entries and its spell checking.
 #[component]
-fn Field(
+pub fn Field(
     id: &'static str,
     label: &'static str,
     name: &'static str,

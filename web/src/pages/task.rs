@@ -367,6 +367,17 @@ pub fn TaskPage() -> impl IntoView {
         (None, _) => ().into_any(),
     }
     };
+    // A service that runs, and its owner: its controls (scale, change, stop) stay while it
+    // runs, whatever else of its row a refetch changes, so what is typed in them stays.
+    let service_controls = Memo::new(move |_| {
+        detail.with(|d| {
+            d.as_ref()
+                .filter(|d| {
+                    Parent::of(&d.task) == Some(Parent::Service) && !d.task.state.is_final()
+                })
+                .map(|d| (d.task.id, d.task.owner.clone()))
+        })
+    });
     let page_error = Signal::derive(move || match id.get() {
         None => Some(format!("“{}” is not a task id.", raw_id.get())),
         Some(_) => error.get(),
@@ -378,6 +389,9 @@ pub fn TaskPage() -> impl IntoView {
         </div>
         <ui::Loaded error=page_error ready=Signal::derive(move || detail.with(Option::is_some))>
             {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
+            {move || service_controls.get().map(|(sid, owner)| view! {
+                <super::service::ServiceControls id=sid owner=owner/>
+            })}
             {move || detail.with(|d| d.as_ref().and_then(|d| Parent::of(&d.task).map(|p| (p, d.task.clone())))).map(|(p, t)| {
                 let (whose, link) = match p {
                     Parent::Service => ("each copy has its own log: open a copy from Copies above", None),
@@ -832,7 +846,8 @@ fn Actions(
     let busy = RwSignal::new(false);
     let id = task.id;
     let state = task.state;
-    let can_cancel = !state.is_final();
+    // A service that runs is stopped from its controls, after a confirmation.
+    let can_cancel = !state.is_final() && Parent::of(&task) != Some(Parent::Service);
     let cancel_pending = task.cancel_requested_at.is_some() && state == TaskState::Running;
     let can_retry = matches!(state, TaskState::Failed | TaskState::Cancelled);
     // A workflow's task runs with its workflow and a shard with its parent: the API refuses

@@ -139,6 +139,7 @@ pub fn WorkflowList() -> impl IntoView {
     view! {
         <h1>"Workflows"</h1>
         <form class="filters" on:submit=|ev| ev.prevent_default()>
+            <a class="button" href="/submit/workflow" data-action="new-workflow">"Submit a workflow"</a>
             <select
                 name="state"
                 aria-label="State"
@@ -164,7 +165,7 @@ pub fn WorkflowList() -> impl IntoView {
                 } else if state_filter.with(|s| !s.is_empty()) {
                     "No workflows in this state."
                 } else {
-                    "No workflows yet. Submit one with sked submit -f FILE or POST /api/v1/workflows."
+                    "No workflows yet. Submit one here (Submit a workflow), with sked submit -f FILE or POST /api/v1/workflows."
                 }
             }
         >
