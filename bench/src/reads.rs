@@ -50,6 +50,16 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
             started.elapsed().as_secs_f64(),
             None,
         ));
+        // The text search's trigram index, as `sked search-index enable` makes it.
+        let started = Instant::now();
+        sked_db::listing::text_index_enable(&db.pool).await?;
+        out.push(Sample::new(
+            W,
+            "make the trigram index of the text search (CREATE INDEX CONCURRENTLY, ANALYZE)",
+            "s",
+            started.elapsed().as_secs_f64(),
+            None,
+        ));
         let api = Api::start(db).await?;
         let result = measure(&api, cfg.w8_requests, &mut out).await;
         api.stop().await;
@@ -99,6 +109,12 @@ async fn fold(db: &BenchDb) -> Result<i64> {
             return Ok(folded);
         }
     }
+}
+
+/// The instant `minutes` ago, as a query parameter (RFC 3339, `Z`).
+fn ago(minutes: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::minutes(minutes))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// The endpoints the dashboard reads, each `requests` times.
@@ -151,9 +167,53 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
             "/tasks?state=failed,cancelled,upstream_failed".into(),
         ),
         (
+            "list, state=waiting".into(),
+            api.admin.as_str(),
+            "/tasks?state=waiting".into(),
+        ),
+        (
+            "list, state=succeeded".into(),
+            api.admin.as_str(),
+            "/tasks?state=succeeded".into(),
+        ),
+        (
+            "list, unfinished (blocked,waiting,running,retry)".into(),
+            api.admin.as_str(),
+            "/tasks?state=blocked,waiting,running,retry".into(),
+        ),
+        (
             "list, queue=gpu".into(),
             api.admin.as_str(),
             "/tasks?queue=gpu".into(),
+        ),
+        (
+            "list, queue=ml-rare (1 %)".into(),
+            api.admin.as_str(),
+            "/tasks?queue=ml-rare".into(),
+        ),
+        (
+            "list, queue=reports&state=waiting".into(),
+            api.admin.as_str(),
+            "/tasks?queue=reports&state=waiting".into(),
+        ),
+        (
+            "list, submitted in a 10-minute range 12 h ago".into(),
+            api.admin.as_str(),
+            format!(
+                "/tasks?created_after={}&created_before={}",
+                ago(12 * 60),
+                ago(12 * 60 - 10)
+            ),
+        ),
+        (
+            "list, state=failed&finished_after=1 h ago".into(),
+            api.admin.as_str(),
+            format!("/tasks?state=failed&finished_after={}", ago(60)),
+        ),
+        (
+            "list, owner=intern (1 %)".into(),
+            api.admin.as_str(),
+            "/tasks?owner=intern".into(),
         ),
         (
             "list, queue=ml-rare&state=failed".into(),
@@ -199,6 +259,51 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
             "list, user intern, q=c-4242".into(),
             api.intern.as_str(),
             "/tasks?q=c-4242".into(),
+        ),
+        (
+            "list, q=user123 (0.1 %)".into(),
+            api.admin.as_str(),
+            "/tasks?q=user123".into(),
+        ),
+        (
+            "list, user intern, q=report&state=failed".into(),
+            api.intern.as_str(),
+            "/tasks?q=report&state=failed".into(),
+        ),
+        (
+            "count, all".into(),
+            api.admin.as_str(),
+            "/tasks/count".into(),
+        ),
+        (
+            "count, state=failed".into(),
+            api.admin.as_str(),
+            "/tasks/count?state=failed".into(),
+        ),
+        (
+            "count, queue=ml-rare".into(),
+            api.admin.as_str(),
+            "/tasks/count?queue=ml-rare".into(),
+        ),
+        (
+            "count, user intern, state=failed".into(),
+            api.intern.as_str(),
+            "/tasks/count?state=failed".into(),
+        ),
+        (
+            "count, q=c-4242".into(),
+            api.admin.as_str(),
+            "/tasks/count?q=c-4242".into(),
+        ),
+        (
+            "count, q=report".into(),
+            api.admin.as_str(),
+            "/tasks/count?q=report".into(),
+        ),
+        (
+            "count, user intern, q=report&state=failed".into(),
+            api.intern.as_str(),
+            "/tasks/count?q=report&state=failed".into(),
         ),
         (
             "task detail".into(),
