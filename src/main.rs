@@ -78,6 +78,10 @@ enum Command {
     /// Cron expressions: `sked cron next EXPR` prints the next fire times.
     #[command(subcommand)]
     Cron(CronCommand),
+    /// The text search's trigram index: make it, drop it, or say whether it is there (with
+    /// the account that migrates).
+    #[command(subcommand)]
+    SearchIndex(cli::search_index::SearchIndexCommand),
     /// Run the REST API server.
     Server(ServerCommand),
     /// Run a worker.
@@ -116,6 +120,7 @@ async fn main() -> ExitCode {
         Command::Schedule(cmd) => schedules::schedule(cmd).await,
         Command::Alert(cmd) => cli::alerts::run(cmd).await,
         Command::Cron(cmd) => schedules::cron(cmd).await,
+        Command::SearchIndex(cmd) => cli::search_index::run(cmd).await,
         Command::Server(cmd) => app::run_server(cmd).await.map_err(Into::into),
         Command::Worker(cmd) => app::run_worker(cmd).await.map_err(Into::into),
         Command::Dev(cmd) => app::run_dev(cmd, std::env::var_os("PATH"))

@@ -337,11 +337,12 @@ fn parse_states(text: Option<String>) -> Result<Vec<TaskState>> {
 /// List tasks, newest first.
 ///
 /// Pages by keyset on the time-ordered id: pass `next_cursor` as `after` until it is null.
-/// A user token lists its owner's tasks only. Filters combine with AND. A filter that no
-/// index serves (`q`, `queue`, and a state or owner the chosen index does not apply) is
-/// tested on at most 10,000 tasks per request: when those give fewer matches than `limit`,
-/// the page is short (even empty), `scan_limit_reached` is true and `next_cursor` continues
-/// the scan (see `docs/api.md`).
+/// A user token lists its owner's tasks only. Filters combine with AND; each alone finds
+/// its page on an index. A filter beside another that the walked index does not apply (an
+/// owner beside a queue or a state, `q`, `due`, the finish times) is tested on at most
+/// 10,000 tasks per request: when those give fewer matches than `limit`, the page is short
+/// (even empty), `scan_limit_reached` is true and `next_cursor` continues the scan (see
+/// `docs/api.md`, which also says when `q` uses the trigram index).
 #[utoipa::path(
     get, path = "/api/v1/tasks", operation_id = "list_tasks", tag = "tasks",
     params(TaskParams),

@@ -42,6 +42,7 @@ pub mod commands;
 pub mod format;
 pub mod queues;
 pub mod schedules;
+pub mod search_index;
 pub mod services;
 pub mod units;
 pub mod wait;
