@@ -72,6 +72,20 @@ pub struct ListQuery {
     /// Only the shards of this sharded task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard_of: Option<Uuid>,
+    /// Only the tasks of this workflow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<Uuid>,
+    /// Only the occurrences of this schedule that its history keeps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_after: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_before: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -188,6 +202,22 @@ impl Client {
     pub async fn list(&self, query: &ListQuery) -> Result<TaskPage, ClientError> {
         let url = self.url("/tasks");
         self.send(self.http.get(&url).query(query), url).await
+    }
+
+    /// `GET /api/v1/tasks/count` of a listing's filters (its `after` and `limit` left out):
+    /// the count and whether it is exact.
+    pub async fn count(&self, query: &ListQuery) -> Result<(i64, bool), ClientError> {
+        let query = ListQuery {
+            after: None,
+            limit: None,
+            ..query.clone()
+        };
+        let url = self.url("/tasks/count");
+        let counted: serde_json::Value = self.send(self.http.get(&url).query(&query), url).await?;
+        Ok((
+            counted["count"].as_i64().unwrap_or(0),
+            counted["exact"].as_bool().unwrap_or(false),
+        ))
     }
 
     /// `GET /api/v1/tasks/{id}`, as the raw JSON the server sent.

@@ -8,6 +8,7 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use sked::client::Client;
 use sked_types::SubmitTask;
@@ -247,5 +248,87 @@ mod tests {
         assert!(parse_secs("-1", "--delay", 0.0).is_err());
         assert!(parse_secs("0", "--timeout", f64::MIN_POSITIVE).is_err());
         assert!(parse_secs("NaN", "--delay", 0.0).is_err());
+    }
+}
+
+/// The filters of `sked list`, which `sked tasks retry|cancel` select by too: the parameters
+/// of `GET /api/v1/tasks`.
+#[derive(Debug, clap::Args)]
+pub struct TaskFilterArgs {
+    /// Only tasks in this state; repeat for several (`--state failed --state cancelled`).
+    #[arg(long, value_parser = one_of(&sked_types::TaskState::ALL, sked_types::TaskState::as_str))]
+    pub state: Vec<sked_types::TaskState>,
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this owner's tasks (a user token sees its own only).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Only tasks whose command line or name contains this text, ignoring case.
+    #[arg(long, value_name = "TEXT")]
+    pub search: Option<String>,
+    /// Only the tasks this worker runs now.
+    #[arg(long, value_name = "ID")]
+    pub worker: Option<Uuid>,
+    /// Only the shards of this sharded task.
+    #[arg(long, value_name = "ID")]
+    pub shard_of: Option<Uuid>,
+    /// Only the tasks of this workflow.
+    #[arg(long, value_name = "ID")]
+    pub workflow: Option<Uuid>,
+    /// Only the occurrences of this schedule that its history keeps.
+    #[arg(long, value_name = "ID")]
+    pub schedule: Option<Uuid>,
+    /// Only tasks submitted at or after this time: RFC 3339, or a duration ago (`2h`).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--created-after"))]
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks submitted before this time: RFC 3339, or a duration ago (`2h`).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--created-before"))]
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only tasks that finished at or after this time: RFC 3339, or a duration ago (`1h`).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--finished-after"))]
+    pub finished_after: Option<DateTime<Utc>>,
+    /// Only tasks that finished before this time: RFC 3339, or a duration ago (`1h`).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--finished-before"))]
+    pub finished_before: Option<DateTime<Utc>>,
+}
+
+impl TaskFilterArgs {
+    /// The listing's query of these filters (its first page, of the server's size).
+    pub fn query(self) -> sked::client::ListQuery {
+        sked::client::ListQuery {
+            state: self.state,
+            queue: self.queue,
+            owner: self.owner,
+            q: self.search,
+            worker: self.worker,
+            shard_of: self.shard_of,
+            workflow: self.workflow,
+            schedule: self.schedule,
+            created_after: self.created_after,
+            created_before: self.created_before,
+            finished_after: self.finished_after,
+            finished_before: self.finished_before,
+            after: None,
+            limit: None,
+        }
+    }
+}
+
+/// A flag's time: RFC 3339, or a duration before now (`90m`, `2h`, `1d`).
+fn time_or_ago(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<DateTime<Utc>, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        if let Ok(t) = super::when::parse_time(s, flag) {
+            return Ok(t);
+        }
+        let secs = super::when::parse_duration(s, flag, 0.0).map_err(|_| {
+            format!(
+                "{flag} must be an RFC 3339 time like 2030-01-02T03:04:05Z or a duration ago \
+                 like 90m, 2h or 1d, got {s:?}"
+            )
+        })?;
+        let ago = chrono::Duration::milliseconds((secs * 1000.0).round() as i64);
+        Ok(Utc::now() - ago)
     }
 }

@@ -5,12 +5,9 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::bail;
-use sked::client::ListQuery;
-use sked_types::TaskState;
 use sked_types::bulk::{BulkAction, describe, result_text, thousands};
-use uuid::Uuid;
 
-use super::args::{ApiArgs, one_of};
+use super::args::{ApiArgs, TaskFilterArgs};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TasksCommand {
@@ -27,23 +24,8 @@ pub enum TasksCommand {
 pub struct BulkArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Only tasks in this state; repeat for several (`--state failed --state cancelled`).
-    #[arg(long, value_parser = one_of(&TaskState::ALL, TaskState::as_str))]
-    state: Vec<TaskState>,
-    #[arg(long)]
-    queue: Option<String>,
-    /// Only this owner's tasks (admin tokens; a user token acts on its own only).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Only tasks whose command line or name contains this text, ignoring case.
-    #[arg(long, value_name = "TEXT")]
-    search: Option<String>,
-    /// Only the tasks this worker runs now.
-    #[arg(long, value_name = "ID")]
-    worker: Option<Uuid>,
-    /// Only the shards of this sharded task.
-    #[arg(long, value_name = "ID")]
-    shard_of: Option<Uuid>,
+    #[command(flatten)]
+    filters: TaskFilterArgs,
     /// Act without asking (for scripts): on at most as many tasks as the count found.
     #[arg(long, short = 'y')]
     yes: bool,
@@ -58,16 +40,7 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<()> {
         TasksCommand::Cancel(args) => ("cancel", args),
     };
     let client = args.api.client()?;
-    let selection = ListQuery {
-        state: args.state,
-        queue: args.queue,
-        owner: args.owner,
-        q: args.search,
-        worker: args.worker,
-        shard_of: args.shard_of,
-        after: None,
-        limit: None,
-    };
+    let selection = args.filters.query();
     let preview = client
         .bulk(
             action,

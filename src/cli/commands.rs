@@ -10,10 +10,12 @@ use anyhow::{Context, bail};
 use sked::app::DatabaseArgs;
 use sked::client::ListQuery;
 use sked_db::token::Role;
-use sked_types::{SubmitTask, Submitted, TaskKind, TaskState};
+use sked_types::{SubmitTask, Submitted, TaskKind};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, ShowArgs, TaskFlags, one_of, parse_json, print_answer, read_text};
+use super::args::{
+    ApiArgs, ShowArgs, TaskFilterArgs, TaskFlags, one_of, parse_json, print_answer, read_text,
+};
 use super::format::{describe, print_change, time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -144,28 +146,18 @@ pub struct SubmitArgs {
 pub struct ListArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Only tasks in this state; repeat for several (`--state failed --state cancelled`).
-    #[arg(long, value_parser = one_of(&TaskState::ALL, TaskState::as_str))]
-    state: Vec<TaskState>,
-    #[arg(long)]
-    queue: Option<String>,
-    #[arg(long)]
-    owner: Option<String>,
-    /// Only tasks whose command line or name contains this text, ignoring case.
-    #[arg(long, value_name = "TEXT")]
-    search: Option<String>,
-    /// Only the tasks this worker runs now.
-    #[arg(long, value_name = "ID")]
-    worker: Option<Uuid>,
-    /// Only the shards of this sharded task.
-    #[arg(long, value_name = "ID")]
-    shard_of: Option<Uuid>,
+    #[command(flatten)]
+    filters: TaskFilterArgs,
     /// Tasks per page.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=sked_server::MAX_PAGE))]
     limit: u32,
     /// Only tasks older than this one (the cursor printed below a full page).
     #[arg(long)]
     after: Option<Uuid>,
+    /// Print how many tasks the filters select instead (exact up to 10,000; "more than" or
+    /// "at least" otherwise).
+    #[arg(long, conflicts_with_all = ["after", "json"])]
+    count: bool,
     /// Print the raw JSON answer.
     #[arg(long)]
     json: bool,
@@ -363,15 +355,20 @@ fn read_input(path: &Path) -> anyhow::Result<serde_json::Value> {
 pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     let query = ListQuery {
-        state: args.state,
-        queue: args.queue,
-        owner: args.owner,
-        q: args.search,
-        worker: args.worker,
-        shard_of: args.shard_of,
         after: args.after,
         limit: Some(args.limit),
+        ..args.filters.query()
     };
+    if args.count {
+        let (count, exact) = client.count(&query).await?;
+        let shown = sked_types::bulk::thousands(count.max(0) as u64);
+        match (exact, count >= sked_db::listing::COUNT_LIMIT) {
+            (true, _) => outln!("{shown}"),
+            (false, true) => outln!("more than {shown}"),
+            (false, false) => outln!("at least {shown}"),
+        }
+        return Ok(());
+    }
     if args.json {
         let page = client.list_json(&query).await?;
         outln!("{}", serde_json::to_string_pretty(&page)?);

@@ -493,7 +493,11 @@ async fn sked_search_index_makes_shows_and_drops_the_trigram_index() {
     .execute(&db.pool)
     .await
     .unwrap();
-    assert!(run(&["status"]).await.starts_with("search index: not ready"));
+    assert!(
+        run(&["status"])
+            .await
+            .starts_with("search index: not ready")
+    );
     assert!(run(&["enable"]).await.starts_with("search index: on ("));
     assert_eq!(
         run(&["disable"]).await,
@@ -506,4 +510,51 @@ async fn sked_search_index_makes_shows_and_drops_the_trigram_index() {
     )
     .await;
     assert!(!out.status.success(), "no database, no index: {out:?}");
+}
+
+#[tokio::test]
+async fn sked_list_takes_the_new_filters_and_counts() {
+    let api = crate::cli::Api::start().await;
+    let pool = &api.db.pool;
+    for i in 0..3 {
+        task(pool, "ops", "mail", "succeeded", &format!("send batch-{i}")).await;
+    }
+    task(pool, "ops", "mail", "waiting", "send later").await;
+    task(pool, "ops", "other", "succeeded", "send elsewhere").await;
+    sqlx::query(
+        "update sked.tasks set finished_at = now() - interval '3 hours'
+          where array_to_string(command, ' ') = 'send batch-0'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+
+    assert_eq!(api.ok(&["list", "--queue", "mail", "--count"]).await, "4\n");
+    assert_eq!(
+        api.ok(&[
+            "list",
+            "--queue",
+            "mail",
+            "--finished-after",
+            "1h",
+            "--count"
+        ])
+        .await,
+        "2\n",
+        "a duration ago; batch-0 finished three hours ago"
+    );
+    let listed = api
+        .ok(&["list", "--queue", "mail", "--finished-before", "2h"])
+        .await;
+    assert!(
+        listed.contains("batch-0") && !listed.contains("batch-1"),
+        "{listed}"
+    );
+    let out = crate::cli::output(&mut api.sked(&["list", "--created-after", "tomorrow"])).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--created-after must be an RFC 3339 time"),
+        "{stderr}"
+    );
 }
