@@ -553,3 +553,131 @@ async fn sked_tasks_retry_with_yes_retries_what_it_counted() {
     assert!(cli::text(&out.stdout).contains("2 failed"), "{out:?}");
     assert_eq!(count(pool, "alice", "reports", "failed").await, 2);
 }
+
+/// Waits until the first element `css` matches holds `text`.
+async fn wait_text(b: &crate::browser::Browser, what: &str, css: &str, text: &str) {
+    b.wait_js(
+        what,
+        &format!(
+            "document.querySelector({})?.textContent.includes({})",
+            json!(css),
+            json!(text)
+        ),
+    )
+    .await;
+}
+
+/// The task list's "Retry all" and "Cancel all" in a headless Chromium against a real
+/// `sked-server`: the dry run's count asked first, nothing changed until confirmed, then
+/// exactly the shown tasks changed and the result said; screenshots in
+/// `target/test-output/dashboard/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_lists_retry_all_and_cancel_all_ask_with_the_count_then_act() {
+    use crate::browser::Browser;
+    use crate::dashboard::{Server as Dashboard, assert_quiet_console, open_signed_in, token_for};
+
+    let db = TestDb::new().await;
+    let server = Dashboard::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let pool = &db.pool;
+    tasks(pool, 12, "alice", "mail", "failed").await;
+    tasks(pool, 3, "alice", "other", "failed").await;
+    tasks(pool, 4, "alice", "mail", "waiting").await;
+    tasks(pool, 5, "bob", "mail", "failed").await;
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    // Signing in through the link lands on the page without its query: the filters come
+    // with the address after.
+    open_signed_in(&b, &server, "/tasks", &alice).await;
+    b.goto(&format!("{}/tasks?state=failed&queue=mail", server.url))
+        .await;
+    b.wait("[data-action=retry-all]").await;
+    assert!(
+        !b.exists("[data-action=cancel-all]").await,
+        "no cancel for a list of failed tasks"
+    );
+    b.wait("[data-action=retry-all]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_text(
+        &b,
+        "the question with the dry run's count",
+        "[data-confirm=bulk]",
+        "Retry 12 failed tasks in queue mail?",
+    )
+    .await;
+    wait_text(
+        &b,
+        "the confirming button with the count",
+        "[data-action=confirm-bulk]",
+        "Retry 12 tasks",
+    )
+    .await;
+    b.screenshot("bulk-retry-confirm").await;
+    assert_eq!(
+        count(pool, "alice", "mail", "failed").await,
+        12,
+        "asking changes nothing"
+    );
+
+    b.wait("[data-action=confirm-bulk]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "the result", "[data-done=bulk]", "Retried 12 tasks").await;
+    b.screenshot("bulk-retry-done").await;
+    assert_eq!(count(pool, "alice", "mail", "failed").await, 0);
+    assert_eq!(count(pool, "alice", "mail", "waiting").await, 16);
+    assert_eq!(
+        count(pool, "alice", "other", "failed").await,
+        3,
+        "another queue"
+    );
+    assert_eq!(
+        count(pool, "bob", "mail", "failed").await,
+        5,
+        "another owner"
+    );
+
+    // Cancel all of the waiting tasks of queue mail: "Leave them" changes nothing, the
+    // confirmation cancels them.
+    b.goto(&format!("{}/tasks?state=waiting&queue=mail", server.url))
+        .await;
+    b.wait("[data-action=cancel-all]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_text(
+        &b,
+        "the question",
+        "[data-confirm=bulk]",
+        "Cancel 16 waiting tasks in queue mail?",
+    )
+    .await;
+    b.wait("[data-action=keep]").await.click().await.unwrap();
+    b.wait("[data-action=cancel-all]").await;
+    assert_eq!(count(pool, "alice", "mail", "waiting").await, 16);
+    b.wait("[data-action=cancel-all]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait("[data-action=confirm-bulk]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "the result", "[data-done=bulk]", "Cancelled 16 tasks").await;
+    b.screenshot("bulk-cancel-done").await;
+    assert_eq!(count(pool, "alice", "mail", "waiting").await, 0);
+    assert_eq!(count(pool, "alice", "mail", "cancelled").await, 16);
+    assert_eq!(count(pool, "bob", "mail", "failed").await, 5);
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}

@@ -6,6 +6,10 @@
 //! matches the filters is put in its place at once from the event (newest first, the page
 //! keeping its size); a row that no longer matches them refetches the page (at most once per
 //! [`REFETCH_THROTTLE_MS`], never postponed by more events); `resync` refetches it on any page.
+//!
+//! "Retry all" and "Cancel all" act on every task the filters select (`POST
+//! /api/v1/tasks/retry`, `/cancel`): a dry run first says how many ("Retry 1,234 failed tasks
+//! in queue mail?"), and the confirmed action changes at most that many.
 
 use std::time::Duration;
 
@@ -14,6 +18,7 @@ use leptos::task::spawn_local;
 use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::params::ParamsMap;
+use sked_types::bulk::{BulkAction, BulkOutcome, describe, result_text, thousands};
 use sked_types::events::TaskSummary;
 use sked_types::{QueueCounts, TaskState, TaskSummaryPage};
 use uuid::Uuid;
@@ -378,6 +383,9 @@ pub fn TaskList() -> impl IntoView {
     view! {
         <h1>"Tasks"</h1>
         <FilterBar filters=filters updating=updating admin=admin/>
+        <Show when=move || session.me.with(Option::is_some)>
+            <BulkActions listing=listing/>
+        </Show>
         <ui::Loaded
             error=listing.error
             ready=listing.loaded
@@ -392,6 +400,189 @@ pub fn TaskList() -> impl IntoView {
             </Show>
         </ui::Loaded>
         <Pager filters=filters next_cursor=listing.next_cursor/>
+    }
+}
+
+/// A bulk action's confirmation: the action and the dry run's answer.
+#[derive(Clone)]
+struct Preview {
+    action: &'static str,
+    outcome: BulkOutcome,
+}
+
+/// "Retry all" and "Cancel all" for every task the filters select (not only this page): a
+/// dry run says how many tasks the action would change, and the confirmed action runs with
+/// `max` = that count, so it never changes more than was shown. A user token acts on its
+/// own tasks only (the API decides). A button shows where its action may apply: retry for
+/// finished states, cancel for unfinished ones.
+#[component]
+fn BulkActions(listing: Listing) -> impl IntoView {
+    let filters = listing.filters;
+    let busy = RwSignal::new(false);
+    let preview = RwSignal::new(None::<Preview>);
+    let done = RwSignal::new(None::<String>);
+    let error = RwSignal::new(None::<String>);
+    // The selection: the filters without the page.
+    let selection = move || {
+        filters.with_untracked(|f| {
+            Filters {
+                after: String::new(),
+                ..f.clone()
+            }
+            .query_string()
+        })
+    };
+    // A new filter forgets a preview of the old one.
+    Effect::new(move |_| {
+        filters.track();
+        preview.set(None);
+        done.set(None);
+        error.set(None);
+    });
+    let ask = move |action: &'static str| {
+        busy.set(true);
+        done.set(None);
+        error.set(None);
+        preview.set(None);
+        let path = format!("/tasks/{action}{}", selection());
+        spawn_local(async move {
+            let body = BulkAction {
+                dry_run: true,
+                max: None,
+            };
+            let answer = api::post::<_, BulkOutcome>(&path, &body).await;
+            busy.try_set(false);
+            match answer {
+                Ok(outcome) if outcome.matched == 0 => {
+                    done.try_set(Some(format!(
+                        "No tasks here to {action}: {}.",
+                        if action == "retry" {
+                            "none of them is finished"
+                        } else {
+                            "none of them is unfinished"
+                        }
+                    )));
+                }
+                Ok(outcome) => {
+                    preview.try_set(Some(Preview { action, outcome }));
+                }
+                Err(e) => {
+                    error.try_set(Some(e.message));
+                }
+            }
+        });
+    };
+    let run = move |_| {
+        let Some(Preview { action, outcome }) = preview.get_untracked() else {
+            return;
+        };
+        busy.set(true);
+        let path = format!("/tasks/{action}{}", selection());
+        spawn_local(async move {
+            let body = BulkAction {
+                dry_run: false,
+                max: Some(outcome.matched),
+            };
+            let answer = api::post::<_, BulkOutcome>(&path, &body).await;
+            busy.try_set(false);
+            preview.try_set(None);
+            match answer {
+                Ok(outcome) => {
+                    let text = result_text(&outcome);
+                    let mut chars = text.chars();
+                    let sentence = chars
+                        .next()
+                        .map(|c| c.to_uppercase().chain(chars).collect::<String>())
+                        .unwrap_or_default();
+                    done.try_set(Some(format!("{sentence}.")));
+                    listing.fetch();
+                }
+                Err(e) => {
+                    error.try_set(Some(e.message));
+                }
+            }
+        });
+    };
+    // Which actions may apply to the states the filters name.
+    let may_retry =
+        move || filters.with(|f| f.states().is_empty() || f.states().iter().any(|s| s.is_final()));
+    let may_cancel =
+        move || filters.with(|f| f.states().is_empty() || f.states().iter().any(|s| !s.is_final()));
+    let question = move || {
+        preview.with(|p| {
+            p.as_ref().map(|Preview { action, outcome }| {
+                let f = filters.get_untracked();
+                let what = describe(
+                    outcome,
+                    Some(f.queue.as_str()),
+                    Some(f.owner.as_str()),
+                    Some(f.q.as_str()),
+                );
+                let verb = if *action == "retry" {
+                    "Retry"
+                } else {
+                    "Cancel"
+                };
+                let more = if outcome.more {
+                    " More tasks match: this acts on the newest ones; ask again for the rest."
+                } else {
+                    ""
+                };
+                format!("{verb} {what}?{more}")
+            })
+        })
+    };
+    let confirm_label = move || {
+        preview.with(|p| {
+            p.as_ref()
+                .map(|Preview { action, outcome }| {
+                    let verb = if *action == "retry" {
+                        "Retry"
+                    } else {
+                        "Cancel"
+                    };
+                    let n = outcome.matched;
+                    format!(
+                        "{verb} {} {}",
+                        thousands(n),
+                        if n == 1 { "task" } else { "tasks" }
+                    )
+                })
+                .unwrap_or_default()
+        })
+    };
+    view! {
+        <div class="actions bulk-actions">
+            <Show
+                when=move || preview.with(Option::is_some)
+                fallback=move || view! {
+                    <Show when=may_retry>
+                        <ui::ActionButton action="retry-all" disabled=busy
+                            title="Retry every finished task these filters select, after saying how many"
+                            on_click=move |_| ask("retry")>
+                            "Retry all"
+                        </ui::ActionButton>
+                    </Show>
+                    <Show when=may_cancel>
+                        <ui::ActionButton action="cancel-all" danger=true disabled=busy
+                            title="Cancel every unfinished task these filters select, after saying how many"
+                            on_click=move |_| ask("cancel")>
+                            "Cancel all"
+                        </ui::ActionButton>
+                    </Show>
+                }
+            >
+                <p class="notice" role="alert" data-confirm="bulk">{question}</p>
+                <ui::ActionButton action="confirm-bulk" danger=true disabled=busy on_click=run>
+                    {confirm_label}
+                </ui::ActionButton>
+                <ui::ActionButton action="keep" disabled=busy on_click=move |_| preview.set(None)>
+                    "Leave them"
+                </ui::ActionButton>
+            </Show>
+            {move || done.get().map(|d| view! { <p class="notice" role="status" data-done="bulk">{d}</p> })}
+        </div>
+        <ui::ErrorBox message=error/>
     }
 }
 
