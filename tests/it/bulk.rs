@@ -4,6 +4,8 @@
 //! caller's, in batches, and counts the tasks whose state changed since the preview as
 //! skipped; bad input is refused and changes nothing; `sked tasks retry` with `--yes`.
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sked_db::listing::ListFilter;
@@ -342,9 +344,11 @@ async fn a_selection_of_more_than_one_batch_is_changed_whole() {
         .bulk(&s.alice, "retry", "state=failed", json!({"dry_run": true}))
         .await;
     assert_eq!(n(&preview, "matched"), total as u64, "{preview}");
+    let started = std::time::Instant::now();
     let (status, run) = s
         .bulk(&s.alice, "retry", "state=failed", json!({"max": total}))
         .await;
+    eprintln!("{total} tasks retried in {:?}", started.elapsed());
     assert_eq!(status, StatusCode::OK, "{run}");
     assert_eq!(
         (n(&run, "changed"), n(&run, "skipped")),
@@ -680,4 +684,62 @@ async fn the_task_lists_retry_all_and_cancel_all_ask_with_the_count_then_act() {
     assert_eq!(count(pool, "bob", "mail", "failed").await, 5);
     assert_quiet_console(b.console_errors().await);
     b.close().await;
+}
+
+/// Running tasks are asked to stop, counted apart, and their worker ends them `cancelled`;
+/// a second cancel finds nothing left to ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_asks_running_tasks_to_stop_once() {
+    let s = Server::start().await;
+    let pool = &s.db.pool;
+    let worker = crate::support::start_worker(&s.db, crate::support::config(&["mail"]));
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        running.push(
+            crate::support::insert(
+                pool,
+                "(owner, queue, command) values ('alice', 'mail', array['sleep', '30'])",
+            )
+            .await,
+        );
+    }
+    let delayed = crate::support::insert(
+        pool,
+        "(owner, queue, command, next_run_at)
+         values ('alice', 'mail', array['true'], now() + interval '1 hour')",
+    )
+    .await;
+    for id in &running {
+        crate::support::wait_for(pool, *id, &["running"], Duration::from_secs(15)).await;
+    }
+    let (_, preview) = s
+        .bulk(&s.alice, "cancel", "queue=mail", json!({"dry_run": true}))
+        .await;
+    assert_eq!(n(&preview, "matched"), 3, "{preview}");
+    assert_eq!(
+        preview["by_state"],
+        json!([{"state": "waiting", "count": 1}, {"state": "running", "count": 2}])
+    );
+    let (_, run) = s
+        .bulk(&s.alice, "cancel", "queue=mail", json!({"max": 3}))
+        .await;
+    assert_eq!(
+        (
+            n(&run, "changed"),
+            n(&run, "cancel_requested"),
+            n(&run, "skipped")
+        ),
+        (3, 2, 0),
+        "{run}"
+    );
+    assert_eq!(crate::support::state(pool, delayed).await, "cancelled");
+    // Asked once: until their worker has stopped them, they are nothing left to cancel.
+    let (_, again) = s
+        .bulk(&s.alice, "cancel", "queue=mail", json!({"dry_run": true}))
+        .await;
+    assert_eq!(n(&again, "matched"), 0, "{again}");
+    for id in &running {
+        crate::support::wait_for(pool, *id, &["cancelled"], Duration::from_secs(15)).await;
+    }
+    worker.shutdown().await;
 }
