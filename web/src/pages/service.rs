@@ -16,7 +16,7 @@ use sked_types::secrets;
 use sked_types::service::{Service, ServiceCopy, ServiceUpdated};
 use uuid::Uuid;
 
-use super::submit::{Field, parse_env, parse_int, split_command};
+use super::submit::{ArgvPreview, Field, parse_env, parse_int, split_command};
 use crate::{api, live, ui};
 
 /// Seconds between refetches while the service runs.
@@ -389,15 +389,7 @@ fn Controls(id: Uuid) -> impl IntoView {
                     <p class="hint">
                         "One line, split into arguments like a shell does ('…' and \"…\" quote, \\ escapes); nothing is expanded."
                     </p>
-                    {move || match argv.get() {
-                        Ok(args) if !args.is_empty() => Some(view! {
-                            <p class="hint mono" data-argv="">
-                                {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
-                            </p>
-                        }.into_any()),
-                        Ok(_) => None,
-                        Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
-                    }}
+                    <ArgvPreview argv=argv/>
                 </Field>
                 <Field id="service-env" label="Environment" name="env" value=env rows="4" no_spellcheck=true
                     placeholder="KEY=VALUE, one per line" reading=env_problem>

@@ -466,15 +466,7 @@ fn CommandField(form: Form) -> impl IntoView {
                 "One line, split into arguments like a shell does: spaces separate them, '…' and \"…\" quote, \\ escapes. "
                 "Nothing is expanded ($VAR, *, |, > are plain text): for a shell, run sh -c '…'."
             </p>
-            {move || match argv.get() {
-                Ok(args) if !args.is_empty() => Some(view! {
-                    <p class="hint mono" data-argv="">
-                        {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
-                    </p>
-                }.into_any()),
-                Ok(_) => None,
-                Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
-            }}
+            <ArgvPreview argv=argv/>
         </Field>
     }
 }
@@ -797,6 +789,24 @@ pub fn Field(
             {reading}
             {children.map(|c| c())}
         </div>
+    }
+}
+
+/// What a command line typed in a form splits into (`argv: [...]`), or why it cannot be
+/// split; nothing for an empty one.
+#[component]
+pub(crate) fn ArgvPreview(argv: Memo<Result<Vec<String>, String>>) -> impl IntoView {
+    move || match argv.get() {
+        Ok(args) if !args.is_empty() => Some(
+            view! {
+                <p class="hint mono" data-argv="">
+                    {format!("argv: {}", serde_json::to_string(&args).unwrap_or_default())}
+                </p>
+            }
+            .into_any(),
+        ),
+        Ok(_) => None,
+        Err(e) => Some(view! { <p class="hint bad">{e}</p> }.into_any()),
     }
 }
 
