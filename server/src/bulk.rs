@@ -26,8 +26,9 @@ use crate::tasks::TaskParams;
 /// them.
 const PAGE_PARAMS: [&str; 3] = ["after", "limit", "view"];
 
-/// The query string of a bulk request: the filters of `GET /api/v1/tasks` ([`TaskParams`],
-/// documented once there), without `after`, `limit` and `view`.
+/// The query string of a request on every task a listing's filters select (a bulk action,
+/// `GET /api/v1/tasks/count`): the filters of `GET /api/v1/tasks` ([`TaskParams`],
+/// documented once there), without `after`, `limit` and `view`, which those refuse.
 pub struct BulkSelection;
 
 impl IntoParams for BulkSelection {

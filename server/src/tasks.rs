@@ -400,7 +400,7 @@ pub struct TaskCount {
 /// `exact` false (see `docs/api.md`).
 #[utoipa::path(
     get, path = "/api/v1/tasks/count", operation_id = "count_tasks", tag = "tasks",
-    params(TaskParams),
+    params(crate::bulk::BulkSelection),
     responses(
         (status = 200, description = "The count", body = TaskCount),
         (status = 400, description = "An unknown state, a malformed parameter, or `after`, `limit` or `view`, which a count does not take", body = ApiError),
