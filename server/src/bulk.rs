@@ -13,32 +13,12 @@ use sked_db::bulk::{self, Action};
 use sked_db::token::Principal;
 use sked_types::ApiError;
 use sked_types::bulk::{BulkAction, BulkOutcome, MAX_BULK, StateCount};
-use utoipa::IntoParams;
-use utoipa::openapi::path::{Parameter, ParameterIn};
 
 use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Query};
 use crate::openapi::OwnerForbidden;
-use crate::tasks::TaskParams;
-
-/// The parameters of a listing that select a page rather than tasks: a bulk request refuses
-/// them.
-const PAGE_PARAMS: [&str; 3] = ["after", "limit", "view"];
-
-/// The query string of a request on every task a listing's filters select (a bulk action,
-/// `GET /api/v1/tasks/count`): the filters of `GET /api/v1/tasks` ([`TaskParams`],
-/// documented once there), without `after`, `limit` and `view`, which those refuse.
-pub struct BulkSelection;
-
-impl IntoParams for BulkSelection {
-    fn into_params(parameter_in_provider: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        TaskParams::into_params(parameter_in_provider)
-            .into_iter()
-            .filter(|p| !PAGE_PARAMS.contains(&p.name.as_str()))
-            .collect()
-    }
-}
+use crate::tasks::{SelectionParams, TaskParams};
 
 /// Retry every finished task the filters select.
 ///
@@ -51,7 +31,7 @@ impl IntoParams for BulkSelection {
 /// state changed meanwhile. At most 100,000 tasks a request (see `docs/api.md`).
 #[utoipa::path(
     post, path = "/api/v1/tasks/retry", operation_id = "retry_tasks", tag = "tasks",
-    params(BulkSelection),
+    params(SelectionParams),
     request_body = BulkAction,
     responses(
         (status = 200, description = "What the retry did, or with `dry_run` would do", body = BulkOutcome),
@@ -81,7 +61,7 @@ pub async fn retry(
 /// `docs/api.md`).
 #[utoipa::path(
     post, path = "/api/v1/tasks/cancel", operation_id = "cancel_tasks", tag = "tasks",
-    params(BulkSelection),
+    params(SelectionParams),
     request_body = BulkAction,
     responses(
         (status = 200, description = "What the cancel did, or with `dry_run` would do", body = BulkOutcome),

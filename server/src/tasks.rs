@@ -18,6 +18,7 @@ use sked_types::{
     ApiError, LogChunk, StateChange, SubmitBatch, SubmitTask, Submitted, TaskDetail, TaskPage,
     TaskState, TaskSummaryPage,
 };
+use utoipa::openapi::path::{Parameter, ParameterIn};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -261,6 +262,24 @@ impl TaskParams {
     }
 }
 
+/// The parameters of a listing that select a page rather than tasks: a bulk action and a count
+/// refuse them.
+const PAGE_PARAMS: [&str; 3] = ["after", "limit", "view"];
+
+/// The query string of a request on every task a listing's filters select (a bulk action,
+/// `GET /api/v1/tasks/count`): the filters of `GET /api/v1/tasks` ([`TaskParams`],
+/// documented once there), without `after`, `limit` and `view`, which those refuse.
+pub struct SelectionParams;
+
+impl IntoParams for SelectionParams {
+    fn into_params(parameter_in_provider: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        TaskParams::into_params(parameter_in_provider)
+            .into_iter()
+            .filter(|p| !PAGE_PARAMS.contains(&p.name.as_str()))
+            .collect()
+    }
+}
+
 /// Whether a listing takes the tasks due now or those due later (`due`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -400,7 +419,7 @@ pub struct TaskCount {
 /// `exact` false (see `docs/api.md`).
 #[utoipa::path(
     get, path = "/api/v1/tasks/count", operation_id = "count_tasks", tag = "tasks",
-    params(crate::bulk::BulkSelection),
+    params(SelectionParams),
     responses(
         (status = 200, description = "The count", body = TaskCount),
         (status = 400, description = "An unknown state, a malformed parameter, or `after`, `limit` or `view`, which a count does not take", body = ApiError),
