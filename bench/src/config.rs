@@ -46,6 +46,10 @@ pub enum Workload {
     /// Live events at scale: a `sked-server` process's memory per idle websocket, and the
     /// latency of live events while REST requests saturate its pool (run only when named).
     W15,
+    /// REST throughput under a dashboard's mix: `--w16-clients` HTTP clients back to back
+    /// against the in-process API on W8's data set packed into `--w16-hours` hours, so that
+    /// at least 100,000 tasks finished in the last hour (run only when named).
+    W16,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -70,6 +74,7 @@ impl Workload {
             Workload::W13 => "W13",
             Workload::W14 => "W14",
             Workload::W15 => "W15",
+            Workload::W16 => "W16",
             Workload::Peer => "peer",
         }
     }
@@ -81,9 +86,10 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w15, peer); all but w9, w11, w12, w13, w15 and peer when none
-    /// is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
-    /// minutes, w15 opens a thousand websockets, peer installs graphile-worker with npm).
+    /// Workloads to run (w1 … w16, peer); all but w9, w11, w12, w13, w15, w16 and peer when
+    /// none is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
+    /// minutes, w15 opens a thousand websockets, w16 loads a million tasks before it
+    /// measures, peer installs graphile-worker with npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -155,7 +161,7 @@ pub struct Cli {
     /// Worker concurrency in W7 (a slot per schedule: all of them are due at once).
     #[arg(long, default_value_t = 1_000)]
     pub w7_concurrency: usize,
-    /// Tasks in W8's data set.
+    /// Tasks in W8's data set (and in W16's).
     #[arg(long, default_value_t = 1_000_000)]
     pub w8_tasks: usize,
     /// Requests of each endpoint in W8.
@@ -204,6 +210,16 @@ pub struct Cli {
     /// HTTP clients W15 runs back to back to saturate the server's pool.
     #[arg(long, default_value_t = 64)]
     pub w15_rest_clients: usize,
+    /// Hours over which W16's data set (W8's, `--w8-tasks` tasks) was created: W8's span
+    /// is 24; fewer put more of its finishes in the last hour.
+    #[arg(long, default_value_t = 7.0)]
+    pub w16_hours: f64,
+    /// HTTP clients W16 runs back to back.
+    #[arg(long, default_value_t = 64)]
+    pub w16_clients: usize,
+    /// Seconds W16 measures for (after a 3 s warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub w16_secs: u64,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -273,6 +289,9 @@ pub struct Config {
     pub w15_duration: Duration,
     pub w15_inserts_per_sec: u32,
     pub w15_rest_clients: usize,
+    pub w16_hours: f64,
+    pub w16_clients: usize,
+    pub w16_duration: Duration,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -406,6 +425,17 @@ impl Cli {
                 self.w15_clients, self.w15_secs, self.w15_inserts_per_sec, self.w15_rest_clients
             ));
         }
+        let w16_valid = self.w16_hours.is_finite()
+            && (1.0..=24.0).contains(&self.w16_hours)
+            && (1..=1_000).contains(&self.w16_clients)
+            && (1..=3600).contains(&self.w16_secs);
+        if !w16_valid {
+            return Err(format!(
+                "--w16-hours must be between 1 and 24, --w16-clients between 1 and 1000 and \
+                 --w16-secs between 1 and 3600, got {}, {} and {}",
+                self.w16_hours, self.w16_clients, self.w16_secs
+            ));
+        }
         if !(1..=100_000_000).contains(&self.w13_history) {
             return Err(format!(
                 "--w13-history must be between 1 and 100000000, got {}",
@@ -474,6 +504,9 @@ impl Cli {
             w15_duration: Duration::from_secs(self.w15_secs),
             w15_inserts_per_sec: self.w15_inserts_per_sec,
             w15_rest_clients: self.w15_rest_clients,
+            w16_hours: self.w16_hours,
+            w16_clients: self.w16_clients,
+            w16_duration: Duration::from_secs(self.w16_secs),
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,
@@ -510,7 +543,7 @@ impl Config {
         self.workloads.iter().any(|w| {
             !matches!(
                 w,
-                Workload::W1 | Workload::W8 | Workload::W9 | Workload::W14
+                Workload::W1 | Workload::W8 | Workload::W9 | Workload::W14 | Workload::W16
             )
         })
     }

@@ -11,6 +11,7 @@ mod drain;
 mod history;
 mod latency;
 mod live;
+mod mix;
 mod peer;
 mod pg;
 mod placement;
@@ -80,6 +81,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W13 => retention::run(&cfg).await,
                 Workload::W14 => awaits::run(&cfg).await,
                 Workload::W15 => live::run(&cfg).await,
+                Workload::W16 => mix::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

@@ -23,43 +23,15 @@ use crate::report::{Sample, Target, percentile};
 const W: &str = "W8";
 /// Every listing and overview answers within this many milliseconds.
 const TARGET_MS: f64 = 100.0;
-/// The data set, for `$1` tasks.
+/// The data set, for `$1` tasks over the last `$2` hours.
 const DATA: &str = include_str!("reads.sql");
+/// W8's data set spans a day.
+const SPAN_HOURS: f64 = 24.0;
 
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     pg::with_db(&cfg.database_url, "w8", async |db| {
         let mut out = Vec::new();
-        let started = Instant::now();
-        load(db, cfg.w8_tasks).await?;
-        out.push(Sample::new(
-            W,
-            format!(
-                "load {} tasks (INSERT … SELECT, VACUUM ANALYZE)",
-                cfg.w8_tasks
-            ),
-            "s",
-            started.elapsed().as_secs_f64(),
-            None,
-        ));
-        let started = Instant::now();
-        let folded = fold(db).await?;
-        out.push(Sample::new(
-            W,
-            format!("fold the rollups of finishes ({folded} deltas)"),
-            "s",
-            started.elapsed().as_secs_f64(),
-            None,
-        ));
-        // The text search's trigram index, as `sked search-index enable` makes it.
-        let started = Instant::now();
-        sked_db::listing::text_index_enable(&db.pool).await?;
-        out.push(Sample::new(
-            W,
-            "make the trigram index of the text search (CREATE INDEX CONCURRENTLY, ANALYZE)",
-            "s",
-            started.elapsed().as_secs_f64(),
-            None,
-        ));
+        prepare(db, W, cfg.w8_tasks, SPAN_HOURS, &mut out).await?;
         let api = Api::start(db).await?;
         let result = measure(&api, cfg.w8_requests, &mut out).await;
         api.stop().await;
@@ -69,9 +41,49 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     .await
 }
 
-/// Ten live workers and the data set, then the statistics and visibility map autovacuum
-/// would leave.
-async fn load(db: &BenchDb, n: usize) -> Result<()> {
+/// The data set of `n` tasks created over the last `hours` hours, its rollups folded and
+/// the text search's trigram index made, each timed into `out` under `workload` (W8, W16).
+pub async fn prepare(
+    db: &BenchDb,
+    workload: &'static str,
+    n: usize,
+    hours: f64,
+    out: &mut Vec<Sample>,
+) -> Result<()> {
+    let started = Instant::now();
+    load(db, n, hours).await?;
+    out.push(Sample::new(
+        workload,
+        format!("load {n} tasks (INSERT … SELECT, VACUUM ANALYZE)"),
+        "s",
+        started.elapsed().as_secs_f64(),
+        None,
+    ));
+    let started = Instant::now();
+    let folded = fold(db).await?;
+    out.push(Sample::new(
+        workload,
+        format!("fold the rollups of finishes ({folded} deltas)"),
+        "s",
+        started.elapsed().as_secs_f64(),
+        None,
+    ));
+    // The text search's trigram index, as `sked search-index enable` makes it.
+    let started = Instant::now();
+    sked_db::listing::text_index_enable(&db.pool).await?;
+    out.push(Sample::new(
+        workload,
+        "make the trigram index of the text search (CREATE INDEX CONCURRENTLY, ANALYZE)",
+        "s",
+        started.elapsed().as_secs_f64(),
+        None,
+    ));
+    Ok(())
+}
+
+/// Ten live workers and the data set (`n` tasks over the last `hours` hours), then the
+/// statistics and visibility map autovacuum would leave.
+async fn load(db: &BenchDb, n: usize, hours: f64) -> Result<()> {
     db.pool
         .execute(
             "insert into sked.workers (id, name, host, pid, version, queues, concurrency, lease)
@@ -87,6 +99,7 @@ async fn load(db: &BenchDb, n: usize) -> Result<()> {
     conn.execute("select setseed(0.42)").await?;
     let inserted = sqlx::query(DATA)
         .bind(i32::try_from(n).context("--w8-tasks is too large")?)
+        .bind(hours)
         .execute(&mut *conn)
         .await?
         .rows_affected();
@@ -383,16 +396,16 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
 
 /// The API served in this process on an ephemeral port, with an admin token and user tokens
 /// of three owners.
-struct Api {
-    api: InProcessApi,
-    admin: String,
-    ops: String,
-    ml: String,
-    intern: String,
+pub struct Api {
+    pub api: InProcessApi,
+    pub admin: String,
+    pub ops: String,
+    pub ml: String,
+    pub intern: String,
 }
 
 impl Api {
-    async fn start(db: &BenchDb) -> Result<Api> {
+    pub async fn start(db: &BenchDb) -> Result<Api> {
         use sked_db::token::{Role, create};
         let admin = create(&db.pool, "root", Role::Admin, "bench").await?;
         let ops = create(&db.pool, "ops", Role::User, "bench").await?;
@@ -408,13 +421,13 @@ impl Api {
         })
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         self.api.stop().await;
     }
 
     /// `GET` of `path` (under `/api/v1`, but [`METRICS`]), which must answer 200 with JSON
     /// (the metrics: text, answered as `null`).
-    async fn get(&self, token: &str, path: &str) -> Result<Value> {
+    pub async fn get(&self, token: &str, path: &str) -> Result<Value> {
         let url = if path == METRICS {
             format!("{}{path}", self.api.base.trim_end_matches("/api/v1"))
         } else {
