@@ -94,8 +94,26 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    sked::logging::init(cli.log.log_format);
-    let result: anyhow::Result<()> = match cli.command {
+    let service = match cli.command {
+        Command::Server(_) => "sked-server",
+        Command::Worker(_) => "sked-worker",
+        _ => "sked",
+    };
+    let telemetry = match sked::logging::init(&cli.log, service) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = run(cli.command).await;
+    // The spans of a server's or worker's graceful shutdown are ended: the last batch is sent.
+    telemetry.shutdown().await;
+    result
+}
+
+async fn run(command: Command) -> ExitCode {
+    let result: anyhow::Result<()> = match command {
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Token(cmd) => commands::token(cmd).await,
         Command::Submit(args) => commands::submit(args).await,

@@ -57,7 +57,7 @@ use sked_db::upkeep::{Duty, FiringConfig, Upkeep};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::compression::CompressionLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultMakeSpan, TraceLayer};
 
 pub use error::Error;
 pub use events::pool::{
@@ -205,7 +205,12 @@ fn router_stopping(
         .method_not_allowed_fallback(method_not_allowed)
         // The dashboard's files, gzipped for browsers that accept it (the .wasm shrinks 3×).
         .fallback(web::serve.layer(CompressionLayer::new()))
-        .layer(TraceLayer::new_for_http())
+        // A span per request at `info` (method, URI, version), so that what a request logs
+        // names it and `--otlp-endpoint` exports it.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(tracing::Level::INFO)),
+        )
         .with_state(AppState {
             pool,
             events,

@@ -19,8 +19,17 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    sked::logging::init(cli.log.log_format);
-    match app::run_server(cli.command).await {
+    let telemetry = match sked::logging::init(&cli.log, "sked-server") {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = app::run_server(cli.command).await;
+    // The spans of the graceful shutdown are ended: the last batch is sent.
+    telemetry.shutdown().await;
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {:#}", anyhow::Error::from(err));

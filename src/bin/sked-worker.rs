@@ -20,8 +20,17 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    sked::logging::init(cli.log.log_format);
-    match app::run_worker(cli.command).await {
+    let telemetry = match sked::logging::init(&cli.log, "sked-worker") {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = app::run_worker(cli.command).await;
+    // The spans of the graceful shutdown are ended: the last batch is sent.
+    telemetry.shutdown().await;
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {:#}", anyhow::Error::from(err));

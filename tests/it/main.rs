@@ -24,6 +24,7 @@ mod listing;
 mod log_format;
 mod metrics;
 mod openapi_contract;
+mod otlp;
 mod placement;
 mod queues;
 mod recovery;

@@ -539,8 +539,10 @@ struct Worker {
     logs: tokio::task::JoinHandle<()>,
     services_stop: CancellationToken,
     services: Vec<tokio::task::JoinHandle<()>>,
-    /// `worker{worker=<name>}`: the span of everything the worker logs.
+    /// `worker{worker=<name>}`: the span of everything the worker logs outside attempts.
     span: tracing::Span,
+    /// The worker's name, a field of each attempt's span.
+    name: String,
 }
 
 impl Worker {
@@ -586,6 +588,7 @@ impl Worker {
             memory_mb = ?config.capacity.memory_mb, "worker started");
 
         let span = tracing::info_span!("worker", worker = %registration.name);
+        let name = registration.name.clone();
         // The writers' and services' tasks log in the worker's span.
         let _in_span = span.enter();
         let (logs_handle, logs_writer) = logs::start(pool.clone(), config.log_flush);
@@ -653,6 +656,7 @@ impl Worker {
             services_stop,
             services,
             span,
+            name,
         })
     }
 
@@ -884,7 +888,12 @@ impl Worker {
         let running = self.running.clone();
         let slots = self.slots.clone();
         let kill_grace = self.config.kill_grace;
-        let span = tracing::info_span!("task", task_id = %row.id, attempt = row.attempt, queue = %row.queue);
+        // An attempt's span stands alone (it names its worker): exported as a trace
+        // (`--otlp-endpoint`), each attempt is one, rather than a part of the worker's life.
+        // It ends with the attempt's outcome, an error's status for a failure or a timeout.
+        let span = tracing::info_span!(parent: None, "task", task_id = %row.id,
+            attempt = row.attempt, queue = %row.queue, worker = %self.name,
+            outcome = tracing::field::Empty, "otel.status_code" = tracing::field::Empty);
         tasks.spawn(
             async move {
                 if !after.is_empty() {
@@ -908,6 +917,14 @@ impl Worker {
                 let started = Instant::now();
                 let finished = executor::execute(&ctx, &row, stopper).await;
                 drop(ended);
+                let span = tracing::Span::current();
+                span.record("outcome", finished.outcome.as_str());
+                if matches!(
+                    finished.outcome,
+                    sked_db::worker::Outcome::Failed | sked_db::worker::Outcome::TimedOut
+                ) {
+                    span.record("otel.status_code", "ERROR");
+                }
                 sked_db::metrics::metrics().attempt_ended(
                     &row.queue,
                     finished.outcome.as_str(),
