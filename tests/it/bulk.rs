@@ -682,6 +682,30 @@ async fn the_task_lists_retry_all_and_cancel_all_ask_with_the_count_then_act() {
     assert_eq!(count(pool, "alice", "mail", "waiting").await, 0);
     assert_eq!(count(pool, "alice", "mail", "cancelled").await, 16);
     assert_eq!(count(pool, "bob", "mail", "failed").await, 5);
+
+    // An admin's list without an owner takes every owner's tasks, and the question says so.
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    open_signed_in(&b, &server, "/tasks", &admin).await;
+    b.goto(&format!("{}/tasks?state=failed", server.url)).await;
+    b.wait("[data-action=retry-all]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_text(
+        &b,
+        "the question naming every owner",
+        "[data-confirm=bulk]",
+        "Retry 8 failed tasks of every owner?",
+    )
+    .await;
+    b.wait("[data-action=keep]").await.click().await.unwrap();
+    b.wait("[data-action=retry-all]").await;
+    assert_eq!(
+        count(pool, "bob", "mail", "failed").await,
+        5,
+        "left as they were"
+    );
     assert_quiet_console(b.console_errors().await);
     b.close().await;
 }

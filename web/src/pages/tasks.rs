@@ -512,10 +512,17 @@ fn BulkActions(listing: Listing) -> impl IntoView {
         preview.with(|p| {
             p.as_ref().map(|Preview { action, outcome }| {
                 let f = filters.get_untracked();
+                // An admin's list without an owner takes every owner's tasks: the question
+                // says so.
+                let owner = if f.owner.is_empty() && api::session().is_admin() {
+                    "every owner"
+                } else {
+                    f.owner.as_str()
+                };
                 let what = describe(
                     outcome,
                     Some(f.queue.as_str()),
-                    Some(f.owner.as_str()),
+                    Some(owner),
                     Some(f.q.as_str()),
                 );
                 let verb = if *action == "retry" {
