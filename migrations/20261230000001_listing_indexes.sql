@@ -1,21 +1,15 @@
 -- Task listings whose filters find their first page on an index (docs/api.md, "Listing
--- tasks"): a walk in id order for each state (waiting and succeeded included) and for each
--- queue. Running tasks stay out of the new indexes: they are found on tasks_running, and a
--- claim adds no entry to them. The cost on the hot path is measured in bench/README.md (W1,
--- W2) and the listings' times in W8.
+-- tasks"): a walk in id order for each queue and state, which also serves the states that
+-- tasks_by_state leaves out (waiting and succeeded, walked once per queue). Running tasks
+-- stay out: they are found on tasks_running, and a claim adds no entry. A task gets an
+-- entry when it is submitted and one when it finishes; the cost on the hot path is measured
+-- in bench/README.md (W1, W2) and the listings' times in W8.
 --
 -- The text filter's trigram index is not made here: it doubles the cost of an insert, so an
 -- operator makes it when the search is worth that (`sked search-index enable`, docs/api.md);
 -- what it indexes is defined here, so that every index made by that command is the same.
 
--- Tasks newest first per state, every state but running: replaces tasks_by_state, which left
--- out waiting and succeeded tasks (the most numerous, found by walking the primary key).
-create index tasks_by_state_all on sked.tasks (state, id) include (queue, owner, next_run_at)
-  where state <> 'running';
-drop index sked.tasks_by_state;
-alter index sked.tasks_by_state_all rename to tasks_by_state;
-
--- Tasks newest first per queue and state (running ones excepted, as above), with what the
+-- Tasks newest first per queue and state (running ones excepted), with what the
 -- other filters test on the entries: a queue's listing merges one walk per state.
 create index tasks_by_queue on sked.tasks (queue, state, id) include (owner, next_run_at)
   where state <> 'running';

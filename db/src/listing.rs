@@ -11,7 +11,10 @@
 //! - a queue's tasks: one walk of `tasks_by_queue` (queue, state, id) per state asked for
 //!   (every state when none is), and of `tasks_running` for `running`, merged in id order;
 //! - tasks in some states: one walk of `tasks_by_state` (state, id) per state (of
-//!   `tasks_running` for `running`), merged in id order;
+//!   `tasks_running` for `running`); for `waiting` and `succeeded`, which most tasks pass
+//!   through and `tasks_by_state` leaves out, one walk of `tasks_by_queue` per queue that
+//!   holds tasks (found by a loose index scan; past [`MAX_QUEUE_WALKS`] queues, the states
+//!   are tested on the primary key's walk instead); all merged in id order;
 //! - an owner's tasks: its finished tasks (`tasks_finished_by_owner`), its blocked, waiting
 //!   and retry tasks (`tasks_pending_by_owner`) and its running tasks (`tasks_running`),
 //!   merged in id order;
@@ -161,10 +164,14 @@ impl ListFilter {
             Driver::Small
         } else if self.queue.is_some() {
             Driver::Queue
-        } else if !self.states.is_empty() {
+        } else if !self.states.is_empty() && self.states.iter().all(|s| has_own_index(*s)) {
             Driver::States
         } else if self.owner.is_some() {
+            // An owner's walks hold its waiting and succeeded tasks, which the states'
+            // walks find only per queue among every owner's.
             Driver::Owner
+        } else if !self.states.is_empty() {
+            Driver::States
         } else {
             Driver::All
         }
@@ -388,15 +395,65 @@ fn push_filters(
     push_times(q, f, alias);
 }
 
-/// Pushes the driver as a subquery of rows `t.<columns>`, newest first, at most `n` of them.
-fn push_driver(
-    q: &mut QueryBuilder<Postgres>,
-    f: &ListFilter,
+/// States with no index of their own, where most tasks are (`tasks_by_state` leaves them
+/// out, so that a task that succeeds at its first attempt gets no entry there): a listing by
+/// one of them walks `tasks_by_queue` once per queue.
+fn has_own_index(state: TaskState) -> bool {
+    !matches!(state, TaskState::Waiting | TaskState::Succeeded)
+}
+
+/// Queues a listing by state walks one by one at most; with more, the states are tested on
+/// a walk of the primary key (or of the owner's tasks), within the scan limit.
+pub const MAX_QUEUE_WALKS: usize = 100;
+
+/// How a listing reads: its driver and, for states found per queue, the queues.
+struct Plan {
     driver: Driver,
-    columns: &str,
-    n: i64,
-) {
-    match driver {
+    queues: Vec<String>,
+}
+
+/// The plan of `f`'s listing: the queues that hold tasks, when its states are found per
+/// queue.
+async fn plan(db: &mut sqlx::PgConnection, f: &ListFilter) -> Result<Plan> {
+    let driver = f.driver();
+    if driver != Driver::States || f.states.iter().all(|s| has_own_index(*s)) {
+        return Ok(Plan {
+            driver,
+            queues: Vec::new(),
+        });
+    }
+    // The distinct queues of tasks_by_queue, one index probe each (a loose index scan).
+    let queues: Vec<String> = sqlx::query_scalar(
+        "with recursive q(queue) as (
+           (select t.queue from sked.tasks t where t.state <> 'running'
+             order by t.queue limit 1)
+           union all
+           select (select t.queue from sked.tasks t
+                    where t.state <> 'running' and t.queue > q.queue
+                    order by t.queue limit 1)
+             from q where q.queue is not null)
+         select q.queue from q where q.queue is not null limit $1",
+    )
+    .bind(MAX_QUEUE_WALKS as i64 + 1)
+    .fetch_all(db)
+    .await?;
+    if queues.len() > MAX_QUEUE_WALKS {
+        let driver = if f.owner.is_some() {
+            Driver::Owner
+        } else {
+            Driver::All
+        };
+        return Ok(Plan {
+            driver,
+            queues: Vec::new(),
+        });
+    }
+    Ok(Plan { driver, queues })
+}
+
+/// Pushes the driver as a subquery of rows `t.<columns>`, newest first, at most `n` of them.
+fn push_driver(q: &mut QueryBuilder<Postgres>, f: &ListFilter, plan: &Plan, columns: &str, n: i64) {
+    match plan.driver {
         Driver::Small => {
             // The set is found first (OFFSET 0 keeps the planner from flattening it) and
             // then sorted: its estimate is often one row (statistics taken while nothing
@@ -410,11 +467,19 @@ fn push_driver(
         }
         Driver::Queue => {
             let walks: Vec<Walk> = f.walked_states().into_iter().map(Walk::State).collect();
-            push_merged(q, f, &walks, None, f.queue.as_deref(), columns, n);
+            push_merged(q, f, &walks, None, f.queue.as_deref(), &[], columns, n);
         }
         Driver::States => {
-            let walks: Vec<Walk> = f.walked_states().into_iter().map(Walk::State).collect();
-            push_merged(q, f, &walks, None, None, columns, n);
+            // A state of its own index, or one walk per queue for the others.
+            let mut walks = Vec::new();
+            for state in f.walked_states() {
+                if has_own_index(state) {
+                    walks.push(Walk::State(state));
+                } else {
+                    walks.extend((0..plan.queues.len()).map(|i| Walk::InQueue(state, i)));
+                }
+            }
+            push_merged(q, f, &walks, None, None, &plan.queues, columns, n);
         }
         Driver::Owner => {
             // Only finished tasks have finished since a time.
@@ -429,7 +494,7 @@ fn push_driver(
             if f.wants_any(&[TaskState::Running]) && !finished_only {
                 walks.push(Walk::State(TaskState::Running));
             }
-            push_merged(q, f, &walks, f.owner.as_deref(), None, columns, n);
+            push_merged(q, f, &walks, f.owner.as_deref(), None, &[], columns, n);
         }
         Driver::All => {
             q.push(format_args!(
@@ -447,6 +512,8 @@ enum Walk {
     /// The tasks in a state (`tasks_by_state`, or `tasks_by_queue` within a queue, or
     /// `tasks_running` for `running`).
     State(TaskState),
+    /// The tasks in a state in the plan's queue of this index (`tasks_by_queue`).
+    InQueue(TaskState, usize),
     /// Finished tasks (`tasks_finished_by_owner` with an owner).
     Finished,
     /// Blocked, waiting and retry tasks (`tasks_pending_by_owner` with an owner).
@@ -454,13 +521,16 @@ enum Walk {
 }
 
 /// Pushes walks merged in id order (a Merge Append of ordered index scans), at most `n`
-/// rows, each walk limited to the owner and to the queue when they are given.
+/// rows, each walk limited to the owner and to the queue when they are given; `queues`
+/// are those that [`Walk::InQueue`] names.
+#[allow(clippy::too_many_arguments)]
 fn push_merged(
     q: &mut QueryBuilder<Postgres>,
     f: &ListFilter,
     walks: &[Walk],
     owner: Option<&str>,
     queue: Option<&str>,
+    queues: &[String],
     columns: &str,
     n: i64,
 ) {
@@ -486,6 +556,10 @@ fn push_merged(
         }
         match walk {
             Walk::State(state) => push_state(q, "t", *state),
+            Walk::InQueue(state, i) => {
+                push_state(q, "t", *state);
+                q.push(" and t.queue = ").push_bind(queues[*i].clone());
+            }
             Walk::Finished => {
                 q.push("t.finished_at is not null");
             }
@@ -634,12 +708,13 @@ async fn bitmaps_only(db: &mut sqlx::PgConnection) -> Result<()> {
 /// text search by an owner of 1 % of a million tasks, in W8).
 pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let limit = f.limit.max(1);
-    let driver = f.driver();
     // The page and the end of the scan window are read in one snapshot, so that a cursor at
     // the window's end continues exactly where this page's scan stopped.
     let mut tx = pool
         .begin_with("begin isolation level repeatable read, read only")
         .await?;
+    let plan = plan(&mut tx, f).await?;
+    let driver = plan.driver;
     let text_index = driver != Driver::Small && text_index_finds(&mut tx, f).await?;
     // The text filter reads whole rows; a walk other than the primary key's finds them
     // across the whole table, each row costing about three times as much.
@@ -649,7 +724,7 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
         f.scan_limit
     };
     if text_index {
-        let page = walk(&mut tx, f, driver, limit, TEXT_FIRST_SCAN.min(scan_limit)).await?;
+        let page = walk(&mut tx, f, &plan, limit, TEXT_FIRST_SCAN.min(scan_limit)).await?;
         if !page.scan_limit_reached {
             tx.commit().await?;
             return Ok(page);
@@ -659,7 +734,7 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
             return Ok(page);
         }
     }
-    let page = walk(&mut tx, f, driver, limit, scan_limit).await?;
+    let page = walk(&mut tx, f, &plan, limit, scan_limit).await?;
     tx.commit().await?;
     Ok(page)
 }
@@ -669,23 +744,24 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
 async fn walk(
     db: &mut sqlx::PgConnection,
     f: &ListFilter,
-    driver: Driver,
+    plan: &Plan,
     limit: i64,
     scan_limit: i64,
 ) -> Result<ListPage> {
+    let driver = plan.driver;
     let scan_limit = scan_limit.max(limit + 1);
     // One row more than the page tells whether another page follows.
     let fetch = limit + 1;
     if !f.has_residual(driver) {
         let mut q = QueryBuilder::new("");
-        push_driver(&mut q, f, driver, "t.*", fetch);
+        push_driver(&mut q, f, plan, "t.*", fetch);
         let rows: Vec<TaskRow> = q.build_query_as().persistent(false).fetch_all(db).await?;
         return Ok(page(rows, limit, None));
     }
     // The window's matches first, from the walk's own columns where they suffice; then their
     // rows.
     let mut q = QueryBuilder::new("select t.* from sked.tasks t join (select w.id from (");
-    push_driver(&mut q, f, driver, &window_columns(f), scan_limit);
+    push_driver(&mut q, f, plan, &window_columns(f), scan_limit);
     q.push(") w where true");
     push_filters(&mut q, f, Some(driver), "w");
     q.push(format_args!(
@@ -701,7 +777,7 @@ async fn walk(
     }
     // A short page: did the driver stop at the scan limit? Then its last row is the cursor.
     let mut q = QueryBuilder::new("select d.id from (");
-    push_driver(&mut q, f, driver, "t.id", scan_limit);
+    push_driver(&mut q, f, plan, "t.id", scan_limit);
     q.push(format_args!(
         ") d order by d.id desc offset {} limit 1",
         scan_limit - 1
@@ -774,10 +850,11 @@ pub async fn count(pool: &PgPool, f: &ListFilter) -> Result<Count> {
         after: None,
         ..f.clone()
     };
-    let driver = f.driver();
     let mut tx = pool
         .begin_with("begin isolation level repeatable read, read only")
         .await?;
+    let plan = plan(&mut tx, f).await?;
+    let driver = plan.driver;
     let capped = |n: i64| Count {
         count: n.min(COUNT_LIMIT),
         exact: n <= COUNT_LIMIT,
@@ -812,7 +889,7 @@ pub async fn count(pool: &PgPool, f: &ListFilter) -> Result<Count> {
         COUNT_SCAN_LIMIT
     };
     let mut q = QueryBuilder::new("select count(*) from (select 1 from (");
-    push_driver(&mut q, f, driver, &window_columns(f), walked);
+    push_driver(&mut q, f, &plan, &window_columns(f), walked);
     q.push(") w where true");
     push_filters(&mut q, f, Some(driver), "w");
     q.push(format_args!(" limit {}) c", COUNT_LIMIT + 1));
@@ -825,7 +902,7 @@ pub async fn count(pool: &PgPool, f: &ListFilter) -> Result<Count> {
     if residual && counted.exact {
         // Fewer matches than the limit: exact if the walk ended before its bound.
         let mut q = QueryBuilder::new("select count(*) from (");
-        push_driver(&mut q, f, driver, "t.id", walked);
+        push_driver(&mut q, f, &plan, "t.id", walked);
         q.push(") w");
         let read: i64 = q
             .build_query_scalar()
@@ -881,9 +958,14 @@ mod tests {
         );
         assert_eq!(
             filter(&[TaskState::Failed, TaskState::Succeeded]).driver(),
-            Driver::All,
-            "succeeded tasks have no index of their own"
+            Driver::States,
+            "succeeded tasks are walked per queue"
         );
+        let owned_succeeded = ListFilter {
+            owner: Some("alice".into()),
+            ..filter(&[TaskState::Succeeded])
+        };
+        assert_eq!(owned_succeeded.driver(), Driver::Owner);
         let worker = ListFilter {
             worker: Some(Uuid::nil()),
             ..filter(&[TaskState::Waiting])

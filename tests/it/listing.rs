@@ -558,3 +558,34 @@ async fn sked_list_takes_the_new_filters_and_counts() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn past_the_queues_walked_one_by_one_waiting_and_succeeded_tasks_are_still_all_listed() {
+    let api = Api::new().await;
+    let pool = &api.db.pool;
+    let queues = sked_db::listing::MAX_QUEUE_WALKS as i32 + 1;
+    sqlx::query(
+        "insert into sked.tasks (owner, queue, command)
+         select 'ops', 'q' || g, array['echo', g::text] from generate_series(1, $1) g",
+    )
+    .bind(queues)
+    .execute(pool)
+    .await
+    .unwrap();
+    for i in 0..4 {
+        task(pool, "ops", "q1", "succeeded", &format!("done {i}")).await;
+    }
+    for (state, condition) in [
+        (TaskState::Waiting, "t.state = 'waiting'"),
+        (TaskState::Succeeded, "t.state = 'succeeded'"),
+    ] {
+        let filter = ListFilter {
+            states: vec![state],
+            ..ListFilter::default()
+        };
+        let (_, all) = pages(pool, &filter).await;
+        assert_eq!(all, expected(pool, condition).await, "{state:?}");
+        let counted = count(pool, &filter).await.unwrap();
+        assert_eq!(counted.count, all.len() as i64, "{state:?}: {counted:?}");
+    }
+}
