@@ -13,7 +13,8 @@
 -- that also read sked.queues turn JIT compilation off: a question that no index answers
 -- (is any queue concurrency-limited?) is planned as a disabled sequential scan of that small
 -- table, whose penalty cost made PostgreSQL compile the statement to machine code, 150 ms
--- each time.
+-- each time. So does the alerts trigger (sql/alerts.sql), which reads sked.queues after any
+-- statement that changes tasks, within whatever function made it.
 
 -- Register (or re-register) a worker, with the capacity it advertises: CPU millicores and
 -- memory MB (null: it does not say, and claims by slots and labels only).
