@@ -82,7 +82,9 @@ async fn rollups_and_tasks(
 async fn two_folds_at_once_count_every_finish_once() {
     let db = TestDb::new().await;
     let pool = &db.pool;
-    // 40 finishing statements of 50 tasks each, over 40 minutes and two queues.
+    // 40 finishing statements of 50 tasks each, over 40 minutes and two queues. Each spans
+    // the 50 seconds before 25 s past a minute, so it touches two minutes whatever the
+    // clock says (from `now()`, one in six runs fell within one minute).
     for s in 0..40 {
         finished(
             pool,
@@ -90,7 +92,10 @@ async fn two_folds_at_once_count_every_finish_once() {
             if s % 2 == 0 { "q1" } else { "q2" },
             if s % 5 == 0 { "failed" } else { "succeeded" },
             50,
-            &format!("now() - interval '{s} minutes' - i * interval '1 second'"),
+            &format!(
+                "date_trunc('minute', now()) - interval '35 seconds' - interval '{s} minutes' \
+                 - i * interval '1 second'"
+            ),
             ["interval '1 second'", "interval '0'"],
         )
         .await;
