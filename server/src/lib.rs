@@ -33,6 +33,7 @@
 mod alerts;
 mod awaits;
 mod bulk;
+mod coalesce;
 mod error;
 mod events;
 mod extract;
@@ -48,6 +49,7 @@ mod web;
 mod workflows;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use awaits::Awaits;
 use axum::Router;
@@ -172,6 +174,9 @@ pub struct AppState {
     pub(crate) quotas: Quotas,
     /// The long polls of reads that wait for a final state.
     pub(crate) awaits: Awaits,
+    /// The overviews and histories being read, which identical requests share.
+    pub(crate) overviews: Arc<coalesce::Coalesce<sked_types::Overview>>,
+    pub(crate) histories: Arc<coalesce::Coalesce<sked_types::History>>,
 }
 
 /// The API router over a pool, without live events (those need [`serve`], which runs their
@@ -216,6 +221,8 @@ fn router_stopping(
             events,
             quotas,
             awaits,
+            overviews: Arc::default(),
+            histories: Arc::default(),
         })
 }
 

@@ -49,8 +49,16 @@ pub async fn overview(
     Query(params): Query<OverviewParams>,
 ) -> Result<axum::Json<Overview>> {
     let owner = listing_owner(&principal, params.owner, "tasks")?;
+    // Identical overviews asked at once share one read (`coalesce.rs`).
+    let key = format!("{owner:?}");
+    let pool = &state.pool;
     Ok(axum::Json(
-        sked_db::overview::overview(&state.pool, owner.as_deref(), None).await?,
+        state
+            .overviews
+            .run(key, || async {
+                Ok(sked_db::overview::overview(pool, owner.as_deref(), None).await?)
+            })
+            .await?,
     ))
 }
 
@@ -91,15 +99,26 @@ pub async fn history(
 ) -> Result<axum::Json<History>> {
     let owner = listing_owner(&principal, params.owner, "tasks")?;
     let queue = params.queue.filter(|q| !q.is_empty());
+    let range = params.range.unwrap_or_default();
+    // Identical histories asked at once share one read (`coalesce.rs`).
+    let key = format!("{owner:?} {queue:?} {range:?}");
+    let pool = &state.pool;
     Ok(axum::Json(
-        sked_db::history::history(
-            &state.pool,
-            owner.as_deref(),
-            queue.as_deref(),
-            params.range.unwrap_or_default(),
-            None,
-        )
-        .await?,
+        state
+            .histories
+            .run(key, || async {
+                Ok(
+                    sked_db::history::history(
+                        pool,
+                        owner.as_deref(),
+                        queue.as_deref(),
+                        range,
+                        None,
+                    )
+                    .await?,
+                )
+            })
+            .await?,
     ))
 }
 
