@@ -757,3 +757,108 @@ async fn the_log_shows_each_lines_time_searches_and_downloads_the_whole_log() {
     b.close().await;
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_list_counts_what_it_filters_and_filters_by_workflow_schedule_and_time() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let admin = token_for(&db, "ops", Role::Admin).await;
+    // Old tasks (submitted two days ago by the time in their ids) and new ones.
+    for i in 0..3 {
+        insert(
+            &db.pool,
+            &format!(
+                "(id, command, queue) values (encode(set_bit(set_bit(overlay(\
+                 uuid_send(gen_random_uuid()) placing substring(int8send((extract(epoch from \
+                 now() - interval '2 days') * 1000)::bigint) from 3) from 1 for 6), 52, 1), 53, \
+                 1), 'hex')::uuid, array['old', '{i}'], 'mail')"
+            ),
+        )
+        .await;
+    }
+    let mut new = Vec::new();
+    for i in 0..2 {
+        new.push(
+            insert(
+                &db.pool,
+                &format!("(command, queue) values (array['new', '{i}'], 'mail')"),
+            )
+            .await
+            .to_string(),
+        );
+    }
+    new.sort();
+    let workflow: uuid::Uuid = sqlx::query_scalar("select sked.workflow_submit($1, 'ops')")
+        .bind(serde_json::json!({"tasks": [
+            {"name": "a", "command": ["true"]},
+            {"name": "b", "command": ["true"], "depends_on": ["a"]},
+        ]}))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, "/tasks", &admin).await;
+    b.goto(&format!("{}/tasks?queue=mail", server.url)).await;
+    b.wait_js(
+        "the count of queue mail",
+        "document.querySelector('[data-count]')?.textContent === '5 tasks'",
+    )
+    .await;
+    // The last 24 hours: the two new tasks, counted and listed.
+    b.js(
+        "(s => { s.value = '86400'; s.dispatchEvent(new Event('change', {bubbles: true})); \
+         return true; })(document.querySelector('select[name=created_after]'))",
+    )
+    .await;
+    b.wait_js(
+        "the count of the last 24 hours",
+        "document.querySelector('[data-count]')?.textContent === '2 tasks'",
+    )
+    .await;
+    b.wait_js(
+        "the list of the last 24 hours",
+        "document.querySelectorAll('table.task-list tr[data-task-id]').length === 2",
+    )
+    .await;
+    assert_eq!(
+        listed(&b).await,
+        new,
+        "only the tasks submitted in the last day"
+    );
+    assert!(
+        b.js("location.search")
+            .await
+            .as_str()
+            .unwrap()
+            .contains("created_after="),
+        "the address keeps the range"
+    );
+    b.screenshot("tasks-count-and-time-range").await;
+
+    // A workflow's page links to its tasks in the list.
+    b.goto(&format!("{}/workflows/{workflow}", server.url))
+        .await;
+    b.wait("a[data-action=in-task-list]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait("[data-of]").await;
+    b.wait_js(
+        "the workflow's tasks",
+        "document.querySelectorAll('table.task-list tr[data-task-id]').length === 2 \
+         && document.querySelector('[data-count]')?.textContent === '2 tasks'",
+    )
+    .await;
+    assert!(
+        text_of(&b, "[data-of]")
+            .await
+            .starts_with("Tasks of workflow")
+    );
+    b.screenshot("tasks-of-a-workflow").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+}

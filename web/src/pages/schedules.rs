@@ -429,7 +429,11 @@ fn Detail(
                     <dd>"up to " {ui::duration(s.jitter_secs)}</dd>
                 })}
                 <dt>"History"</dt>
-                <dd>{format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}</dd>
+                <dd>
+                    {format!("the latest {} runs are kept", ui::count(i64::from(s.history_limit)))}
+                    " — "
+                    <a href=format!("/tasks?schedule={}", s.id) data-action="occurrences">"their tasks in the task list"</a>
+                </dd>
                 {s.paused_at.map(|at| view! {
                     <dt>"Paused"</dt>
                     <dd><ui::Time at=at/> " (" {ui::age(at, tick)} ")"</dd>

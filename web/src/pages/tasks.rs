@@ -1,6 +1,8 @@
 //! The task list (`/tasks`): filters kept in the address, keyset pages, rows updated live.
 //!
-//! The filters (`state`, `queue`, `owner`, `q`, `shard_of`) and the page (`after`) are the
+//! The filters (`state`, `queue`, `owner`, `q`, `shard_of`, `workflow`, `schedule`, the
+//! submission time `created_after`, and the overview's `due` and `finished_after`) and the
+//! page (`after`) are the
 //! query string of the page's address, so a link reproduces the view; the API gets the same
 //! parameters. Live events patch the rows shown in place. On the first page, a new task that
 //! matches the filters is put in its place at once from the event (newest first, the page
@@ -46,6 +48,12 @@ struct Filters {
     due: String,
     /// An RFC 3339 instant: only tasks that finished since then.
     finished_after: String,
+    /// Only the tasks of this workflow.
+    workflow: String,
+    /// Only the occurrences of this schedule.
+    schedule: String,
+    /// An RFC 3339 instant: only tasks submitted since then.
+    created_after: String,
     after: String,
 }
 
@@ -60,12 +68,15 @@ impl Filters {
             shard_of: get("shard_of"),
             due: get("due"),
             finished_after: get("finished_after"),
+            workflow: get("workflow"),
+            schedule: get("schedule"),
+            created_after: get("created_after"),
             after: get("after"),
         }
     }
 
     /// The filters, then the page (`after`, last).
-    fn pairs(&self) -> [(&'static str, &str); 8] {
+    fn pairs(&self) -> [(&'static str, &str); 11] {
         [
             ("state", &self.state),
             ("queue", &self.queue),
@@ -74,6 +85,9 @@ impl Filters {
             ("shard_of", &self.shard_of),
             ("due", &self.due),
             ("finished_after", &self.finished_after),
+            ("workflow", &self.workflow),
+            ("schedule", &self.schedule),
+            ("created_after", &self.created_after),
             ("after", &self.after),
         ]
     }
@@ -105,6 +119,15 @@ impl Filters {
         format!("/tasks{}", self.query_string())
     }
 
+    /// The API request that counts what the filters select (whatever the page).
+    fn count_path(&self) -> String {
+        let f = Filters {
+            after: String::new(),
+            ..self.clone()
+        };
+        format!("/tasks/count{}", f.query_string())
+    }
+
     /// The API request for this view.
     fn api_path(&self) -> String {
         let query = self.query_string();
@@ -123,11 +146,23 @@ impl Filters {
             .collect()
     }
 
-    /// Whether a task passes the filters, as the API decides it.
+    /// Whether a task passes the filters, as the API decides it. A schedule's occurrences
+    /// are the server's to tell (its history), so with that filter no event's task matches
+    /// and a change refetches the page.
     fn matches(&self, t: &TaskSummary) -> bool {
         let states = self.states();
         let text = self.q.to_lowercase();
-        (states.is_empty() || states.contains(&t.state))
+        let since = |v: &str| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .ok()
+                .map(|t| t.to_utc())
+        };
+        self.schedule.is_empty()
+            && (states.is_empty() || states.contains(&t.state))
+            && (self.workflow.is_empty()
+                || t.workflow_id.map(|w| w.to_string()) == Some(self.workflow.clone()))
+            && (self.created_after.is_empty()
+                || since(&self.created_after).is_some_and(|s| t.created_at >= s))
             && (self.queue.is_empty() || t.queue == self.queue)
             && (self.owner.is_empty() || t.owner == self.owner)
             && (self.shard_of.is_empty()
@@ -162,13 +197,16 @@ impl Filters {
             "shard_of" => f.shard_of = value,
             "due" => f.due = value,
             "finished_after" => f.finished_after = value,
+            "workflow" => f.workflow = value,
+            "schedule" => f.schedule = value,
+            "created_after" => f.created_after = value,
             _ => {}
         }
         f
     }
 
     fn is_filtered(&self) -> bool {
-        self.pairs()[..7].iter().any(|(_, v)| !v.is_empty())
+        self.pairs()[..10].iter().any(|(_, v)| !v.is_empty())
     }
 }
 
@@ -641,6 +679,10 @@ fn FilterBar(filters: Memo<Filters>, updating: Signal<bool>, admin: Signal<bool>
                 />
             </Show>
             <SearchBox filters=filters/>
+            <SubmittedSelect filters=filters/>
+            <Show when=move || filters.with(|f| !f.workflow.is_empty() || !f.schedule.is_empty())>
+                <OfNotice filters=filters/>
+            </Show>
             <Show when=move || filters.with(|f| !f.due.is_empty() || !f.finished_after.is_empty())>
                 <TimeNotice filters=filters/>
             </Show>
@@ -650,7 +692,128 @@ fn FilterBar(filters: Memo<Filters>, updating: Signal<bool>, admin: Signal<bool>
             <Show when=move || updating.get()>
                 <span class="hint">"Updating…"</span>
             </Show>
+            <Count filters=filters/>
         </form>
+    }
+}
+
+/// The submission-time ranges offered: the label and how far back.
+const SUBMITTED: [(&str, i64); 4] = [
+    ("last hour", 3600),
+    ("last 24 hours", 24 * 3600),
+    ("last 7 days", 7 * 24 * 3600),
+    ("last 30 days", 30 * 24 * 3600),
+];
+
+/// The submission-time filter: any time, or the last hour, day, week or month (from the
+/// moment it is chosen, kept in the address as an instant).
+#[component]
+fn SubmittedSelect(filters: Memo<Filters>) -> impl IntoView {
+    let set_filter = filter_setter(filters);
+    let on_change = move |ev: leptos::ev::Event| {
+        let value = event_target_value(&ev);
+        let after = value
+            .parse::<i64>()
+            .ok()
+            .map(|secs| {
+                (ui::now() - chrono::Duration::seconds(secs))
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            })
+            .unwrap_or_default();
+        set_filter("created_after", after, false);
+    };
+    let options = move || {
+        let current = filters.with(|f| f.created_after.clone());
+        let mut options = vec![
+            view! { <option value="" selected=current.is_empty()>"Submitted any time"</option> }
+                .into_any(),
+        ];
+        for (label, secs) in SUBMITTED {
+            options.push(view! { <option value=secs.to_string()>{format!("Submitted in the {label}")}</option> }.into_any());
+        }
+        if !current.is_empty() {
+            let since = chrono::DateTime::parse_from_rfc3339(&current)
+                .map(|t| format!("Submitted since {}", ui::local_time(t.to_utc())))
+                .unwrap_or_else(|_| format!("Submitted since {current}"));
+            options.push(
+                view! { <option value="" selected=true disabled=true>{since}</option> }.into_any(),
+            );
+        }
+        options
+    };
+    view! {
+        <select name="created_after" aria-label="Submitted" on:change=on_change>{options}</select>
+    }
+}
+
+/// Says that the list shows one workflow's tasks or one schedule's occurrences, with a link
+/// to it and a way back to every task.
+#[component]
+fn OfNotice(filters: Memo<Filters>) -> impl IntoView {
+    let navigate = use_navigate();
+    let of = move || {
+        filters.with(|f| {
+            if !f.workflow.is_empty() {
+                (
+                    "Tasks of workflow ",
+                    format!("/workflows/{}", f.workflow),
+                    f.workflow.clone(),
+                )
+            } else {
+                (
+                    "Occurrences of schedule ",
+                    format!("/schedules/{}", f.schedule),
+                    f.schedule.clone(),
+                )
+            }
+        })
+    };
+    let clear = move |_| {
+        let f = filters.with_untracked(|f| Filters {
+            workflow: String::new(),
+            schedule: String::new(),
+            after: String::new(),
+            ..f.clone()
+        });
+        navigate(&f.href(), NavigateOptions::default());
+    };
+    view! {
+        <span class="notice" data-of="">
+            {move || of().0}
+            <a href=move || of().1>{move || of().2}</a>
+            " "
+            <button type="button" class="link" on:click=clear>"show all"</button>
+        </span>
+    }
+}
+
+/// How many tasks the filters select (`GET /api/v1/tasks/count`): exact up to 10,000, else
+/// "more than" or "at least"; read again when the filters change.
+#[component]
+fn Count(filters: Memo<Filters>) -> impl IntoView {
+    let counted = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
+        let path = filters.with(Filters::count_path);
+        counted.set(None);
+        spawn_local(async move {
+            if let Ok(c) = api::get::<serde_json::Value>(&path.clone()).await {
+                let n = c["count"].as_i64().unwrap_or(0).max(0) as u64;
+                let exact = c["exact"].as_bool().unwrap_or(false);
+                let noun = if n == 1 && exact { "task" } else { "tasks" };
+                let text = match (exact, n >= 10_000) {
+                    (true, _) => format!("{} {noun}", thousands(n)),
+                    (false, true) => format!("more than {} tasks", thousands(n)),
+                    (false, false) => format!("at least {} tasks", thousands(n)),
+                };
+                // An answer for filters changed meanwhile is not shown.
+                if filters.try_with_untracked(Filters::count_path).as_ref() == Some(&path) {
+                    counted.try_set(Some(text));
+                }
+            }
+        });
+    });
+    view! {
+        <span class="hint" data-count="">{move || counted.get()}</span>
     }
 }
 

@@ -354,6 +354,12 @@ pub fn WorkflowPage() -> impl IntoView {
             <h2>"Graph"</h2>
             <GraphView nodes=shown.nodes/>
             <h2>"Tasks"</h2>
+            <p class="hint">
+                <a href=move || id.get().map(|id| format!("/tasks?workflow={id}")).unwrap_or_default() data-action="in-task-list">
+                    "These tasks in the task list"
+                </a>
+                " (filter, search, retry or cancel them all)"
+            </p>
             <TaskTable nodes=shown.nodes tick=tick busy=outcome.busy retry=retry/>
         </ui::Loaded>
     }
