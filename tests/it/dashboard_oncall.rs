@@ -2,8 +2,9 @@
 //! `sked-server`, worker and PostgreSQL (the harness of `dashboard.rs` and `browser.rs`): why
 //! a task waits, long commands and values cut, what exec cannot take refused at submit, one
 //! name per worker, the time zone said, every page reachable on a phone, the overview's cards
-//! opening the lists they count, a service's and a sharded task's parent, and the log's
-//! times, search and download. Screenshots go to `target/test-output/dashboard/`.
+//! opening the lists they count, a service's and a sharded task's parent, the log's times,
+//! search and download, and the task list's count and its time, workflow and schedule
+//! filters. Screenshots go to `target/test-output/dashboard/`.
 
 use sked_db::testing::TestDb;
 use sked_db::token::Role;
