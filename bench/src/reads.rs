@@ -264,7 +264,7 @@ async fn measure(api: &Api, requests: usize, out: &mut Vec<Sample>) -> Result<()
             "/tasks?q=report".into(),
         ),
         (
-            "list, q=c-4242 (rare: a scan limit's worth)".into(),
+            "list, q=c-4242 (rare: 13 tasks)".into(),
             api.admin.as_str(),
             "/tasks?q=c-4242".into(),
         ),
