@@ -18,9 +18,12 @@ use crate::error::{Error, Result};
 #[error("{0}")]
 struct SharedError(String);
 
+/// One read's answer, once it has one: the value, or its error's message.
+type Answer<V> = Arc<OnceCell<Result<V, String>>>;
+
 /// Reads in flight, by a key that names what they read.
 pub(crate) struct Coalesce<V> {
-    in_flight: Mutex<HashMap<String, Arc<OnceCell<Result<V, String>>>>>,
+    in_flight: Mutex<HashMap<String, Answer<V>>>,
 }
 
 impl<V> std::fmt::Debug for Coalesce<V> {
