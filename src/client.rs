@@ -206,18 +206,14 @@ impl Client {
 
     /// `GET /api/v1/tasks/count` of a listing's filters (its `after` and `limit` left out):
     /// the count and whether it is exact.
-    pub async fn count(&self, query: &ListQuery) -> Result<(i64, bool), ClientError> {
+    pub async fn count(&self, query: &ListQuery) -> Result<sked_types::TaskCount, ClientError> {
         let query = ListQuery {
             after: None,
             limit: None,
             ..query.clone()
         };
         let url = self.url("/tasks/count");
-        let counted: serde_json::Value = self.send(self.http.get(&url).query(&query), url).await?;
-        Ok((
-            counted["count"].as_i64().unwrap_or(0),
-            counted["exact"].as_bool().unwrap_or(false),
-        ))
+        self.send(self.http.get(&url).query(&query), url).await
     }
 
     /// `GET /api/v1/tasks/{id}`, as the raw JSON the server sent.

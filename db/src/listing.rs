@@ -61,7 +61,7 @@ pub const TEXT_FIRST_SCAN: i64 = 1_000;
 /// enough for the walk to find it.
 pub const TEXT_INDEX_MATCHES: i64 = 20_000;
 /// A count above this is answered as "more than" it.
-pub const COUNT_LIMIT: i64 = 10_000;
+pub const COUNT_LIMIT: i64 = sked_types::TaskCount::LIMIT;
 /// Index entries (or rows) a count with residual filters reads at most.
 pub const COUNT_SCAN_LIMIT: i64 = 100_000;
 

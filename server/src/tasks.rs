@@ -15,8 +15,8 @@ use sked_db::task::TaskRow;
 use sked_db::token::Principal;
 use sked_types::events::TaskSummary;
 use sked_types::{
-    ApiError, LogChunk, StateChange, SubmitBatch, SubmitTask, Submitted, TaskDetail, TaskPage,
-    TaskState, TaskSummaryPage,
+    ApiError, LogChunk, StateChange, SubmitBatch, SubmitTask, Submitted, TaskCount, TaskDetail,
+    TaskPage, TaskState, TaskSummaryPage,
 };
 use utoipa::openapi::path::{Parameter, ParameterIn};
 use utoipa::{IntoParams, ToSchema};
@@ -397,18 +397,6 @@ pub async fn list(
             scan_limit_reached,
         }),
     }))
-}
-
-/// How many tasks a listing's filters select (`GET /api/v1/tasks/count`).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskCount {
-    /// The tasks counted: exact when `exact`, else a lower bound ("more than", or "at
-    /// least").
-    #[schema(minimum = 0, maximum = 10000)]
-    pub count: i64,
-    /// False when there may be more than `count`: past 10,000, or when 100,000 tasks were
-    /// read before the filters no index applies were settled.
-    pub exact: bool,
 }
 
 /// Count the tasks a listing's filters select.

@@ -360,13 +360,9 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         ..args.filters.query()
     };
     if args.count {
-        let (count, exact) = client.count(&query).await?;
-        let shown = sked_types::bulk::thousands(count.max(0) as u64);
-        match (exact, count >= sked_db::listing::COUNT_LIMIT) {
-            (true, _) => outln!("{shown}"),
-            (false, true) => outln!("more than {shown}"),
-            (false, false) => outln!("at least {shown}"),
-        }
+        let counted = client.count(&query).await?;
+        let shown = sked_types::bulk::thousands(counted.count.max(0) as u64);
+        outln!("{}{shown}", counted.qualifier());
         return Ok(());
     }
     if args.json {

@@ -10,7 +10,7 @@ use sked_db::testing::TestDb;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use crate::support::{insert, wait_for};
+use crate::support::{insert, stop, wait_for};
 
 /// Every line of `stderr` as a JSON object with a time, a level and a target.
 fn json_lines(stderr: &str) -> Vec<Value> {
@@ -33,7 +33,7 @@ async fn a_worker_logs_json_lines_with_the_attempt_and_the_worker_as_fields() {
     let db = TestDb::new().await;
     let id = insert(&db.pool, "(queue, command) values ('lq', array['true'])").await;
     let work = std::env::temp_dir().join(format!("sked-logjson-{}", uuid::Uuid::new_v4()));
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_sked-worker"))
+    let worker = Command::new(env!("CARGO_BIN_EXE_sked-worker"))
         .args(["--log-format", "json", "--name", "w-json", "--queues", "lq"])
         .args(["--poll-secs", "0.2", "--work-dir"])
         .arg(&work)
@@ -49,20 +49,7 @@ async fn a_worker_logs_json_lines_with_the_attempt_and_the_worker_as_fields() {
         "succeeded"
     );
     // SIGTERM: the worker shuts down, logging that too.
-    let pid = worker.id().expect("running") as i32;
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let mut stderr = String::new();
-    worker
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
-        .await
-        .expect("the worker stops")
-        .unwrap();
+    let (status, stderr) = stop(worker).await;
     assert!(status.success(), "{status:?}\n{stderr}");
     let _ = std::fs::remove_dir_all(&work);
 

@@ -14,10 +14,9 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use prost::Message;
 use sked_db::testing::TestDb;
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-use crate::support::{insert, wait_for};
+use crate::support::{insert, stop, wait_for};
 
 /// A span as received: its service's name and its attributes as text.
 #[derive(Debug, Clone)]
@@ -94,25 +93,6 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Received>>>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}"), spans)
-}
-
-/// SIGTERM, then the process's exit status and stderr.
-async fn stop(mut child: Child) -> (std::process::ExitStatus, String) {
-    let pid = child.id().expect("running") as i32;
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the process stops")
-        .unwrap();
-    (status, stderr)
 }
 
 #[tokio::test]

@@ -146,3 +146,23 @@ pub fn tool(name: &str, install: &str) -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// SIGTERM to a process started with its stderr piped, then its exit status and stderr.
+pub async fn stop(mut child: tokio::process::Child) -> (std::process::ExitStatus, String) {
+    use tokio::io::AsyncReadExt as _;
+    let pid = child.id().expect("running") as i32;
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the process stops")
+        .unwrap();
+    (status, stderr)
+}

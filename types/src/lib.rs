@@ -547,6 +547,34 @@ pub struct SubmitBatch {
     pub tasks: Vec<SubmitTask>,
 }
 
+/// How many tasks a listing's filters select (`GET /api/v1/tasks/count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskCount {
+    /// The tasks counted: exact when `exact`, else a lower bound ("more than", or "at
+    /// least").
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 10000))]
+    pub count: i64,
+    /// False when there may be more than `count`: past 10,000, or when 100,000 tasks were
+    /// read before the filters no index applies were settled.
+    pub exact: bool,
+}
+
+impl TaskCount {
+    /// A count above this is answered as "more than" it.
+    pub const LIMIT: i64 = 10_000;
+
+    /// What to say before the number: nothing when it is exact, else "more than " (past
+    /// [`TaskCount::LIMIT`]) or "at least ".
+    pub fn qualifier(&self) -> &'static str {
+        match (self.exact, self.count >= Self::LIMIT) {
+            (true, _) => "",
+            (false, true) => "more than ",
+            (false, false) => "at least ",
+        }
+    }
+}
+
 /// A page of tasks, newest first. Pass `next_cursor` as `after` to get the next page, until
 /// it is null.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::params::ParamsMap;
 use sked_types::bulk::{BulkAction, BulkOutcome, describe, result_text, thousands};
 use sked_types::events::TaskSummary;
-use sked_types::{QueueCounts, TaskState, TaskSummaryPage};
+use sked_types::{QueueCounts, TaskCount, TaskState, TaskSummaryPage};
 use uuid::Uuid;
 
 use crate::{api, live, ui};
@@ -796,15 +796,10 @@ fn Count(filters: Memo<Filters>) -> impl IntoView {
         let path = filters.with(Filters::count_path);
         counted.set(None);
         spawn_local(async move {
-            if let Ok(c) = api::get::<serde_json::Value>(&path.clone()).await {
-                let n = c["count"].as_i64().unwrap_or(0).max(0) as u64;
-                let exact = c["exact"].as_bool().unwrap_or(false);
-                let noun = if n == 1 && exact { "task" } else { "tasks" };
-                let text = match (exact, n >= 10_000) {
-                    (true, _) => format!("{} {noun}", thousands(n)),
-                    (false, true) => format!("more than {} tasks", thousands(n)),
-                    (false, false) => format!("at least {} tasks", thousands(n)),
-                };
+            if let Ok(c) = api::get::<TaskCount>(&path.clone()).await {
+                let n = c.count.max(0) as u64;
+                let noun = if n == 1 && c.exact { "task" } else { "tasks" };
+                let text = format!("{}{} {noun}", c.qualifier(), thousands(n));
                 // An answer for filters changed meanwhile is not shown.
                 if filters.try_with_untracked(Filters::count_path).as_ref() == Some(&path) {
                     counted.try_set(Some(text));
