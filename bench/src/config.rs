@@ -50,6 +50,10 @@ pub enum Workload {
     /// against the in-process API on W8's data set packed into `--w16-hours` hours, so that
     /// at least 100,000 tasks finished in the last hour (run only when named).
     W16,
+    /// Many worker processes: W2's drain with its slots shared by 1, 2, 4, 8 and 16 worker
+    /// processes (`--w17-processes`), the rate of each and the tasks each process ran, then
+    /// the transactions idle workers cost the database (run only when named).
+    W17,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -75,6 +79,7 @@ impl Workload {
             Workload::W14 => "W14",
             Workload::W15 => "W15",
             Workload::W16 => "W16",
+            Workload::W17 => "W17",
             Workload::Peer => "peer",
         }
     }
@@ -86,10 +91,11 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w16, peer); all but w9, w11, w12, w13, w15, w16 and peer when
-    /// none is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes over 11
-    /// minutes, w15 opens a thousand websockets, w16 loads a million tasks before it
-    /// measures, peer installs graphile-worker with npm).
+    /// Workloads to run (w1 … w17, peer); all but w9, w11, w12, w13, w15, w16, w17 and peer
+    /// when none is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes
+    /// over 11 minutes, w15 opens a thousand websockets, w16 loads a million tasks before it
+    /// measures, w17 drains five times and idles a minute, peer installs graphile-worker with
+    /// npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -116,9 +122,12 @@ pub struct Cli {
     /// Concurrent connections of the one-by-one methods of W1.
     #[arg(long, default_value_t = 4)]
     pub single_conns: usize,
-    /// Worker concurrency in W2.
+    /// Worker concurrency in W2 (all the processes' slots together).
     #[arg(long, default_value_t = 2_000)]
     pub w2_concurrency: usize,
+    /// Worker processes W2 drains with, sharing `--w2-concurrency` slots.
+    #[arg(long, default_value_t = 1)]
+    pub w2_processes: usize,
     /// Worker concurrency in W3.
     #[arg(long, default_value_t = 16)]
     pub w3_concurrency: usize,
@@ -220,6 +229,16 @@ pub struct Cli {
     /// Seconds W16 measures for (after a 3 s warm-up).
     #[arg(long, default_value_t = 20)]
     pub w16_secs: u64,
+    /// The counts of worker processes W17 drains with, one drain each, sharing
+    /// `--w2-concurrency` slots.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
+    pub w17_processes: Vec<usize>,
+    /// The counts of idle worker processes whose cost W17 measures, one measurement each.
+    #[arg(long, value_delimiter = ',', default_values_t = [16])]
+    pub w17_idle_workers: Vec<usize>,
+    /// Seconds over which W17 counts the idle workers' transactions.
+    #[arg(long, default_value_t = 60)]
+    pub w17_idle_secs: u64,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -259,6 +278,7 @@ pub struct Config {
     pub single_tasks: usize,
     pub single_conns: usize,
     pub w2_concurrency: usize,
+    pub w2_processes: usize,
     pub w3_concurrency: usize,
     pub w3_interval: Duration,
     pub w3_duration: Duration,
@@ -292,6 +312,9 @@ pub struct Config {
     pub w16_hours: f64,
     pub w16_clients: usize,
     pub w16_duration: Duration,
+    pub w17_processes: Vec<usize>,
+    pub w17_idle_workers: Vec<usize>,
+    pub w17_idle: Duration,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -452,6 +475,20 @@ impl Cli {
                 self.w12_hold_secs, self.w12_recover_secs, self.w12_every_secs
             ));
         }
+        let mut w17_counts = self.w17_processes.iter().chain(&self.w17_idle_workers);
+        if !(1..=64).contains(&self.w2_processes)
+            || self.w2_processes > self.w2_concurrency
+            || self.w17_processes.is_empty()
+            || w17_counts.any(|&n| !(1..=64).contains(&n) || n > self.w2_concurrency)
+            || !(1..=3600).contains(&self.w17_idle_secs)
+        {
+            return Err(format!(
+                "--w2-processes and each of --w17-processes (at least one) and \
+                 --w17-idle-workers must be between 1 and 64 and at most --w2-concurrency, \
+                 and --w17-idle-secs between 1 and 3600; got {}, {:?}, {:?} and {}",
+                self.w2_processes, self.w17_processes, self.w17_idle_workers, self.w17_idle_secs
+            ));
+        }
         if !(1..=100_000).contains(&self.graphile_local_queue)
             || !(2..=1_000).contains(&self.graphile_max_pool)
         {
@@ -474,6 +511,7 @@ impl Cli {
             single_tasks: self.single_tasks.clamp(1, self.tasks),
             single_conns: self.single_conns,
             w2_concurrency: self.w2_concurrency,
+            w2_processes: self.w2_processes,
             w3_concurrency: self.w3_concurrency,
             w3_interval: Duration::from_millis(self.w3_interval_ms),
             w3_duration: Duration::from_secs_f64(self.w3_secs),
@@ -507,6 +545,9 @@ impl Cli {
             w16_hours: self.w16_hours,
             w16_clients: self.w16_clients,
             w16_duration: Duration::from_secs(self.w16_secs),
+            w17_processes: self.w17_processes,
+            w17_idle_workers: self.w17_idle_workers,
+            w17_idle: Duration::from_secs(self.w17_idle_secs),
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,

@@ -1,6 +1,8 @@
-//! W2 and W4, drain throughput: queue tasks first, then start one real `sked-worker` and
-//! time it from its start until no task is left unfinished. W2 drains noop tasks (the
-//! overhead of sked itself) and reads the worker's peak RSS; W4 drains real processes.
+//! W2 and W4, drain throughput: queue tasks first, then start real `sked-worker` processes
+//! (one, or W2's `--w2-processes`, sharing the slots) and time them from their start until no
+//! task is left unfinished. W2 drains noop tasks (the overhead of sked itself) and reads the
+//! workers' peak RSS; W4 drains real processes. Each drain reports how many tasks each worker
+//! process ran.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ pub struct Drain {
     what: &'static str,
     tasks: usize,
     concurrency: usize,
+    /// Worker processes that share the `concurrency` slots (as evenly as they divide).
+    pub workers: usize,
     /// COPY statement and one line of its data per task.
     copy: (&'static str, &'static str),
     /// Tasks run as processes, which must exit with 0.
@@ -34,6 +38,7 @@ impl Drain {
             what: "noop tasks",
             tasks: cfg.tasks,
             concurrency: cfg.w2_concurrency,
+            workers: 1,
             copy: ("copy sked.tasks (kind) from stdin", "noop\n"),
             processes: false,
             target: 50_000.0,
@@ -42,7 +47,9 @@ impl Drain {
 }
 
 pub async fn w2(cfg: &Config) -> Result<Vec<Sample>> {
-    run(cfg, Drain::noops("W2", cfg)).await
+    let mut d = Drain::noops("W2", cfg);
+    d.workers = cfg.w2_processes;
+    run(cfg, d).await
 }
 
 /// W4: the drain of `true` processes, beside the machine's bare rate of spawning them: as
@@ -54,6 +61,7 @@ pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
         what: "`true` processes",
         tasks: cfg.w4_tasks,
         concurrency: cfg.w4_concurrency,
+        workers: 1,
         copy: ("copy sked.tasks (command) from stdin", "{true}\n"),
         processes: true,
         target: 500.0,
@@ -111,13 +119,24 @@ async fn run(cfg: &Config, d: Drain) -> Result<Vec<Sample>> {
 /// What one drain measured.
 pub struct Drained {
     pub samples: Vec<Sample>,
-    /// Tasks per second of wall time, from the worker's start until all were done.
+    /// Tasks per second of wall time, from the workers' start until all were done.
     pub rate: f64,
-    /// CPU used meanwhile by the worker and by PostgreSQL.
+    /// CPU used meanwhile by the (first) worker and by PostgreSQL.
     pub cpu: CpuUse,
+    /// Tasks each worker process ran, most first.
+    pub per_worker: Vec<i64>,
 }
 
-/// Queues the drain's tasks in `db`, drains them with a new worker process and checks that
+/// The slots of each of `workers` processes sharing `total`: as even as they divide, the
+/// first ones taking the remainder.
+pub fn shares(total: usize, workers: usize) -> Vec<usize> {
+    let workers = workers.clamp(1, total.max(1));
+    (0..workers)
+        .map(|i| total / workers + usize::from(i < total % workers))
+        .collect()
+}
+
+/// Queues the drain's tasks in `db`, drains them with new worker processes and checks that
 /// each succeeded on its first attempt.
 pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> {
     {
@@ -128,25 +147,50 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> 
         let last = pg::last_in_claim_order(&db.pool).await?;
         let before = pg::counters(&db.pool).await?;
         let started = Instant::now();
-        let mut worker = WorkerProcess::spawn(&cfg.worker_bin, &db.url, d.concurrency)?;
-        let measured = measure(cfg, db, d, &mut worker, started, last).await;
-        let stopped = worker.stop().await;
+        let mut workers = Vec::new();
+        for slots in shares(d.concurrency, d.workers) {
+            workers.push(WorkerProcess::spawn(&cfg.worker_bin, &db.url, slots)?);
+        }
+        let cpu_before: Vec<f64> = workers
+            .iter()
+            .map(|w| crate::process::cpu_secs(w.pid()).unwrap_or(0.0))
+            .collect();
+        let measured = measure(cfg, db, d, &mut workers, started, last).await;
+        let cpu_all: f64 = workers
+            .iter()
+            .zip(&cpu_before)
+            .map(|(w, b)| crate::process::cpu_secs(w.pid()).unwrap_or(*b) - b)
+            .sum();
+        let mut stopped = Vec::new();
+        for w in workers {
+            stopped.push(w.stop().await);
+        }
         let (wall, cpu, peak_rss, probes) = measured?;
-        let log = stopped?;
+        let mut logs = Vec::new();
+        for s in stopped {
+            logs.push(s?);
+        }
         let after = pg::counters(&db.pool).await?;
 
         let outcome = pg::outcome_since(&db.pool, Some(since)).await?;
         outcome.check(d.tasks, d.processes)?;
+        let per_worker = per_worker(db, since).await?;
         let n = d.tasks as f64;
         let w = d.workload;
         let c = d.concurrency;
+        let k = d.workers;
+        let drained = if k == 1 {
+            format!("drain {} {}, c={c}", d.tasks, d.what)
+        } else {
+            format!(
+                "drain {} {}, c={c} over {k} worker processes",
+                d.tasks, d.what
+            )
+        };
         let mut out = vec![
             Sample::new(
                 w,
-                format!(
-                    "drain {} {}, c={c}: wall (worker start → all done)",
-                    d.tasks, d.what
-                ),
+                format!("{drained}: wall (worker start → all done)"),
                 "tasks/s",
                 n / wall,
                 Target::at_least(d.target),
@@ -159,7 +203,17 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> 
                 Target::at_least(d.target),
             ),
             Sample::new(w, "drain: wall time", "s", wall, None),
-            Sample::new(w, "CPU: worker process", "s", cpu.worker_secs, None),
+            Sample::new(
+                w,
+                if k == 1 {
+                    "CPU: worker process".to_owned()
+                } else {
+                    format!("CPU: the {k} worker processes")
+                },
+                "s",
+                cpu_all,
+                None,
+            ),
             Sample::new(
                 w,
                 "CPU: postgres backends of the bench db",
@@ -196,16 +250,60 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> 
                 None,
             ),
         ];
+        if k > 1 {
+            let even = n / k as f64;
+            let most = per_worker.first().copied().unwrap_or(0) as f64;
+            let least = if per_worker.len() < k {
+                0.0
+            } else {
+                per_worker.last().copied().unwrap_or(0) as f64
+            };
+            eprintln!("  {w}: tasks run by each of the {k} worker processes: {per_worker:?}");
+            out.push(Sample::new(
+                w,
+                "workers: tasks of the busiest, against an even share",
+                "%",
+                100.0 * most / even,
+                None,
+            ));
+            out.push(Sample::new(
+                w,
+                "workers: tasks of the least busy, against an even share",
+                "%",
+                100.0 * least / even,
+                None,
+            ));
+        }
         if let Some(hwm) = peak_rss {
             out.push(Sample::new(w, "worker peak RSS (VmHWM)", "MB", hwm, None));
         }
-        out.extend(log.samples(w));
+        let mut summary = crate::process::LogSummary::default();
+        for log in logs {
+            summary.warnings += log.warnings;
+            summary.errors += log.errors;
+            summary.path = summary.path.or(log.path);
+            summary.first = summary.first.or(log.first);
+        }
+        out.extend(summary.samples(w));
         Ok(Drained {
             samples: out,
             rate: n / wall,
             cpu,
+            per_worker,
         })
     }
+}
+
+/// Tasks created at or after `since` that each worker ran (its last attempt's worker), most
+/// first.
+async fn per_worker(db: &BenchDb, since: DateTime<Utc>) -> Result<Vec<i64>> {
+    Ok(sqlx::query_scalar(
+        "select count(*) from sked.tasks where created_at >= $1 and worker_id is not null
+          group by worker_id order by count(*) desc",
+    )
+    .bind(since)
+    .fetch_all(&db.pool)
+    .await?)
 }
 
 async fn queue(db: &BenchDb, d: &Drain) -> Result<()> {
@@ -222,7 +320,7 @@ async fn queue(db: &BenchDb, d: &Drain) -> Result<()> {
 }
 
 /// Polls every 50 ms until every task is finished; returns the wall time since `started`,
-/// the CPU used meanwhile, (for W2) the worker's peak RSS in MB, and the number of probes of
+/// the CPU used meanwhile, (for W2) the largest peak RSS of the workers in MB, and the number of probes of
 /// the claim index. Until the task queued last in claim order (`last`) has finished, a probe
 /// reads only its row: a probe of the claim index walks the entries of every task claimed
 /// since the oldest open snapshot began, which W12 keeps open.
@@ -230,17 +328,19 @@ async fn measure(
     cfg: &Config,
     db: &BenchDb,
     d: &Drain,
-    worker: &mut WorkerProcess,
+    workers: &mut [WorkerProcess],
     started: Instant,
     last: Option<uuid::Uuid>,
 ) -> Result<(f64, CpuUse, Option<f64>, i64)> {
-    let mut cpu = CpuWatch::start(worker.pid(), &db.name);
+    let mut cpu = CpuWatch::start(workers[0].pid(), &db.name);
     let mut probes = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        worker.check_alive()?;
+        for worker in workers.iter_mut() {
+            worker.check_alive()?;
+        }
         cpu.sight();
         let last_finished = match last {
             Some(id) => pg::finished(&db.pool, id).await?,
@@ -265,7 +365,11 @@ async fn measure(
     let peak = if d.processes {
         None
     } else {
-        Some(worker.memory_mb("VmHWM")?)
+        let mut most: f64 = 0.0;
+        for worker in workers.iter() {
+            most = most.max(worker.memory_mb("VmHWM")?);
+        }
+        Some(most)
     };
     Ok((wall, cpu, peak, probes))
 }

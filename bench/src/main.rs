@@ -22,6 +22,7 @@ mod retention;
 mod schedules;
 mod snapshot;
 mod w1;
+mod workers;
 mod workflow;
 
 use std::process::ExitCode;
@@ -82,6 +83,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W14 => awaits::run(&cfg).await,
                 Workload::W15 => live::run(&cfg).await,
                 Workload::W16 => mix::run(&cfg).await,
+                Workload::W17 => workers::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

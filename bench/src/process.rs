@@ -224,7 +224,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// User plus system CPU seconds of a process, or `None` when it is gone.
-fn cpu_secs(pid: u32) -> Option<f64> {
+pub fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start with the state (field 3);
     // utime and stime are fields 14 and 15.
