@@ -122,7 +122,7 @@ declare
   -- The worker's functions (worker/ and the duties of its background upkeep,
   -- db/src/upkeep.rs, call nothing else). They run as the owner.
   worker_calls text[] := array[
-    'worker_register', 'worker_deregister', 'worker_touch', 'worker_stopping',
+    'worker_register', 'worker_deregister', 'worker_touch', 'worker_heartbeat', 'worker_stopping',
     'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'tasks_finish',
     'tasks_renew_leases', 'tasks_cancel_requested', 'worker_attempts', 'tasks_rescue',
     'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',

@@ -558,6 +558,28 @@ begin
 end
 $$;
 
+-- A worker's heartbeat: refreshes it, and answers how many live workers (this one included)
+-- serve a queue of this worker: registered, not stopping, and heard from within their lease.
+-- They share the work that any one of them may do when nothing is due (the claim's poll and
+-- the duties of background upkeep), each doing it that many times less often, so that what
+-- idle workers cost the database does not grow with their number. 0 when the worker's row
+-- is gone (it must register again).
+create or replace function sked.worker_heartbeat(p_worker uuid, p_now timestamptz default now())
+returns integer
+language plpgsql as $$
+declare
+  ours text[];
+begin
+  update sked.workers set heartbeat_at = p_now where id = p_worker returning queues into ours;
+  if not found then
+    return 0;
+  end if;
+  return (select count(*) from sked.workers w
+           where w.queues && ours and w.stopping_at is null
+             and w.heartbeat_at > p_now - w.lease);
+end
+$$;
+
 -- Renew the leases of a worker's running attempts in one statement. Returns the attempts the
 -- worker still holds, and whether a cancel was requested for each. Only a lease that has not
 -- expired is extended, fenced by attempt and worker: an attempt missing from the result is no

@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | rescue | `sked.tasks_rescue` | workers | their poll interval, at most 1 s |
 //! | reconcile services | `sked.services_reconcile` | workers | their poll interval, at most 1 s |
-//! | fire schedules | `sked.schedules_fire` | servers, workers (unless `--fire-schedules false`) | until the next tick, at most 1 s; at once on `sked_schedules` |
+//! | fire schedules | `sked.schedules_fire` | servers, workers (unless `--fire-schedules false`) | until the next tick, at most 1 s (10 s while no schedule is active); at once on `sked_schedules` |
 //! | prune schedule runs | `sked.schedule_runs_prune` | those that fire | 60 s |
 //! | prune live events | `sked.events_prune` | servers | 10 s |
 //! | prune finished tasks | `sked.tasks_prune_expired`, then `sked.idempotency_keys_prune` | servers | 60 s (at once again after a run that stopped with more to do) |
@@ -25,6 +25,15 @@
 //! deletes what is deletable whoever deletes it first). Each batch of the two
 //! retention prunes is one short transaction; a run is a loop of batches.
 //!
+//! Workers that serve the same queues share the duties any process may run: a worker's
+//! upkeep told how many live workers share its queues ([`Upkeep::shared_by`], from each
+//! heartbeat) runs the rescue, the reconcile, the fold of finishes and the prune of schedule
+//! runs that many times less often, and looks for due ticks at most that many times
+//! `max_sleep` apart (a tick known to be due sooner is fired on time), each wait drawn
+//! from 0.5 to 1.5 times that so the workers take turns. The cluster then runs each duty
+//! about as often as one worker alone would, and what idle workers cost the database does
+//! not grow with their number.
+//!
 //! A rescue or a reconcile that took long waits up to ten times as long before its next run
 //! ([`RUN_SPACING`]), at most its limit. Each duty runs in a tokio task of its own, one run at a time, so a
 //! slow duty never delays another: a tick fires on time while a prune deletes. A run that
@@ -34,7 +43,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use rand::Rng;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -84,6 +96,11 @@ const RUN_LIMIT: Duration = Duration::from_secs(60);
 /// index while an old snapshot is open and vacuum can remove none) takes a small part of a
 /// connection's time.
 const RUN_SPACING: u32 = 10;
+
+/// With no active schedule, the firing duty sleeps this many times its `max_sleep`: writing a
+/// schedule wakes it at once (`sked_schedules`, and every reconnect of its listener), so the
+/// look is only the safety net, which an idle process need not pay for every second.
+const NO_SCHEDULE_SLEEPS: u32 = 10;
 
 /// How the cron firing duty runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +169,43 @@ impl Duty {
             Duty::PruneArtifacts => "prune artifacts",
             Duty::FoldFinishes => "fold finishes",
         }
+    }
+
+    /// This duty as one of `peers` processes that share it run it: the rescue's and the
+    /// reconcile's interval, and the firing's longest sleep, `peers` times as long.
+    fn shared(self, peers: u32) -> Duty {
+        match self {
+            Duty::Rescue { every, limit } => Duty::Rescue {
+                every: every * peers,
+                limit,
+            },
+            Duty::ReconcileServices { every, limit } => Duty::ReconcileServices {
+                every: every * peers,
+                limit,
+            },
+            Duty::FireSchedules(firing) => Duty::FireSchedules(FiringConfig {
+                max_sleep: firing.max_sleep * peers,
+                ..firing
+            }),
+            other => other,
+        }
+    }
+
+    /// The wait after a run of this duty (as [`Duty::shared`] made it) when `peers` processes
+    /// share it: the fold's and the prune's fixed interval `peers` times as long, and every
+    /// wait drawn from half to one and a half times itself, so that the processes take turns
+    /// (the firing's from half to once: a tick may be due right after it). A wait shorter than
+    /// the duty's interval (a tick due sooner, a batch to go on with) is kept as it is.
+    fn shared_wait(&self, wait: Duration, peers: u32) -> Duration {
+        if peers <= 1 || wait < self.every() {
+            return wait;
+        }
+        let (wait, most) = match self {
+            Duty::FoldFinishes | Duty::PruneScheduleRuns => (wait * peers, 1.5),
+            Duty::FireSchedules(_) => (wait, 1.0),
+            _ => (wait, 1.5),
+        };
+        wait.mul_f64(rand::rng().random_range(0.5..most))
     }
 
     /// Whether `other` is the same duty, whatever its settings.
@@ -283,6 +337,8 @@ struct Ran {
 pub struct Upkeep {
     duties: Vec<(Duty, PgPool)>,
     claimable: Option<Arc<Notify>>,
+    /// How many live processes share the duties (see the module's documentation).
+    peers: Option<Arc<AtomicUsize>>,
 }
 
 impl Upkeep {
@@ -305,6 +361,15 @@ impl Upkeep {
             self = self.with(duty, &pool);
         }
         self.claimable = self.claimable.or(other.claimable);
+        self.peers = self.peers.or(other.peers);
+        self
+    }
+
+    /// Shares the duties with the other live processes that run them: `peers` holds how many
+    /// there are, this one included (a worker's heartbeat keeps it up to date). The duties
+    /// then run that many times less often (see the module's documentation).
+    pub fn shared_by(mut self, peers: Arc<AtomicUsize>) -> Upkeep {
+        self.peers = Some(peers);
         self
     }
 
@@ -324,7 +389,16 @@ impl Upkeep {
     /// then again its interval after each run ends (firing: when the next tick is due, or
     /// at once when a schedule changed).
     pub async fn run(self, stop: CancellationToken) {
-        let Upkeep { duties, claimable } = self;
+        let Upkeep {
+            duties,
+            claimable,
+            peers,
+        } = self;
+        let peers = move || {
+            peers.as_ref().map_or(1, |p| {
+                u32::try_from(p.load(Ordering::Relaxed).max(1)).unwrap_or(u32::MAX)
+            })
+        };
         if duties.is_empty() {
             return;
         }
@@ -352,7 +426,8 @@ impl Upkeep {
             for (i, (duty, pool)) in duties.iter().enumerate() {
                 if due[i].is_some_and(|at| at <= now) {
                     due[i] = None;
-                    let (duty, pool, limit) = (*duty, pool.clone(), duty.limit());
+                    let duty = duty.shared(peers());
+                    let (pool, limit) = (pool.clone(), duty.limit());
                     let run = runs.spawn(async move {
                         match tokio::time::timeout(limit, duty.run_once(&pool)).await {
                             Ok(ran) => ran.map_err(Failure::Db),
@@ -371,7 +446,8 @@ impl Upkeep {
                         Err(e) => (e.id(), Err(Failure::Panicked(e.to_string()))),
                     };
                     let Some((i, started)) = running.remove(&id) else { continue };
-                    let duty = &duties[i].0;
+                    let peers = peers();
+                    let duty = &duties[i].0.shared(peers);
                     let spacing = duty.spacing(started.elapsed());
                     let wait = match ran {
                         Ok(ran) => {
@@ -389,7 +465,7 @@ impl Upkeep {
                     let wait = if Some(i) == firing && std::mem::take(&mut fire_again) {
                         Duration::ZERO
                     } else {
-                        wait.max(spacing)
+                        duty.shared_wait(wait.max(spacing), peers)
                     };
                     due[i] = Some(Instant::now() + wait);
                 }
@@ -420,7 +496,8 @@ async fn fire_due(pool: &PgPool, config: &FiringConfig) -> crate::Result<Duratio
     }
     let due = schedule::next_due(pool).await?;
     Ok(match due {
-        None => config.max_sleep,
+        // No active schedule: a schedule written wakes the duty (`sked_schedules`).
+        None => config.max_sleep * NO_SCHEDULE_SLEEPS,
         Some(secs) => {
             // Wake when the next tick enters the horizon.
             let secs = secs - config.horizon.as_secs_f64();

@@ -45,6 +45,10 @@ pub fn start(
 async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Finished>, slots: Arc<crate::Slots>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        // In the order of the task ids, the order in which the heartbeat's renewal locks the
+        // same rows: two statements of this worker that lock rows in opposite orders wait
+        // for each other until PostgreSQL's deadlock check (a second) aborts one of them.
+        batch.sort_unstable_by_key(|f| (f.id, f.attempt));
         write(&pool, &mut batch).await;
         slots.release(batch.iter().map(|f| (f.id, f.attempt)));
         batch.clear();

@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sked_db::listen::Heard;
@@ -39,6 +40,9 @@ pub struct Heartbeat {
     pub pool: PgPool,
     pub registration: Registration,
     pub running: Running,
+    /// How many live workers serve a queue of this one (itself included), as the last
+    /// heartbeat answered: they share the claim's poll and the background upkeep.
+    pub peers: Arc<AtomicUsize>,
 }
 
 impl Heartbeat {
@@ -91,14 +95,20 @@ impl Heartbeat {
         }
     }
 
-    /// Every attempt held: running, or ended with its result waiting to be written.
+    /// Every attempt held: running, or ended with its result waiting to be written; in the
+    /// order of the task ids, the order in which the completer's writes lock the same rows
+    /// (see `completer`), so that a renewal and a write never wait for each other in a
+    /// deadlock.
     fn held(&self) -> Vec<AttemptKey> {
-        self.running
+        let mut held: Vec<AttemptKey> = self
+            .running
             .lock()
             .expect("running map")
             .keys()
             .copied()
-            .collect()
+            .collect();
+        held.sort_unstable();
+        held
     }
 
     /// Stops the attempt if its run has not ended; false otherwise (it ended meanwhile, or
@@ -113,14 +123,23 @@ impl Heartbeat {
         }
     }
 
-    /// Renews every held lease with one statement, then refreshes the registry row; stops
-    /// attempts whose renewal the database refused or whose cancel was requested. True when
-    /// the leases were renewed (or none is held).
+    /// Renews every held lease with one statement, then refreshes the registry row (and
+    /// learns how many live workers share this one's queues); stops attempts whose renewal
+    /// the database refused or whose cancel was requested. True when the leases were renewed
+    /// (or none is held).
     pub async fn renew_once(&self) -> bool {
         let renewed = self.renew_leases_once().await;
-        match sked_db::worker::touch(&self.pool, self.registration.id).await {
-            Ok(true) => {}
-            Ok(false) => {
+        let beat: Result<i32, sqlx::Error> = sqlx::query_scalar("select sked.worker_heartbeat($1)")
+            .bind(self.registration.id)
+            .fetch_one(&self.pool)
+            .await;
+        match beat {
+            Ok(peers) if peers > 0 => {
+                self.peers
+                    .store(usize::try_from(peers).unwrap_or(1), Ordering::Relaxed);
+            }
+            Ok(_) => {
+                self.peers.store(1, Ordering::Relaxed);
                 tracing::warn!("the worker's registry row was gone; registering again");
                 if let Err(e) = sked_db::worker::register(&self.pool, &self.registration).await {
                     tracing::warn!(error = %e, "registering again failed");
