@@ -7,8 +7,8 @@
 //! time. With `target_session_attrs=read-write` (or `primary`) each new connection first asks
 //! the member `select pg_is_in_recovery()` and is refused when it is a standby, so the pool
 //! never hands out a connection to one. A follower task keeps one connection of its own to the
-//! member the pool uses and asks it the same question every [`CHECK_EVERY`]; when that fails,
-//! or a new connection landed on a standby, it asks every member at once (each within
+//! member the pool uses and asks it the same question every [`CHECK_EVERY`]; when that fails
+//! it asks every member at once (each within
 //! [`PROBE_TIMEOUT`]), again with a growing pause while none is acceptable, and points the
 //! pool's future connections at the first acceptable one (`Pool::set_connect_options`).
 //! Connections already open stay where they are: those to a crashed or demoted member break
@@ -19,13 +19,10 @@
 //! new connection too.
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor};
-use tokio::sync::Notify;
+use sqlx::{ConnectOptions, Connection};
 use tokio::time::Instant;
 
 use crate::{DbError, Result};
@@ -132,7 +129,20 @@ impl Members {
 
     /// A connection to the first member (in the URL's order) that accepts the session,
     /// asking them again with a growing pause until `within` has passed.
+    /// A URL with one host connects once, as before, without a time limit of its own.
     pub async fn connect(&self, within: Duration) -> Result<PgConnection> {
+        if self.hosts.len() == 1 {
+            let mut conn = self.options(0).connect().await?;
+            if !accepts(&mut conn, self.read_write).await? {
+                let _ = conn.close().await;
+                return Err(DbError::Config(
+                    "the database is read-only (in recovery) and the URL asks for \
+                     target_session_attrs=read-write"
+                        .into(),
+                ));
+            }
+            return Ok(conn);
+        }
         Ok(self.find(within).await?.1)
     }
 
@@ -197,60 +207,37 @@ impl Members {
 
     /// A pool over the members: its connections go to the first acceptable member and, with
     /// several hosts, follow the acceptable member when it moves (see the module's
-    /// documentation). `init`, when given, runs on every new connection after the check.
-    pub async fn pool(self, options: PgPoolOptions, init: Option<String>) -> Result<PgPool> {
-        let within = options.get_acquire_timeout();
-        let read_write = self.read_write;
-        let shared = Arc::new(Shared {
-            current: AtomicUsize::new(0),
-            moved: Notify::new(),
-        });
-        let check = Arc::clone(&shared);
-        let init: Option<Arc<str>> = init.map(Into::into);
-        let options = if read_write || init.is_some() {
-            options.after_connect(move |conn, _meta| {
-                let check = Arc::clone(&check);
-                let init = init.clone();
-                Box::pin(async move {
-                    if read_write && !writable(conn).await? {
-                        check.moved.notify_one();
-                        return Err(sqlx::Error::Configuration(
-                            "the member is read-only (in recovery) and the database URL asks \
-                             for target_session_attrs=read-write"
-                                .into(),
-                        ));
-                    }
-                    if let Some(sql) = init.as_deref() {
-                        conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())))
-                            .await?;
-                    }
-                    Ok(())
-                })
-            })
-        } else {
-            options
-        };
+    /// documentation). With [`Self::read_write`], `options` must check each new connection
+    /// with [`refuse_standby`] (in its `after_connect`, before anything else it runs).
+    pub async fn pool(self, options: PgPoolOptions) -> Result<PgPool> {
         if self.hosts.len() == 1 {
             return Ok(options.connect_with(self.options(0)).await?);
         }
-        let (first, sentinel) = self.find(within).await?;
-        shared.current.store(first, Ordering::Relaxed);
+        let (first, sentinel) = self.find(options.get_acquire_timeout()).await?;
         let pool = options.connect_with(self.options(first)).await?;
-        tokio::spawn(follow(pool.clone(), self, shared, sentinel));
+        tokio::spawn(follow(pool.clone(), self, first, sentinel));
         Ok(pool)
     }
 }
 
-/// What a pool's connections and its follower share.
-struct Shared {
-    /// The member the pool's new connections go to.
-    current: AtomicUsize,
-    /// Woken when a new connection found its member no longer acceptable.
-    moved: Notify,
+/// Fails on a member in recovery (a standby): the `after_connect` check of a pool whose URL
+/// asks for `target_session_attrs=read-write`, so that the pool never hands out a connection
+/// to a standby. The pool then tries again, meanwhile pointed at the new primary by its
+/// follower.
+pub async fn refuse_standby(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    if writable(conn).await? {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Configuration(
+            "the database member is read-only (in recovery) and the database URL asks for \
+             target_session_attrs=read-write"
+                .into(),
+        ))
+    }
 }
 
 /// Keeps the pool's connect options on an acceptable member until the pool is closed.
-async fn follow(pool: PgPool, members: Members, shared: Arc<Shared>, sentinel: PgConnection) {
+async fn follow(pool: PgPool, members: Members, mut current: usize, sentinel: PgConnection) {
     let mut sentinel = Some(sentinel);
     loop {
         if pool.is_closed() {
@@ -264,17 +251,13 @@ async fn follow(pool: PgPool, members: Members, shared: Arc<Shared>, sentinel: P
             None => false,
         };
         if healthy {
-            tokio::select! {
-                _ = tokio::time::sleep(CHECK_EVERY) => {}
-                _ = shared.moved.notified() => {}
-            }
+            tokio::time::sleep(CHECK_EVERY).await;
             continue;
         }
         if let Some(conn) = sentinel.take() {
             let _ = conn.close_hard().await;
         }
-        let was = shared.current.load(Ordering::Relaxed);
-        let (host, port) = &members.hosts[was];
+        let (host, port) = &members.hosts[current];
         tracing::warn!(
             member = %format!("{host}:{port}"),
             "the database member in use no longer answers as required: looking for another"
@@ -284,9 +267,9 @@ async fn follow(pool: PgPool, members: Members, shared: Arc<Shared>, sentinel: P
         while sentinel.is_none() && !pool.is_closed() {
             match members.probe_all().await {
                 Ok((member, conn)) => {
-                    if member != was {
+                    if member != current {
                         pool.set_connect_options(members.options(member));
-                        shared.current.store(member, Ordering::Relaxed);
+                        current = member;
                     }
                     let (host, port) = &members.hosts[member];
                     tracing::info!(
