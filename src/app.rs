@@ -51,6 +51,50 @@ pub struct DatabaseArgs {
     /// PostgreSQL URL of the sked database.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+    #[command(flatten)]
+    pub pooling: PoolingArgs,
+}
+
+/// What the database URL leads to (see docs/scaling.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pooler {
+    /// PostgreSQL itself, or a pooler in session mode.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer's `pool_mode = transaction`).
+    Transaction,
+}
+
+/// How sked reaches PostgreSQL through a connection pooler.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PoolingArgs {
+    /// What the database URL leads to: `none` (PostgreSQL, or a session-mode pooler) or
+    /// `transaction` (a transaction-mode pooler such as PgBouncer with pool_mode = transaction).
+    #[arg(long, env = "SKED_DATABASE_POOLER", value_enum, default_value_t = Pooler::None)]
+    pub database_pooler: Pooler,
+    /// A direct URL of the same database (not through the pooler), for LISTEN and for what
+    /// needs a session (migrations, the search index). Required by the server, the worker and
+    /// `sked dev` with --database-pooler transaction.
+    #[arg(long, env = "SKED_LISTEN_DATABASE_URL", hide_env_values = true)]
+    pub listen_database_url: Option<String>,
+}
+
+impl PoolingArgs {
+    /// Sets how this process reaches PostgreSQL ([`sked_db::pooler::configure`]); `listens`:
+    /// whether it needs `LISTEN` (a long-lived process), which a transaction-mode pooler
+    /// cannot carry, so the direct URL is then required.
+    pub fn configure(&self, listens: bool) -> Result<(), RunError> {
+        sked_db::pooler::configure(sked_db::pooler::Pooling {
+            transaction: self.database_pooler == Pooler::Transaction,
+            listen_url: self.listen_database_url.clone(),
+        })
+        .map_err(|e| RunError::Config(e.to_string()))?;
+        if listens {
+            sked_db::pooler::require_session("LISTEN (the worker's wake-ups, live events, awaits)")
+                .map_err(|e| RunError::Config(e.to_string()))?;
+        }
+        Ok(())
+    }
 }
 
 /// Flags of `sked server` and `sked-server`.
@@ -81,6 +125,8 @@ pub struct DevCommand {
     /// Use this PostgreSQL instead of a private cluster (it is migrated on start).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    #[command(flatten)]
+    pub pooling: PoolingArgs,
     /// Data directory of the private PostgreSQL cluster (used when DATABASE_URL is unset).
     #[arg(long, default_value = ".sked/postgres")]
     pub data_dir: PathBuf,
@@ -166,12 +212,6 @@ async fn bind_dev(addr: SocketAddr) -> Result<tokio::net::TcpListener, RunError>
     })
 }
 
-async fn connect(url: &str, app: &str, max: u32) -> Result<PgPool, RunError> {
-    sked_db::connect(url, app, max)
-        .await
-        .map_err(db("connecting to the database"))
-}
-
 /// A pool whose connections act as `role` when the login role may (see
 /// [`sked_db::connect_as`]): servers and workers hold only their part's rights by default.
 async fn connect_as(url: &str, app: &str, max: u32, role: GroupRole) -> Result<PgPool, RunError> {
@@ -180,6 +220,11 @@ async fn connect_as(url: &str, app: &str, max: u32, role: GroupRole) -> Result<P
         .map_err(db("connecting to the database"))?;
     if narrowed {
         info!(role = role.name(), "acting as the database role");
+    } else if sked_db::pooler::transaction_mode() {
+        info!(
+            role = role.name(),
+            "behind a transaction-mode pooler: running with the login's own rights (give this process a login of the database role; see docs/security.md)"
+        );
     } else {
         warn!(
             role = role.name(),
@@ -198,6 +243,7 @@ fn worker_pool_size(config: &WorkerConfig) -> u32 {
 
 /// The API server until SIGINT/SIGTERM.
 pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
+    cmd.db.pooling.configure(true)?;
     let shutdown = shutdown_on_signal()?;
     let pool = connect_as(&cmd.db.database_url, "sked-server", 16, GroupRole::Server).await?;
     sked_db::check_schema(&pool)
@@ -224,6 +270,7 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
 /// A worker until SIGINT/SIGTERM, then its graceful shutdown.
 pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
     let config = cmd.worker.into_config().map_err(RunError::Config)?;
+    cmd.db.pooling.configure(true)?;
     let shutdown = shutdown_on_signal()?;
     let pool = connect_as(
         &cmd.db.database_url,
@@ -302,6 +349,15 @@ pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<
         cmd.worker.work_dir = Some(here.join(DEV_WORK_DIR));
     }
     let config = cmd.worker.into_config().map_err(RunError::Config)?;
+    if cmd.database_url.is_some() {
+        cmd.pooling.configure(true)?;
+    } else if cmd.pooling.database_pooler != Pooler::None
+        || cmd.pooling.listen_database_url.is_some()
+    {
+        return Err(RunError::Config(
+            "--database-pooler and --listen-database-url need DATABASE_URL: the private PostgreSQL is reached directly".into(),
+        ));
+    }
     let shutdown = shutdown_on_signal()?;
     let listener = bind_dev(cmd.server.listen).await?;
     let api = listener
@@ -396,7 +452,10 @@ async fn serve_dev(
 ) -> Result<(), RunError> {
     let quotas = server_args.quotas();
     let events = server_args.events();
-    let pool = connect(url, "sked-dev", worker_pool_size(&config) + 12).await?;
+    // Migrating needs a session: behind a transaction-mode pooler, the direct URL's.
+    let pool = sked_db::connect_session(url, "sked-dev", 4, "migrating the database")
+        .await
+        .map_err(db("connecting to the database"))?;
     sked_db::migrate(&pool)
         .await
         .map_err(db("migrating the database"))?;

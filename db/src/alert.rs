@@ -22,7 +22,7 @@ pub async fn set(
         .bind(secret)
         .bind(queue)
         .bind(max_attempts)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }
@@ -31,7 +31,7 @@ pub async fn set(
 pub async fn delete(pool: &PgPool, name: &str) -> Result<bool> {
     Ok(sqlx::query_scalar("select sked.alert_target_delete($1)")
         .bind(name)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -42,7 +42,7 @@ pub async fn list(pool: &PgPool) -> Result<Vec<AlertTarget>> {
         "select name, url, queue, max_attempts, created_at, updated_at
            from sked.alert_targets_list()",
     )
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows
         .into_iter()
@@ -64,7 +64,7 @@ pub async fn for_delivery(pool: &PgPool, name: &str) -> Result<Option<(String, S
     Ok(
         sqlx::query_as("select url, secret from sked.alert_target_for_delivery($1)")
             .bind(name)
-            .fetch_optional(pool)
+            .fetch_optional(crate::on(pool))
             .await?,
     )
 }
@@ -78,7 +78,7 @@ pub async fn set_queue_notify(
     sqlx::query("select sked.queue_set_notify($1, $2)")
         .bind(queue)
         .bind(notify)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }

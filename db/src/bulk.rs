@@ -179,7 +179,7 @@ pub async fn act(pool: &PgPool, action: Action, ids: &[Uuid]) -> Result<Acted> {
         call = action.call(),
         applies = action.applies_sql(),
     );
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::begin(pool).await?;
     let results: Vec<Option<String>> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
         .bind(ids)
         .fetch_all(&mut *tx)

@@ -121,7 +121,7 @@ pub async fn history(
 pub async fn fold(pool: &PgPool, limit: i32) -> Result<i32> {
     Ok(sqlx::query_scalar("select sked.finishes_fold($1)")
         .bind(limit)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -131,7 +131,7 @@ pub async fn prune(pool: &PgPool, now: Option<DateTime<Utc>>) -> Result<i32> {
     Ok(
         sqlx::query_scalar("select sked.finish_rollups_prune(coalesce($1, now()))")
             .bind(now)
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?,
     )
 }

@@ -14,6 +14,7 @@ pub mod listen;
 pub mod listing;
 pub mod metrics;
 pub mod overview;
+pub mod pooler;
 pub mod queue;
 pub mod quota;
 pub mod retention;
@@ -30,9 +31,10 @@ pub mod workflow;
 pub mod testing;
 
 pub use error::{DbError, Result};
+pub use pooler::{begin, on};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Connection, Executor};
+use sqlx::{Connection, Executor, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -73,17 +75,35 @@ pub fn expected_schema_version() -> i64 {
     MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
 }
 
-/// Connects a pool to `url`. The application name shows in `pg_stat_activity`.
+/// Connects a pool to `url`. The application name shows in `pg_stat_activity`. Behind a
+/// transaction-mode pooler ([`pooler`]) each checkout of the pool is one transaction.
 pub async fn connect(url: &str, app: &str, max_connections: u32) -> Result<PgPool> {
-    let options = PgConnectOptions::from_str(url)
-        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))?
-        .application_name(app);
+    let (pool, options) =
+        pooler::pool_options(parse_url(url)?.application_name(app), max_connections, None);
+    Ok(pool.connect_with(options).await?)
+}
+
+/// Connects a pool for work that needs sessions of its own (migrations, `CREATE INDEX
+/// CONCURRENTLY`), named `what` in the error: to `url`, or to the direct listen URL when `url`
+/// leads to a transaction-mode pooler ([`pooler::session_url`]).
+pub async fn connect_session(
+    url: &str,
+    app: &str,
+    max_connections: u32,
+    what: &str,
+) -> Result<PgPool> {
+    let url = pooler::session_url(url, what)?;
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
+        .connect_with(parse_url(url)?.application_name(app))
         .await?;
     Ok(pool)
+}
+
+fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    PgConnectOptions::from_str(url)
+        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))
 }
 
 /// The group roles of the SQL contract (`sql/roles.sql`, `docs/security.md`): a process may
@@ -116,34 +136,25 @@ pub async fn connect_as(
     max_connections: u32,
     role: GroupRole,
 ) -> Result<(PgPool, bool)> {
-    let options = PgConnectOptions::from_str(url)
-        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))?
-        .application_name(app);
-    let mut probe = sqlx::PgConnection::connect_with(&options).await?;
-    // CASE keeps pg_has_role from being asked about a role that does not exist.
-    let may: bool = sqlx::query_scalar(
-        "select case when exists (select 1 from pg_roles where rolname = $1)
-                     then pg_has_role(current_user, $1, 'MEMBER') else false end",
-    )
-    .bind(role.name())
+    let options = parse_url(url)?.application_name(app);
+    let mut probe =
+        sqlx::PgConnection::connect_with(&pooler::connection_options(options.clone())).await?;
+    // The simple protocol (no prepared statement), which a transaction-mode pooler passes
+    // whole. The name is one of the contract's own. CASE keeps pg_has_role from being asked
+    // about a role that does not exist.
+    let may: bool = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "select case when exists (select 1 from pg_roles where rolname = '{0}')
+                     then pg_has_role(current_user, '{0}', 'MEMBER') else false end",
+        role.name()
+    )))
     .fetch_one(&mut probe)
-    .await?;
+    .await?
+    .try_get(0)?;
     probe.close().await.ok();
-    let mut pool = PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10));
-    if may {
-        pool = pool.after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "set role {}",
-                    role.name()
-                ))))
-                .await?;
-                Ok(())
-            })
-        });
-    }
+    // Behind a transaction-mode pooler a role set for a session would pass to other clients:
+    // the process keeps its login's rights there.
+    let may = may && !pooler::transaction_mode();
+    let (pool, options) = pooler::pool_options(options, max_connections, may.then_some(role));
     Ok((pool.connect_with(options).await?, may))
 }
 
@@ -175,14 +186,14 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 /// The newest migration applied to the database (0 when none).
 pub async fn schema_version(pool: &PgPool) -> Result<i64> {
     let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
-        .fetch_one(pool)
+        .fetch_one(on(pool))
         .await?;
     if !exists {
         return Ok(0);
     }
     let version: Option<i64> =
         sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
-            .fetch_one(pool)
+            .fetch_one(on(pool))
             .await?;
     Ok(version.unwrap_or(0))
 }

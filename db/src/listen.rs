@@ -29,7 +29,7 @@ pub async fn listen(
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = async {
-            let mut listener = PgListener::connect_with(pool).await?;
+            let mut listener = PgListener::connect_with(&crate::pooler::listen_pool(pool)?).await?;
             listener.listen_all(channels.iter().copied()).await?;
             Ok::<_, sqlx::Error>(listener)
         };

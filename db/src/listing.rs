@@ -663,7 +663,7 @@ pub async fn text_index_enable(pool: &PgPool) -> Result<TextIndex> {
 /// Drops the text filter's trigram index (concurrently); the filter walks again.
 pub async fn text_index_disable(pool: &PgPool) -> Result<()> {
     sqlx::raw_sql("drop index concurrently if exists sked.tasks_text")
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }

@@ -44,7 +44,7 @@ pub async fn pause(pool: &PgPool, queue: &str) -> Result<QueueControls> {
     let sql = format!("select {CONTROLS} from sked.queue_pause($1)");
     let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(queue)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(controls(row))
 }
@@ -54,7 +54,7 @@ pub async fn resume(pool: &PgPool, queue: &str) -> Result<QueueControls> {
     let sql = format!("select {CONTROLS} from sked.queue_resume($1)");
     let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(queue)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(controls(row))
 }
@@ -63,7 +63,7 @@ pub async fn resume(pool: &PgPool, queue: &str) -> Result<QueueControls> {
 /// one transaction that locks the queue's row, so concurrent changes of different fields both
 /// hold. Removing the rate limit removes its burst.
 pub async fn set_limits(pool: &PgPool, queue: &str, limits: &QueueLimits) -> Result<QueueControls> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::begin(pool).await?;
     type Current = (
         Option<i32>,
         Option<f64>,
@@ -122,7 +122,7 @@ pub async fn set_limits(pool: &PgPool, queue: &str, limits: &QueueLimits) -> Res
 pub async fn list(pool: &PgPool) -> Result<Vec<QueueControls>> {
     let sql = format!("select {CONTROLS} from sked.queues order by name");
     let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .fetch_all(pool)
+        .fetch_all(crate::on(pool))
         .await?;
     Ok(rows.into_iter().map(controls).collect())
 }
@@ -133,7 +133,7 @@ pub async fn waiting_reasons(pool: &PgPool, id: Uuid) -> Result<Vec<WaitingReaso
     let rows: Vec<(String, String)> =
         sqlx::query_as("select code, message from sked.task_waiting_reasons($1)")
             .bind(id)
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?;
     Ok(rows
         .into_iter()

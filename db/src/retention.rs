@@ -40,7 +40,7 @@ fn settings(row: Row) -> Retention {
 pub async fn get(pool: &PgPool) -> Result<Retention> {
     let sql = format!("select {SETTINGS} from sked.retention_settings");
     let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(settings(row))
 }
@@ -57,7 +57,7 @@ pub async fn set(pool: &PgPool, change: &RetentionChange) -> Result<Retention> {
         .bind(change.retention_secs)
         .bind(change.keep_failed_secs)
         .bind(change.keep_keys_secs)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(settings(row))
 }

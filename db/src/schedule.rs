@@ -137,7 +137,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
             .as_ref()
             .filter(|n| n.as_object().is_none_or(|o| !o.is_empty())),
     )
-    .fetch_one(pool)
+    .fetch_one(crate::on(pool))
     .await?;
     Ok(id)
 }
@@ -146,7 +146,7 @@ pub async fn create(pool: &PgPool, s: &CreateSchedule, owner: &str) -> Result<Uu
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Schedule>> {
     let row: Option<ScheduleRow> = sqlx::query_as("select * from sked.schedules where id = $1")
         .bind(id)
-        .fetch_optional(pool)
+        .fetch_optional(crate::on(pool))
         .await?;
     one_with_last_tick(pool, row).await
 }
@@ -160,7 +160,7 @@ pub async fn list(pool: &PgPool, owner: Option<&str>, name: Option<&str>) -> Res
     )
     .bind(owner)
     .bind(name)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     with_last_ticks(pool, rows.into_iter().map(Schedule::from).collect()).await
 }
@@ -201,7 +201,7 @@ async fn with_last_ticks(pool: &PgPool, mut schedules: Vec<Schedule>) -> Result<
                  limit 1) r",
     )
     .bind(&ids)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let mut last = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
@@ -221,7 +221,7 @@ pub async fn runs(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<ScheduleRun
     )
     .bind(id)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows.iter().map(run_of).collect::<sqlx::Result<_>>()?)
 }
@@ -233,7 +233,7 @@ pub async fn next_times(pool: &PgPool, cron: &str, tz: &str, n: i32) -> Result<V
             .bind(cron)
             .bind(tz)
             .bind(n)
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?,
     )
 }
@@ -242,7 +242,7 @@ pub async fn next_times(pool: &PgPool, cron: &str, tz: &str, n: i32) -> Result<V
 pub async fn pause(pool: &PgPool, id: Uuid) -> Result<bool> {
     Ok(sqlx::query_scalar("select sked.schedule_pause($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -250,7 +250,7 @@ pub async fn pause(pool: &PgPool, id: Uuid) -> Result<bool> {
 pub async fn resume(pool: &PgPool, id: Uuid) -> Result<bool> {
     Ok(sqlx::query_scalar("select sked.schedule_resume($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -266,7 +266,7 @@ pub async fn run_now(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Uuid>> 
 pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool> {
     let done = sqlx::query("delete from sked.schedules where id = $1")
         .bind(id)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -277,7 +277,7 @@ pub async fn fire(pool: &PgPool, horizon: std::time::Duration, limit: i32) -> Re
         sqlx::query_scalar("select sked.schedules_fire($1, $2, now())")
             .bind(crate::worker::pg_interval(horizon))
             .bind(limit)
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?,
     )
 }
@@ -285,14 +285,14 @@ pub async fn fire(pool: &PgPool, horizon: std::time::Duration, limit: i32) -> Re
 /// Seconds until the next tick is due (database clock); `None` when no schedule is active.
 pub async fn next_due(pool: &PgPool) -> Result<Option<f64>> {
     Ok(sqlx::query_scalar("select sked.schedules_next_due()")
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
 /// Trims every schedule's runs to its history limit; returns the rows deleted.
 pub async fn prune_runs(pool: &PgPool) -> Result<i32> {
     Ok(sqlx::query_scalar("select sked.schedule_runs_prune()")
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -311,7 +311,7 @@ pub async fn upcoming(pool: &PgPool, s: &Schedule, n: i32) -> Result<Vec<DateTim
         .bind(&s.time_zone)
         .bind(s.next_run_at)
         .bind(n - 1)
-        .fetch_all(pool)
+        .fetch_all(crate::on(pool))
         .await?,
     );
     Ok(times)
@@ -363,7 +363,7 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
     .bind(secs(u.jitter_secs, "jitter_secs")?)
     .bind(u.history_limit)
     .bind(&u.notify)
-    .fetch_optional(pool)
+    .fetch_optional(crate::on(pool))
     .await?;
     one_with_last_tick(pool, row).await
 }

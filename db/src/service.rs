@@ -26,7 +26,7 @@ pub async fn copy_spec(pool: &PgPool, id: Uuid) -> Result<CopySpec> {
     let (policy, check): (Option<String>, Option<Value>) =
         sqlx::query_as("select restart_policy, health_check from sked.service_copy_spec($1)")
             .bind(id)
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?;
     Ok(CopySpec {
         restart_policy: policy.unwrap_or_else(|| "always".to_owned()),
@@ -41,7 +41,7 @@ pub async fn copy_started(pool: &PgPool, id: Uuid, attempt: i32) -> Result<bool>
         sqlx::query_scalar("select sked.service_copy_started($1, $2)")
             .bind(id)
             .bind(attempt)
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?,
     )
 }
@@ -52,7 +52,7 @@ pub async fn copy_healthy(pool: &PgPool, id: Uuid, attempt: i32) -> Result<bool>
         sqlx::query_scalar("select sked.service_copy_healthy($1, $2)")
             .bind(id)
             .bind(attempt)
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?,
     )
 }
@@ -87,7 +87,7 @@ pub async fn copy_exited(
     .bind(exit.signal)
     .bind(&exit.error)
     .bind(exit.restart_in_secs)
-    .fetch_one(pool)
+    .fetch_one(crate::on(pool))
     .await?)
 }
 
@@ -96,7 +96,7 @@ pub async fn copy_exited(
 pub async fn reconcile(pool: &PgPool) -> Result<Vec<(Uuid, String, Uuid)>> {
     Ok(
         sqlx::query_as("select service_id, action, copy_id from sked.services_reconcile()")
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?,
     )
 }
@@ -122,7 +122,7 @@ pub async fn running(pool: &PgPool, owner: Option<&str>, limit: i64) -> Result<V
     )
     .bind(owner)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?)
 }
 
@@ -176,7 +176,7 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
           limit 2000",
     )
     .bind(row.id)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let ids: Vec<Uuid> = copies.iter().map(|c| c.id).collect();
     let exits: Vec<ExitRow> = sqlx::query_as(
@@ -186,7 +186,7 @@ pub async fn detail(pool: &PgPool, row: TaskRow) -> Result<Service> {
               order by x.task_id, x.id desc",
     )
     .bind(&ids)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let mut copies: Vec<ServiceCopy> = copies
         .into_iter()
@@ -282,7 +282,7 @@ pub async fn summaries(pool: &PgPool, rows: Vec<TaskRow>) -> Result<Vec<Service>
           group by c.shard_of",
     )
     .bind(&ids)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows
         .into_iter()

@@ -210,6 +210,13 @@ pub(crate) fn submit_fields(t: &SubmitTask) -> Result<Map<String, Value>> {
 /// each was created (false: its idempotency key named that task already). Tasks that name no
 /// owner get `owner`.
 pub async fn submit(pool: &PgPool, tasks: &[SubmitTask], owner: &str) -> Result<Submitted> {
+    if crate::pooler::transaction_mode() {
+        // Its statements (a COPY takes several) on one server connection.
+        let mut tx = crate::begin(pool).await?;
+        let submitted = submit_in(&mut tx, tasks, owner).await?;
+        tx.commit().await?;
+        return Ok(submitted);
+    }
     let mut conn = pool.acquire().await?;
     submit_in(&mut conn, tasks, owner).await
 }
@@ -442,7 +449,7 @@ pub async fn attempts(pool: &PgPool, id: Uuid) -> Result<Vec<Attempt>> {
            from sked.task_attempt_history where task_id = $1 order by attempt",
     )
     .bind(id)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows
         .into_iter()
@@ -469,7 +476,7 @@ pub async fn logs(pool: &PgPool, id: Uuid, after: i64, limit: i64) -> Result<Vec
     .bind(id)
     .bind(after)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows
         .into_iter()
@@ -487,7 +494,7 @@ pub async fn logs(pool: &PgPool, id: Uuid, after: i64, limit: i64) -> Result<Vec
 pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
     let state: Option<Text<TaskState>> = sqlx::query_scalar("select sked.task_cancel($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(state.map(|s| s.0))
 }
@@ -496,7 +503,7 @@ pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
 pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<TaskState>> {
     let state: Option<Text<TaskState>> = sqlx::query_scalar("select sked.task_retry($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(state.map(|s| s.0))
 }

@@ -93,7 +93,7 @@ pub async fn create_expiring(
     .bind(role.as_str())
     .bind(name)
     .bind(expires_in)
-    .execute(pool)
+    .execute(crate::on(pool))
     .await?;
     Ok(token)
 }
@@ -129,7 +129,7 @@ pub async fn check(pool: &PgPool, token: &str) -> Result<std::result::Result<Pri
           where token_sha256 = $1 and revoked_at is null",
     )
     .bind(digest(token))
-    .fetch_optional(pool)
+    .fetch_optional(crate::on(pool))
     .await?;
     Ok(match row {
         None => Err(Refusal::UnknownOrRevoked),
@@ -155,7 +155,7 @@ pub async fn check_many(
           where token_sha256 = any($1) and revoked_at is null",
     )
     .bind(&digests)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let found: std::collections::HashMap<Vec<u8>, (Option<chrono::DateTime<chrono::Utc>>, bool)> =
         rows.into_iter()
@@ -183,7 +183,7 @@ pub async fn admin_exists(pool: &PgPool) -> Result<bool> {
                          where role = 'admin' and revoked_at is null
                            and (expires_at is null or expires_at > now()))",
     )
-    .fetch_one(pool)
+    .fetch_one(crate::on(pool))
     .await?)
 }
 
@@ -205,7 +205,7 @@ pub async fn list(pool: &PgPool) -> Result<Vec<TokenInfo>> {
         "select id, owner, role, name, created_at, revoked_at, expires_at
            from sked.api_tokens order by created_at",
     )
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?)
 }
 
@@ -216,7 +216,7 @@ pub async fn revoke(pool: &PgPool, id: uuid::Uuid) -> Result<bool> {
         "update sked.api_tokens set revoked_at = now() where id = $1 and revoked_at is null",
     )
     .bind(id)
-    .execute(pool)
+    .execute(crate::on(pool))
     .await?;
     Ok(done.rows_affected() == 1)
 }

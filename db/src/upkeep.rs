@@ -530,7 +530,7 @@ pub async fn prune_events(pool: &PgPool, keep: Duration) -> crate::Result<i32> {
     Ok(
         sqlx::query_scalar("select sked.events_prune(now() - $1::interval)")
             .bind(worker::pg_interval(keep))
-            .fetch_one(pool)
+            .fetch_one(crate::on(pool))
             .await?,
     )
 }
@@ -588,7 +588,7 @@ const PRUNE_KEYS_BATCH: i32 = 10_000;
 pub async fn prune_forgotten_keys(pool: &PgPool) -> crate::Result<i32> {
     Ok(sqlx::query_scalar("select sked.idempotency_keys_prune($1)")
         .bind(PRUNE_KEYS_BATCH)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -609,7 +609,7 @@ pub async fn prune_tasks_batch(
     .bind(after)
     .bind(limit)
     .bind(now)
-    .fetch_one(pool)
+    .fetch_one(crate::on(pool))
     .await?)
 }
 
@@ -644,7 +644,7 @@ pub async fn prune_artifacts_batch(
         .bind(sha256)
         .bind(limit)
         .bind(now)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok((deleted, last_at.zip(last_sha256)))
 }

@@ -50,7 +50,7 @@ pub async fn register(pool: &PgPool, r: &Registration) -> Result<()> {
         .bind(pg_interval(r.lease))
         .bind(r.cpu_millis)
         .bind(r.memory_mb)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }
@@ -58,7 +58,7 @@ pub async fn register(pool: &PgPool, r: &Registration) -> Result<()> {
 pub async fn deregister(pool: &PgPool, id: Uuid) -> Result<()> {
     sqlx::query("select sked.worker_deregister($1)")
         .bind(id)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }
@@ -67,7 +67,7 @@ pub async fn deregister(pool: &PgPool, id: Uuid) -> Result<()> {
 pub async fn mark_stopping(pool: &PgPool, id: Uuid) -> Result<()> {
     sqlx::query("select sked.worker_stopping($1)")
         .bind(id)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }
@@ -76,7 +76,7 @@ pub async fn mark_stopping(pool: &PgPool, id: Uuid) -> Result<()> {
 pub async fn touch(pool: &PgPool, id: Uuid) -> Result<bool> {
     Ok(sqlx::query_scalar("select sked.worker_touch($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -238,7 +238,7 @@ pub async fn claim_after(
     .bind(after.map(|p| p.priority))
     .bind(after.map(|p| p.next_run_at))
     .bind(after.map(|p| p.id))
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let mut at = None;
     let mut last: Option<Position> = None;
@@ -318,7 +318,7 @@ pub async fn claim_copy_preempting(
     .bind(pg_interval(lease))
     .bind(reclaimable.cpu_millis)
     .bind(reclaimable.memory_mb)
-    .fetch_optional(pool)
+    .fetch_optional(crate::on(pool))
     .await?;
     match row.as_ref().map(read_claimed).transpose()? {
         Some(Ok(copy)) => Ok(Some(copy)),
@@ -343,7 +343,7 @@ pub async fn next_due_from(
     )
     .bind(queues)
     .bind(from)
-    .fetch_one(pool)
+    .fetch_one(crate::on(pool))
     .await?)
 }
 
@@ -450,7 +450,7 @@ pub async fn finish(pool: &PgPool, batch: &[Finished]) -> Result<Vec<Option<Task
             .collect::<Vec<_>>(),
     )
     .bind(batch.iter().map(|f| f.output.clone()).collect::<Vec<_>>())
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     let by_id: std::collections::HashMap<Uuid, TaskState> = rows
         .into_iter()
@@ -474,7 +474,7 @@ pub async fn renew_leases(
     .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
     .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
     .bind(pg_interval(lease))
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?)
 }
 
@@ -483,7 +483,7 @@ pub async fn attempts_of(pool: &PgPool, worker: Uuid) -> Result<Vec<(Uuid, i32)>
     Ok(
         sqlx::query_as("select id, attempt from sked.worker_attempts($1)")
             .bind(worker)
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?,
     )
 }
@@ -494,7 +494,7 @@ pub async fn cancel_requested(pool: &PgPool, held: &[(Uuid, i32)]) -> Result<Vec
         sqlx::query_as("select id, attempt from sked.tasks_cancel_requested($1, $2)")
             .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
             .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?,
     )
 }
@@ -503,7 +503,7 @@ pub async fn cancel_requested(pool: &PgPool, held: &[(Uuid, i32)]) -> Result<Vec
 pub async fn rescue(pool: &PgPool) -> Result<Vec<(Uuid, TaskState)>> {
     let rows: Vec<(Uuid, Text<TaskState>)> =
         sqlx::query_as("select id, state from sked.tasks_rescue()")
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?;
     Ok(rows
         .into_iter()
@@ -524,7 +524,7 @@ pub async fn append_logs(
         .bind(chunks.iter().map(|c| c.1).collect::<Vec<_>>())
         .bind(chunks.iter().map(|c| c.2).collect::<Vec<_>>())
         .bind(chunks.iter().map(|c| c.3.clone()).collect::<Vec<_>>())
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(())
 }
@@ -533,7 +533,7 @@ pub async fn append_logs(
 pub async fn artifact(pool: &PgPool, sha256: &str) -> Result<Option<Vec<u8>>> {
     Ok(sqlx::query_scalar("select sked.artifact_get($1)")
         .bind(sha256)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }
 
@@ -544,7 +544,7 @@ pub async fn put_artifact(pool: &PgPool, content: &[u8]) -> Result<String> {
     sqlx::query("select sked.artifact_put($1, $2)")
         .bind(&sha)
         .bind(content)
-        .execute(pool)
+        .execute(crate::on(pool))
         .await?;
     Ok(sha)
 }
@@ -573,7 +573,7 @@ pub async fn list(pool: &PgPool) -> Result<Vec<Worker>> {
         running_memory_mb: i64,
     }
     let rows: Vec<Row> = sqlx::query_as("select * from sked.worker_status order by started_at")
-        .fetch_all(pool)
+        .fetch_all(crate::on(pool))
         .await?;
     Ok(rows
         .into_iter()

@@ -81,7 +81,7 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowRow>> {
         "select id, owner, name, state, created_at, finished_at from sked.workflows where id = $1",
     )
     .bind(id)
-    .fetch_optional(pool)
+    .fetch_optional(crate::on(pool))
     .await?)
 }
 
@@ -110,7 +110,7 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<WorkflowRow>> {
         q.push(" and id < ").push_bind(after);
     }
     q.push(" order by id desc limit ").push_bind(f.limit);
-    Ok(q.build_query_as().fetch_all(pool).await?)
+    Ok(q.build_query_as().fetch_all(crate::on(pool)).await?)
 }
 
 /// The tasks of a workflow, in submission order.
@@ -118,7 +118,7 @@ pub async fn tasks(pool: &PgPool, id: Uuid) -> Result<Vec<TaskRow>> {
     Ok(
         sqlx::query_as("select * from sked.tasks where workflow_id = $1 order by id")
             .bind(id)
-            .fetch_all(pool)
+            .fetch_all(crate::on(pool))
             .await?,
     )
 }
@@ -132,7 +132,7 @@ pub async fn edges(pool: &PgPool, id: Uuid) -> Result<Vec<WorkflowEdge>> {
           order by e.task_id, e.depends_on",
     )
     .bind(id)
-    .fetch_all(pool)
+    .fetch_all(crate::on(pool))
     .await?;
     Ok(rows
         .into_iter()
@@ -144,7 +144,7 @@ pub async fn edges(pool: &PgPool, id: Uuid) -> Result<Vec<WorkflowEdge>> {
 pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowState>> {
     let state: Option<Text<WorkflowState>> = sqlx::query_scalar("select sked.workflow_cancel($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?;
     Ok(state.map(|s| s.0))
 }
@@ -154,6 +154,6 @@ pub async fn cancel(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowState>> {
 pub async fn retry(pool: &PgPool, id: Uuid) -> Result<Option<i32>> {
     Ok(sqlx::query_scalar("select sked.workflow_retry($1)")
         .bind(id)
-        .fetch_one(pool)
+        .fetch_one(crate::on(pool))
         .await?)
 }

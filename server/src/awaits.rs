@@ -138,7 +138,7 @@ impl Awaits {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let registered = what
-                .register(&self.inner.pool, left + REGISTRATION_MARGIN)
+                .register(sked_db::on(&self.inner.pool), left + REGISTRATION_MARGIN)
                 .await?
                 .ok_or_else(|| match what {
                     Awaited::Task(_) => Error::not_found_task(),
@@ -275,7 +275,8 @@ async fn listen(inner: Arc<Inner>, mut commands: mpsc::UnboundedReceiver<Command
     let mut backoff = Duration::from_millis(100);
     'connect: loop {
         let connected = async {
-            let mut listener = PgListener::connect_with(&inner.pool).await?;
+            let mut listener =
+                PgListener::connect_with(&sked_db::pooler::listen_pool(&inner.pool)?).await?;
             let wanted: HashSet<String> = inner.channels.lock().unwrap().keys().cloned().collect();
             listener
                 .listen_all(wanted.iter().map(String::as_str))

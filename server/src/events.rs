@@ -461,7 +461,7 @@ impl Hub {
             let ids: Vec<Uuid> = batch.tasks.union(&batch.logs).copied().collect();
             let rows: Vec<SummaryRow> = sqlx::query_as("select * from sked.tasks_summary($1)")
                 .bind(&ids)
-                .fetch_all(pool)
+                .fetch_all(sked_db::on(pool))
                 .await?;
             for row in rows {
                 if batch.logs.contains(&row.id) {
@@ -569,7 +569,7 @@ fn replace_if(value: &mut bool, new: bool) -> bool {
 /// Where the counters of sked.event_changes stand, by slot.
 async fn counters(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     let rows: Vec<(i32, i64)> = sqlx::query_as("select slot, n from sked.event_changes")
-        .fetch_all(pool)
+        .fetch_all(sked_db::on(pool))
         .await?;
     let mut counters = Vec::new();
     for (slot, n) in rows {
@@ -594,7 +594,7 @@ async fn read(
     type Row = (i32, i64, Option<String>, Option<Vec<Uuid>>);
     let rows: Vec<Row> = sqlx::query_as("select slot, n, kind, ids from sked.events_read($1)")
         .bind(&*seen)
-        .fetch_all(pool)
+        .fetch_all(sked_db::on(pool))
         .await?;
     let mut now = seen.clone();
     let mut found: HashMap<usize, i64> = HashMap::new();
@@ -634,7 +634,7 @@ async fn owners(
     let sql = format!("select id, owner from {table} where id = any($1)");
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(&ids)
-        .fetch_all(pool)
+        .fetch_all(sked_db::on(pool))
         .await
 }
 

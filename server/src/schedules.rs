@@ -382,7 +382,7 @@ pub async fn run(
         (None, Some(workflow)) => rows_of_workflow_template(workflow),
         (None, None) => 0,
     };
-    let mut tx = state.pool.begin().await?;
+    let mut tx = sked_db::begin(&state.pool).await?;
     state
         .quotas
         .take(&mut tx, &principal, rows, "this run of the schedule")

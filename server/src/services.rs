@@ -121,7 +121,7 @@ pub async fn update(
     if row.state.is_final() {
         return Err(Error::AlreadyFinished);
     }
-    let mut tx = state.pool.begin().await?;
+    let mut tx = sked_db::begin(&state.pool).await?;
     let generation = sked_db::service::update(&mut *tx, id, &changes)
         .await
         .map_err(change_error)?
@@ -269,7 +269,7 @@ async fn visible_service(
     principal: &Principal,
     id: Uuid,
 ) -> Result<sked_db::task::TaskRow> {
-    sked_db::task::get(&state.pool, id)
+    sked_db::task::get(sked_db::on(&state.pool), id)
         .await?
         .filter(|row| {
             row.kind == TaskKind::Service

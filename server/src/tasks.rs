@@ -112,7 +112,7 @@ async fn submit_tasks(
         "this batch"
     };
     let rows = state.quotas.check(tasks, what)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = sked_db::begin(&state.pool).await?;
     state.quotas.take(&mut tx, principal, rows, what).await?;
     let submitted = sked_db::task::submit_in(&mut tx, tasks, &principal.owner).await?;
     tx.commit().await?;
@@ -435,7 +435,7 @@ pub async fn count(
 
 /// The task `id` if it exists and the principal may see it.
 async fn visible_task(state: &AppState, principal: &Principal, id: Uuid) -> Result<TaskRow> {
-    sked_db::task::get(&state.pool, id)
+    sked_db::task::get(sked_db::on(&state.pool), id)
         .await?
         .filter(|row| principal.may_access(&row.owner))
         .ok_or_else(Error::not_found_task)
@@ -647,7 +647,7 @@ pub async fn resubmit(
             "task {id} is a shard of task {parent} and runs as part of it: resubmit {parent}"
         )));
     }
-    let mut tx = state.pool.begin().await?;
+    let mut tx = sked_db::begin(&state.pool).await?;
     state
         .quotas
         .take(&mut tx, &principal, rows_of_row(&row), "this resubmission")

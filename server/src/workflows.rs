@@ -66,7 +66,7 @@ pub async fn submit(
     let rows = state
         .quotas
         .check(workflow.tasks.iter().map(|t| &t.task), "this workflow")?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = sked_db::begin(&state.pool).await?;
     state
         .quotas
         .take(&mut tx, &principal, rows, "this workflow")

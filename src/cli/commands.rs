@@ -181,7 +181,8 @@ pub struct TaskIdArgs {
 }
 
 pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
-    let pool = sked_db::connect(&args.database_url, "sked-migrate", 2)
+    args.pooling.configure(false)?;
+    let pool = sked_db::connect_session(&args.database_url, "sked-migrate", 2, "sked migrate")
         .await
         .context("connecting to the database")?;
     sked_db::migrate(&pool).await.context("migrating")?;
@@ -223,6 +224,7 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
 
 /// The database of `sked token …`, checked to have the schema this binary knows.
 async fn token_db(db: &DatabaseArgs) -> anyhow::Result<sqlx::PgPool> {
+    db.pooling.configure(false)?;
     let pool = sked_db::connect(&db.database_url, "sked-token", 2)
         .await
         .context("connecting to the database")?;

@@ -21,9 +21,16 @@ pub async fn run(cmd: SearchIndexCommand) -> anyhow::Result<()> {
     let (SearchIndexCommand::Status(args)
     | SearchIndexCommand::Enable(args)
     | SearchIndexCommand::Disable(args)) = &cmd;
-    let pool = sked_db::connect(&args.database_url, "sked-search-index", 1)
-        .await
-        .context("connecting to the database")?;
+    args.pooling.configure(false)?;
+    // CREATE INDEX CONCURRENTLY runs outside a transaction, in a session of its own.
+    let pool = sked_db::connect_session(
+        &args.database_url,
+        "sked-search-index",
+        1,
+        "sked search-index",
+    )
+    .await
+    .context("connecting to the database")?;
     sked_db::check_schema(&pool).await?;
     let state = match cmd {
         SearchIndexCommand::Status(_) => sked_db::listing::text_index(&pool).await?,

@@ -26,6 +26,7 @@ mod metrics;
 mod openapi_contract;
 mod otlp;
 mod placement;
+mod pooler;
 mod queues;
 mod recovery;
 mod requests;

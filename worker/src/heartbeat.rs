@@ -131,7 +131,7 @@ impl Heartbeat {
         let renewed = self.renew_leases_once().await;
         let beat: Result<i32, sqlx::Error> = sqlx::query_scalar("select sked.worker_heartbeat($1)")
             .bind(self.registration.id)
-            .fetch_one(&self.pool)
+            .fetch_one(sked_db::on(&self.pool))
             .await;
         match beat {
             Ok(peers) if peers > 0 => {

@@ -136,7 +136,7 @@ impl Gate {
                 let ended: Result<bool, sqlx::Error> =
                     sqlx::query_scalar("select sked.events_ended($1)")
                         .bind(&*running)
-                        .fetch_one(pool)
+                        .fetch_one(sked_db::on(pool))
                         .await;
                 match ended {
                     Ok(true) => {
@@ -223,14 +223,14 @@ impl Gate {
             Some(id) => id,
             None => {
                 let id: Uuid = sqlx::query_scalar("select gen_random_uuid()")
-                    .fetch_one(pool)
+                    .fetch_one(sked_db::on(pool))
                     .await?;
                 *self.id.insert(id)
             }
         };
         listen(pool, id, self.ttl).await?;
         sqlx::query_scalar("select sked.events_running()")
-            .fetch_one(pool)
+            .fetch_one(sked_db::on(pool))
             .await
     }
 
@@ -245,7 +245,7 @@ impl Gate {
             Duration::from_secs(2),
             sqlx::query("select sked.events_unlisten($1)")
                 .bind(id)
-                .execute(pool),
+                .execute(sked_db::on(pool)),
         )
         .await;
         if !matches!(deleted, Ok(Ok(_))) {
@@ -263,7 +263,7 @@ async fn listen(pool: &PgPool, id: Uuid, ttl: Duration) -> Result<(), sqlx::Erro
     sqlx::query("select sked.events_listen($1, $2)")
         .bind(id)
         .bind(ttl)
-        .execute(pool)
+        .execute(sked_db::on(pool))
         .await?;
     Ok(())
 }

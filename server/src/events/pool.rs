@@ -21,9 +21,12 @@ pub const MIN_POOL_SIZE: u32 = 2;
 pub(crate) async fn connect(server_pool: &PgPool, size: u32) -> Result<PgPool, sqlx::Error> {
     let (current, session): (String, String) =
         sqlx::query_as("select current_user::text, session_user::text")
-            .fetch_one(server_pool)
+            .fetch_one(sked_db::on(server_pool))
             .await?;
-    let options = (*server_pool.connect_options()).clone();
+    // Its LISTEN and its role need sessions: behind a transaction-mode pooler, they are on
+    // the direct URL.
+    let options = sked_db::pooler::direct_options(server_pool)
+        .map_err(|e| sqlx::Error::Configuration(e.into()))?;
     let name = format!(
         "{} (live events)",
         options.get_application_name().unwrap_or("sked-server")
