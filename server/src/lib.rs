@@ -18,6 +18,8 @@
 //! - `events` — live events over a websocket (`/api/v1/events`): one `LISTEN` per process,
 //!   coalesced and filtered per client.
 //! - `web` — the dashboard's files (every other `GET`), embedded in the binary.
+//! - `replica` — reads that tolerate staleness on a streaming replica
+//!   (`--read-database-url`) while it is within `--read-max-staleness` of the primary.
 //! - `extract` — the caller's token and body/query/path extractors that fail as API errors;
 //!   a JSON body is read into its type as its schema reads it (`sked_types::strict`).
 //! - `shown` — the body of every answer that carries a task's environment (a task, a service,
@@ -40,6 +42,7 @@ mod extract;
 mod openapi;
 mod queues;
 mod quotas;
+mod replica;
 mod schedules;
 mod services;
 mod shown;
@@ -71,6 +74,7 @@ pub use quotas::{
     DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE, DEFAULT_MAX_ROWS_PER_REQUEST,
     MAX_ROWS_PER_OWNER_PER_MINUTE, Quotas,
 };
+pub use replica::{DEFAULT_MAX_STALENESS, ReadReplica};
 pub use tasks::{MAX_BATCH, MAX_PAGE};
 
 /// Command-line flags of `sked-server` (and of the server inside `sked dev`).
@@ -112,6 +116,24 @@ pub struct ServerArgs {
     #[arg(long, env = "SKED_EVENTS_POOL_SIZE", default_value_t = DEFAULT_EVENTS_POOL_SIZE,
           value_parser = clap::value_parser!(u32).range(i64::from(MIN_EVENTS_POOL_SIZE)..=64))]
     pub events_pool_size: u32,
+    /// A streaming replica of the database (a PostgreSQL hot standby) for the reads that
+    /// tolerate staleness: task listings and counts, the overview, the history, log chunks,
+    /// workflow and schedule listings and the workers. They go there while it is at most
+    /// `--read-max-staleness` behind the primary, else to the primary. Writes, a task read
+    /// by id, long polls and token checks always use the primary (`docs/operations.md`,
+    /// "Read replica").
+    #[arg(
+        long,
+        env = "SKED_READ_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub read_database_url: Option<String>,
+    /// The most the read replica may lag behind the primary for reads to go to it: seconds
+    /// or a duration (`5s`, `1m`), from 1 s to an hour. Measured every second on the replica.
+    #[arg(long, env = "SKED_READ_MAX_STALENESS", default_value = "5s",
+          value_parser = replica::parse_max_staleness)]
+    pub read_max_staleness: std::time::Duration,
     /// Replaced by the retention stored in the database, which every server applies
     /// (`sked retention set`, README.md "Retention"); the flag is refused with a message
     /// saying so, so that a server started with it does not run with a retention it did not
@@ -152,6 +174,10 @@ impl ServerArgs {
             max_rows_per_owner_per_minute: self.max_rows_per_owner_per_minute,
             max_wait: self.max_wait,
             metrics_max_queues: self.metrics_max_queues,
+            reads: ReadReplica {
+                url: self.read_database_url.clone(),
+                max_staleness: self.read_max_staleness,
+            },
         }
     }
 
@@ -177,6 +203,31 @@ pub struct AppState {
     /// The overviews and histories being read, which identical requests share.
     pub(crate) overviews: Arc<coalesce::Coalesce<sked_types::Overview>>,
     pub(crate) histories: Arc<coalesce::Coalesce<sked_types::History>>,
+    /// The read replica, when the server has one (`replica.rs`).
+    pub(crate) reads: replica::Reads,
+}
+
+impl AppState {
+    /// Runs `read`, a read that tolerates staleness, on the read replica while it is within
+    /// `--read-max-staleness` of the primary, else on the primary; the one place that
+    /// chooses (`replica.rs`). A read that fails on the replica with an error of the
+    /// database's, not of the request's, runs again on the primary.
+    pub(crate) async fn read<T, F, Fut>(&self, read: F) -> error::Result<T>
+    where
+        F: Fn(PgPool) -> Fut,
+        Fut: std::future::Future<Output = error::Result<T>>,
+    {
+        let Some(replica) = self.reads.replica() else {
+            return read(self.pool.clone()).await;
+        };
+        match read(replica.pool.clone()).await {
+            Err(Error::Internal(e)) => {
+                replica.failed(&e);
+                read(self.pool.clone()).await
+            }
+            answer => answer,
+        }
+    }
 }
 
 /// The API router over a pool, without live events (those need [`serve`], which runs their
@@ -192,7 +243,13 @@ pub fn router_with_events(pool: PgPool, events: Option<Hub>) -> Router {
 
 /// The API router over a pool, with live events from `events` when given and `quotas`.
 pub fn router_with(pool: PgPool, events: Option<Hub>, quotas: Quotas) -> Router {
-    router_stopping(pool, events, quotas, CancellationToken::new())
+    router_stopping(
+        pool,
+        events,
+        quotas,
+        replica::Reads::default(),
+        CancellationToken::new(),
+    )
 }
 
 /// [`router_with`] whose long polls end when `stop` is cancelled.
@@ -200,6 +257,7 @@ fn router_stopping(
     pool: PgPool,
     events: Option<Hub>,
     quotas: Quotas,
+    reads: replica::Reads,
     stop: CancellationToken,
 ) -> Router {
     let (api, _) = openapi::api().split_for_parts();
@@ -223,6 +281,7 @@ fn router_stopping(
             awaits,
             overviews: Arc::default(),
             histories: Arc::default(),
+            reads,
         })
 }
 
@@ -282,6 +341,12 @@ pub async fn serve_configured(
     sked_db::check_schema(&pool)
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    // Reads that tolerate staleness on the read replica, as many connections as the
+    // primary's pool, its lag measured in the background until the server stops.
+    let reads = replica::Reads::connect(&quotas.reads, pool.options().get_max_connections())
+        .map_err(std::io::Error::other)?;
+    let reads_stop = shutdown.child_token();
+    let reads_watch = tokio::spawn(reads.clone().watch(reads_stop.clone()));
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, dashboard = web::built(), "serving the API");
     }
@@ -299,7 +364,13 @@ pub async fn serve_configured(
     let mut hub_service = tokio::spawn(hub.clone().run());
     // Long polls answer at once when the server stops, so that the graceful shutdown, which
     // waits for the requests in flight, does not wait for them.
-    let router = router_stopping(pool, Some(hub.clone()), quotas, shutdown.child_token());
+    let router = router_stopping(
+        pool,
+        Some(hub.clone()),
+        quotas,
+        reads.clone(),
+        shutdown.child_token(),
+    );
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
@@ -312,6 +383,8 @@ pub async fn serve_configured(
         hub_service.abort();
     }
     let _ = upkeep.await;
+    let _ = reads_watch.await;
+    reads.close().await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events_pool.close()).await;
     served
 }

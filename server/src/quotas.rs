@@ -30,8 +30,9 @@ pub const DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE: u64 = 100_000;
 pub const MAX_ROWS_PER_OWNER_PER_MINUTE: u64 = 1_000_000_000;
 
 /// The server's quotas (`sked server --max-rows-per-request`,
-/// `--max-rows-per-owner-per-minute`), and the longest it holds a long poll (`--max-wait`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `--max-rows-per-owner-per-minute`), the longest it holds a long poll (`--max-wait`), and
+/// where it sends the reads that tolerate staleness (`--read-database-url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quotas {
     pub max_rows_per_request: u64,
     /// The task rows a user token's owner may create per minute, over every server: a token
@@ -42,6 +43,8 @@ pub struct Quotas {
     pub max_wait: std::time::Duration,
     /// The most queues `/metrics` names (`--metrics-max-queues`); the others are added up.
     pub metrics_max_queues: usize,
+    /// The read replica (`--read-database-url`, `--read-max-staleness`); none by default.
+    pub reads: crate::ReadReplica,
 }
 
 impl Default for Quotas {
@@ -51,6 +54,7 @@ impl Default for Quotas {
             max_rows_per_owner_per_minute: DEFAULT_MAX_ROWS_PER_OWNER_PER_MINUTE,
             max_wait: crate::awaits::DEFAULT_MAX_WAIT,
             metrics_max_queues: sked_db::metrics::DEFAULT_MAX_QUEUES,
+            reads: crate::ReadReplica::default(),
         }
     }
 }

@@ -199,7 +199,10 @@ pub async fn list(
 ) -> Result<Shown<SchedulePage>> {
     let owner = listing_owner(&principal, params.owner, "schedules")?;
     let name = params.name.filter(|n| !n.is_empty());
-    let schedules = sked_db::schedule::list(&state.pool, owner.as_deref(), name.as_deref()).await?;
+    let (owner, name) = (owner.as_deref(), name.as_deref());
+    let schedules = state
+        .read(|pool| async move { Ok(sked_db::schedule::list(&pool, owner, name).await?) })
+        .await?;
     Ok(Shown(SchedulePage { schedules }))
 }
 

@@ -51,12 +51,14 @@ pub async fn overview(
     let owner = listing_owner(&principal, params.owner, "tasks")?;
     // Identical overviews asked at once share one read (`coalesce.rs`).
     let key = format!("{owner:?}");
-    let pool = &state.pool;
+    let owner = owner.as_deref();
     Ok(axum::Json(
         state
             .overviews
-            .run(key, || async {
-                Ok(sked_db::overview::overview(pool, owner.as_deref(), None).await?)
+            .run(key, || {
+                state.read(|pool| async move {
+                    Ok(sked_db::overview::overview(&pool, owner, None).await?)
+                })
             })
             .await?,
     ))
@@ -102,21 +104,14 @@ pub async fn history(
     let range = params.range.unwrap_or_default();
     // Identical histories asked at once share one read (`coalesce.rs`).
     let key = format!("{owner:?} {queue:?} {range:?}");
-    let pool = &state.pool;
+    let (owner, queue) = (owner.as_deref(), queue.as_deref());
     Ok(axum::Json(
         state
             .histories
-            .run(key, || async {
-                Ok(
-                    sked_db::history::history(
-                        pool,
-                        owner.as_deref(),
-                        queue.as_deref(),
-                        range,
-                        None,
-                    )
-                    .await?,
-                )
+            .run(key, || {
+                state.read(|pool| async move {
+                    Ok(sked_db::history::history(&pool, owner, queue, range, None).await?)
+                })
             })
             .await?,
     ))
@@ -137,7 +132,9 @@ pub async fn workers(
     State(state): State<AppState>,
     Auth(principal): Auth,
 ) -> Result<axum::Json<Vec<Worker>>> {
-    let mut workers = sked_db::worker::list(&state.pool).await?;
+    let mut workers = state
+        .read(|pool| async move { Ok(sked_db::worker::list(&pool).await?) })
+        .await?;
     if !principal.is_admin() {
         workers.iter_mut().for_each(hide_location);
     }
@@ -318,6 +315,7 @@ pub async fn health(State(state): State<AppState>) -> Result<(StatusCode, axum::
             status: text.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             schema_version,
+            reads: state.reads.status(),
         }),
     ))
 }

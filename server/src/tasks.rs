@@ -378,12 +378,14 @@ pub async fn list(
     Query(params): Query<TaskParams>,
 ) -> Result<Shown<Listing>> {
     let view = params.view.unwrap_or(ListView::Full);
-    let filter = params.filter(&principal)?;
+    let filter = &params.filter(&principal)?;
     let ListPage {
         rows,
         next_cursor,
         scan_limit_reached,
-    } = sked_db::listing::list(&state.pool, &filter).await?;
+    } = state
+        .read(|pool| async move { Ok(sked_db::listing::list(&pool, filter).await?) })
+        .await?;
     let tasks = rows.into_iter().map(TaskRow::into_task);
     Ok(Shown(match view {
         ListView::Full => Listing::Full(TaskPage {
@@ -425,8 +427,10 @@ pub async fn count(
             "{name} selects a listing's page, which a count does not take"
         )));
     }
-    let filter = params.filter(&principal)?;
-    let counted = sked_db::listing::count(&state.pool, &filter).await?;
+    let filter = &params.filter(&principal)?;
+    let counted = state
+        .read(|pool| async move { Ok(sked_db::listing::count(&pool, filter).await?) })
+        .await?;
     Ok(axum::Json(TaskCount {
         count: counted.count,
         exact: counted.exact,
@@ -524,9 +528,15 @@ pub async fn logs(
     Path(id): Path<Uuid>,
     Query(params): Query<LogParams>,
 ) -> Result<axum::Json<Vec<LogChunk>>> {
+    // Whether the task exists and is the caller's, on the primary: a task just submitted
+    // has its logs followed at once. Its chunks may come from the read replica, up to
+    // `--read-max-staleness` behind: a follower asks again after the last chunk it has.
     visible_task(&state, &principal, id).await?;
     let limit = page_size(params.limit, DEFAULT_LOG_CHUNKS, MAX_LOG_CHUNKS)?;
-    let chunks = sked_db::task::logs(&state.pool, id, params.after.unwrap_or(0), limit).await?;
+    let after = params.after.unwrap_or(0);
+    let chunks = state
+        .read(|pool| async move { Ok(sked_db::task::logs(&pool, id, after, limit).await?) })
+        .await?;
     Ok(axum::Json(chunks))
 }
 

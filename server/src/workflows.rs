@@ -128,7 +128,10 @@ pub async fn list(
         // One row more than the page tells whether another page follows.
         limit: limit + 1,
     };
-    let mut rows = sked_db::workflow::list(&state.pool, &filter).await?;
+    let filter = &filter;
+    let mut rows = state
+        .read(|pool| async move { Ok(sked_db::workflow::list(&pool, filter).await?) })
+        .await?;
     let next_cursor = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
         rows.last().map(|row| row.id)

@@ -29,6 +29,7 @@ mod placement;
 mod pooler;
 mod queues;
 mod recovery;
+mod replica;
 mod requests;
 mod retention;
 mod schedules;

@@ -683,6 +683,26 @@ pub struct Health {
     pub status: String,
     pub version: String,
     pub schema_version: i64,
+    /// Where the server sends reads that tolerate staleness; absent when it has no read
+    /// replica (`--read-database-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<ReadRouting>,
+}
+
+/// Where a server with a read replica (`--read-database-url`) sends the reads that tolerate
+/// staleness now: listings, counts, the overview, the history, log chunks and the workers
+/// (`docs/operations.md`, "Read replica").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReadRouting {
+    /// True while the replica serves them, false while the primary does (the replica is
+    /// further behind than `max_staleness_secs`, does not answer, or is not a replica).
+    pub on_replica: bool,
+    /// How far behind the primary the replica was at its last check (0: it had replayed all
+    /// it received), in seconds; null when the check failed.
+    pub replica_lag_secs: Option<f64>,
+    /// `--read-max-staleness`, in seconds.
+    pub max_staleness_secs: f64,
 }
 
 /// Who a token belongs to (`GET /api/v1/me`).
