@@ -10,6 +10,7 @@ pub mod awaits;
 pub mod bulk;
 pub mod error;
 pub mod history;
+pub mod hosts;
 pub mod listen;
 pub mod listing;
 pub mod metrics;
@@ -33,9 +34,8 @@ pub mod testing;
 pub use error::{DbError, Result};
 pub use pooler::{begin, on};
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, Row};
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The migrations compiled into this binary.
@@ -78,9 +78,15 @@ pub fn expected_schema_version() -> i64 {
 /// Connects a pool to `url`. The application name shows in `pg_stat_activity`. Behind a
 /// transaction-mode pooler ([`pooler`]) each checkout of the pool is one transaction.
 pub async fn connect(url: &str, app: &str, max_connections: u32) -> Result<PgPool> {
-    let (pool, options) =
-        pooler::pool_options(parse_url(url)?.application_name(app), max_connections, None);
-    Ok(pool.connect_with(options).await?)
+    let members = hosts::Members::parse(url)?
+        .map_options(|o| pooler::connection_options(o.application_name(app)));
+    let (pool, _) = pooler::pool_options(
+        members.options(0),
+        max_connections,
+        None,
+        members.read_write(),
+    );
+    members.pool(pool).await
 }
 
 /// Connects a pool for work that needs sessions of its own (migrations, `CREATE INDEX
@@ -92,18 +98,15 @@ pub async fn connect_session(
     max_connections: u32,
     what: &str,
 ) -> Result<PgPool> {
-    let url = pooler::session_url(url, what)?;
-    let pool = PgPoolOptions::new()
+    let members = hosts::Members::parse(pooler::session_url(url, what)?)?
+        .map_options(|o| o.application_name(app));
+    let mut pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(parse_url(url)?.application_name(app))
-        .await?;
-    Ok(pool)
-}
-
-fn parse_url(url: &str) -> Result<PgConnectOptions> {
-    PgConnectOptions::from_str(url)
-        .map_err(|e| DbError::Config(format!("invalid database URL: {e}")))
+        .acquire_timeout(Duration::from_secs(10));
+    if members.read_write() {
+        pool = pool.after_connect(|conn, _meta| Box::pin(hosts::refuse_standby(conn)));
+    }
+    members.pool(pool).await
 }
 
 /// The group roles of the SQL contract (`sql/roles.sql`, `docs/security.md`): a process may
@@ -136,9 +139,9 @@ pub async fn connect_as(
     max_connections: u32,
     role: GroupRole,
 ) -> Result<(PgPool, bool)> {
-    let options = parse_url(url)?.application_name(app);
-    let mut probe =
-        sqlx::PgConnection::connect_with(&pooler::connection_options(options.clone())).await?;
+    let members = hosts::Members::parse(url)?
+        .map_options(|o| pooler::connection_options(o.application_name(app)));
+    let mut probe = members.connect(Duration::from_secs(10)).await?;
     // The simple protocol (no prepared statement), which a transaction-mode pooler passes
     // whole. The name is one of the contract's own. CASE keeps pg_has_role from being asked
     // about a role that does not exist.
@@ -154,8 +157,13 @@ pub async fn connect_as(
     // Behind a transaction-mode pooler a role set for a session would pass to other clients:
     // the process keeps its login's rights there.
     let may = may && !pooler::transaction_mode();
-    let (pool, options) = pooler::pool_options(options, max_connections, may.then_some(role));
-    Ok((pool.connect_with(options).await?, may))
+    let (pool, _) = pooler::pool_options(
+        members.options(0),
+        max_connections,
+        may.then_some(role),
+        members.read_write(),
+    );
+    Ok((members.pool(pool).await?, may))
 }
 
 /// Applies the migrations and then the SQL contract, under an advisory lock.

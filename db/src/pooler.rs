@@ -234,27 +234,37 @@ pub(crate) fn connection_options(options: PgConnectOptions) -> PgConnectOptions 
 }
 
 /// Options for the connections of a pool: behind a transaction-mode pooler, see
-/// [`connection_options`]; else `role` is set once per connection when given.
+/// [`connection_options`]; else `role` is set once per connection when given. With
+/// `read_write` (`target_session_attrs=read-write`), a new connection to a standby is refused
+/// first ([`crate::hosts::refuse_standby`]).
 pub(crate) fn pool_options(
     options: PgConnectOptions,
     max_connections: u32,
     role: Option<GroupRole>,
+    read_write: bool,
 ) -> (PgPoolOptions, PgConnectOptions) {
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10));
-    let pool = match role {
-        Some(role) if !transaction_mode() => pool.after_connect(move |conn, _meta| {
+    let role = role.filter(|_| !transaction_mode());
+    let pool = if role.is_some() || read_write {
+        pool.after_connect(move |conn, _meta| {
             Box::pin(async move {
-                conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "set role {}",
-                    role.name()
-                ))))
-                .await?;
+                if read_write {
+                    crate::hosts::refuse_standby(conn).await?;
+                }
+                if let Some(role) = role {
+                    conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                        "set role {}",
+                        role.name()
+                    ))))
+                    .await?;
+                }
                 Ok(())
             })
-        }),
-        _ => pool,
+        })
+    } else {
+        pool
     };
     (pool, connection_options(options))
 }
