@@ -22,6 +22,7 @@ mod idempotency;
 mod isolation;
 mod listing;
 mod log_format;
+mod many_workers;
 mod metrics;
 mod openapi_contract;
 mod otlp;
