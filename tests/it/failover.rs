@@ -348,7 +348,9 @@ async fn scenario(synchronous: bool) {
                     "select min(finished_at) from sked.tasks
                       where state = 'succeeded' and finished_at > $1",
                 )
-                .bind(killed_wall)
+                // A finish whose transaction began in the instant before the kill may still
+                // have committed on the old primary: 0.2 s later, none can.
+                .bind(killed_wall + chrono::Duration::milliseconds(200))
                 .fetch_one(&pool)
                 .await
                 .ok()

@@ -17,6 +17,7 @@ mod delayed;
 mod deploy;
 mod errors;
 mod events;
+mod failover;
 mod history;
 mod idempotency;
 mod isolation;
