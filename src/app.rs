@@ -73,8 +73,8 @@ pub struct PoolingArgs {
     #[arg(long, env = "SKED_DATABASE_POOLER", value_enum, default_value_t = Pooler::None)]
     pub database_pooler: Pooler,
     /// A direct URL of the same database (not through the pooler), for LISTEN and for what
-    /// needs a session (migrations, the search index). Required by the server, the worker and
-    /// `sked dev` with --database-pooler transaction.
+    /// needs a session (migrations, the search index). Required by the server and `sked dev`
+    /// with --database-pooler transaction; a worker without it polls instead of listening.
     #[arg(long, env = "SKED_LISTEN_DATABASE_URL", hide_env_values = true)]
     pub listen_database_url: Option<String>,
 }
@@ -270,7 +270,9 @@ pub async fn run_server(cmd: ServerCommand) -> Result<(), RunError> {
 /// A worker until SIGINT/SIGTERM, then its graceful shutdown.
 pub async fn run_worker(cmd: WorkerCommand) -> Result<(), RunError> {
     let config = cmd.worker.into_config().map_err(RunError::Config)?;
-    cmd.db.pooling.configure(true)?;
+    // A worker listens only to be woken sooner than its next poll: behind a transaction-mode
+    // pooler without a direct URL, it polls (one direct connection per worker adds up).
+    cmd.db.pooling.configure(false)?;
     let shutdown = shutdown_on_signal()?;
     let pool = connect_as(
         &cmd.db.database_url,

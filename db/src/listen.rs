@@ -18,7 +18,8 @@ pub enum Heard {
 /// Listens on `channels` until `stop`, passing each notification to `heard`, and
 /// [`Heard::MaybeMissed`] after every (re)connect and drop. A connection that cannot be made
 /// is tried again with backoff (100 ms doubling to 10 s); `what` names the listener in the
-/// logs.
+/// logs. Behind a transaction-mode pooler without a direct URL for `LISTEN`
+/// ([`crate::pooler`]) it does not listen: it says so once and waits for `stop`.
 pub async fn listen(
     pool: &PgPool,
     channels: &[&str],
@@ -26,6 +27,12 @@ pub async fn listen(
     stop: &CancellationToken,
     mut heard: impl FnMut(Heard),
 ) {
+    if let Err(e) = crate::pooler::require_session("LISTEN") {
+        // Behind a transaction-mode pooler without a direct URL: the caller polls.
+        tracing::info!("{what}: not listening ({e}); polling instead");
+        stop.cancelled().await;
+        return;
+    }
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = async {

@@ -124,9 +124,10 @@ fn pooled(program: &str, pooled_url: &str, direct: Option<&str>) -> Command {
 }
 
 async fn output(c: &mut Command) -> std::process::Output {
+    let what = format!("{:?}", c.as_std());
     tokio::time::timeout(Duration::from_secs(60), c.output())
         .await
-        .expect("the command ends within 60 s")
+        .unwrap_or_else(|_| panic!("the command ends within 60 s: {what}"))
         .unwrap()
 }
 
@@ -199,7 +200,9 @@ async fn a_server_workers_and_the_cli_work_through_a_transaction_mode_pgbouncer(
     let work = std::env::temp_dir().join(format!("sked-pooler-{}", uuid::Uuid::new_v4()));
     let mut workers = Vec::new();
     for i in 0..4 {
-        let worker = pooled(env!("CARGO_BIN_EXE_sked-worker"), &through, Some(&db.url))
+        // The last one has no direct URL: it polls instead of listening.
+        let direct = (i < 3).then_some(db.url.as_str());
+        let worker = pooled(env!("CARGO_BIN_EXE_sked-worker"), &through, direct)
             .args(["--name", &format!("pooled-{i}"), "--queues", "pq"])
             .args(["--concurrency", "8", "--poll-secs", "5"])
             .arg("--work-dir")
@@ -293,11 +296,16 @@ async fn a_server_workers_and_the_cli_work_through_a_transaction_mode_pgbouncer(
     );
 
     let mut logs = String::new();
-    for worker in workers {
+    for (i, worker) in workers.into_iter().enumerate() {
         let (status, stderr) = stop(worker).await;
         assert!(
             status.success(),
             "the worker stops cleanly: {status:?}\n{stderr}"
+        );
+        assert_eq!(
+            stderr.contains("polling instead"),
+            i == 3,
+            "a worker without a direct URL says it polls, the others listen:\n{stderr}"
         );
         logs.push_str(&stderr);
     }
@@ -336,19 +344,10 @@ async fn what_needs_a_session_is_refused_through_a_transaction_pooler_without_a_
         output(pooled(env!("CARGO_BIN_EXE_sked"), &through, None).args(["search-index", "status"]))
             .await;
     wants_direct("sked search-index", &index);
-    for program in [
-        env!("CARGO_BIN_EXE_sked-worker"),
-        env!("CARGO_BIN_EXE_sked-server"),
-    ] {
-        let mut c = pooled(program, &through, None);
-        if program.ends_with("worker") {
-            c.args(["--queues", "q"]);
-        } else {
-            c.env("SKED_LISTEN", format!("127.0.0.1:{}", free_port()));
-        }
-        let out = output(&mut c).await;
-        wants_direct(program, &out);
-    }
+    let mut server = pooled(env!("CARGO_BIN_EXE_sked-server"), &through, None);
+    server.env("SKED_LISTEN", format!("127.0.0.1:{}", free_port()));
+    let out = output(&mut server).await;
+    wants_direct("sked-server (its long polls and live events)", &out);
     // A direct URL that does not parse is named as such.
     let bad =
         output(pooled(env!("CARGO_BIN_EXE_sked"), &through, Some("postgres://[")).arg("migrate"))
