@@ -54,6 +54,10 @@ pub enum Workload {
     /// processes (`--w17-processes`), the rate of each and the tasks each process ran, then
     /// the transactions idle workers cost the database (run only when named).
     W17,
+    /// Through a pooler: PgBouncer in transaction mode in front of the server; W2's drain
+    /// direct and through it, alternated, then `--w18-workers` polling worker processes
+    /// through `--w18-pool-size` server connections (needs pgbouncer; run only when named).
+    W18,
     /// sked beside graphile-worker on the same PostgreSQL: W2's drain and graphile-worker's
     /// drain of as many no-op jobs, alternated (installs graphile-worker and Node 22 with
     /// npm; run only when named).
@@ -80,6 +84,7 @@ impl Workload {
             Workload::W15 => "W15",
             Workload::W16 => "W16",
             Workload::W17 => "W17",
+            Workload::W18 => "W18",
             Workload::Peer => "peer",
         }
     }
@@ -91,11 +96,11 @@ impl Workload {
 #[derive(Debug, Parser)]
 #[command(name = "sked-bench", version)]
 pub struct Cli {
-    /// Workloads to run (w1 … w17, peer); all but w9, w11, w12, w13, w15, w16, w17 and peer
-    /// when none is named (w9 needs a browser, w11 and w13 make 10 million rows, w12 takes
-    /// over 11 minutes, w15 opens a thousand websockets, w16 loads a million tasks before it
-    /// measures, w17 drains five times and idles a minute, peer installs graphile-worker with
-    /// npm).
+    /// Workloads to run (w1 … w18, peer); all but w9, w11, w12, w13, w15, w16, w17, w18 and
+    /// peer when none is named (w9 needs a browser, w11 and w13 make 10 million rows, w12
+    /// takes over 11 minutes, w15 opens a thousand websockets, w16 loads a million tasks
+    /// before it measures, w17 drains five times and idles a minute, w18 needs pgbouncer and
+    /// starts 200 worker processes, peer installs graphile-worker with npm).
     #[arg(value_enum)]
     pub workloads: Vec<Workload>,
     /// PostgreSQL server to create the benchmark databases on (any database of it).
@@ -239,6 +244,18 @@ pub struct Cli {
     /// Seconds over which W17 counts the idle workers' transactions.
     #[arg(long, default_value_t = 60)]
     pub w17_idle_secs: u64,
+    /// Server connections of W18's PgBouncer (its default_pool_size).
+    #[arg(long, default_value_t = 40)]
+    pub w18_pool_size: usize,
+    /// Worker processes W18 runs through the pooler at once (polling, without a listen URL).
+    #[arg(long, default_value_t = 200)]
+    pub w18_workers: usize,
+    /// Slots of each of W18's many workers.
+    #[arg(long, default_value_t = 8)]
+    pub w18_slots: usize,
+    /// Noop tasks W18's many workers drain.
+    #[arg(long, default_value_t = 40_000)]
+    pub w18_tasks: usize,
     /// graphile-worker's concurrency (jobs at once in its one process) in peer.
     #[arg(long, default_value_t = 100)]
     pub graphile_concurrency: usize,
@@ -315,6 +332,10 @@ pub struct Config {
     pub w17_processes: Vec<usize>,
     pub w17_idle_workers: Vec<usize>,
     pub w17_idle: Duration,
+    pub w18_pool_size: usize,
+    pub w18_workers: usize,
+    pub w18_slots: usize,
+    pub w18_tasks: usize,
     /// Rounds of peer (each a sked drain and a graphile-worker drain).
     pub peer_rounds: usize,
     pub graphile_concurrency: usize,
@@ -489,6 +510,18 @@ impl Cli {
                 self.w2_processes, self.w17_processes, self.w17_idle_workers, self.w17_idle_secs
             ));
         }
+        if !(1..=1_000).contains(&self.w18_pool_size)
+            || !(1..=2_000).contains(&self.w18_workers)
+            || !(1..=1_000).contains(&self.w18_slots)
+            || !(1..=10_000_000).contains(&self.w18_tasks)
+        {
+            return Err(format!(
+                "--w18-pool-size must be between 1 and 1000, --w18-workers between 1 and 2000, \
+                 --w18-slots between 1 and 1000 and --w18-tasks between 1 and 10000000, got \
+                 {}, {}, {} and {}",
+                self.w18_pool_size, self.w18_workers, self.w18_slots, self.w18_tasks
+            ));
+        }
         if !(1..=100_000).contains(&self.graphile_local_queue)
             || !(2..=1_000).contains(&self.graphile_max_pool)
         {
@@ -548,6 +581,10 @@ impl Cli {
             w17_processes: self.w17_processes,
             w17_idle_workers: self.w17_idle_workers,
             w17_idle: Duration::from_secs(self.w17_idle_secs),
+            w18_pool_size: self.w18_pool_size,
+            w18_workers: self.w18_workers,
+            w18_slots: self.w18_slots,
+            w18_tasks: self.w18_tasks,
             peer_rounds: self.repeat.unwrap_or(3),
             graphile_concurrency: self.graphile_concurrency,
             graphile_local_queue: self.graphile_local_queue,

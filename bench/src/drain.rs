@@ -23,6 +23,10 @@ pub struct Drain {
     concurrency: usize,
     /// Worker processes that share the `concurrency` slots (as evenly as they divide).
     pub workers: usize,
+    /// The workers' DATABASE_URL instead of the database's own (a pooler's), and more
+    /// environment variables for them.
+    pub worker_url: Option<String>,
+    pub worker_env: Vec<(String, String)>,
     /// COPY statement and one line of its data per task.
     copy: (&'static str, &'static str),
     /// Tasks run as processes, which must exit with 0.
@@ -39,6 +43,8 @@ impl Drain {
             tasks: cfg.tasks,
             concurrency: cfg.w2_concurrency,
             workers: 1,
+            worker_url: None,
+            worker_env: Vec::new(),
             copy: ("copy sked.tasks (kind) from stdin", "noop\n"),
             processes: false,
             target: 50_000.0,
@@ -62,6 +68,8 @@ pub async fn w4(cfg: &Config) -> Result<Vec<Sample>> {
         tasks: cfg.w4_tasks,
         concurrency: cfg.w4_concurrency,
         workers: 1,
+        worker_url: None,
+        worker_env: Vec::new(),
         copy: ("copy sked.tasks (command) from stdin", "{true}\n"),
         processes: true,
         target: 500.0,
@@ -149,7 +157,14 @@ pub async fn drain_in(cfg: &Config, db: &BenchDb, d: &Drain) -> Result<Drained> 
         let started = Instant::now();
         let mut workers = Vec::new();
         for slots in shares(d.concurrency, d.workers) {
-            workers.push(WorkerProcess::spawn(&cfg.worker_bin, &db.url, slots)?);
+            let url = d.worker_url.as_deref().unwrap_or(&db.url);
+            workers.push(WorkerProcess::spawn_env(
+                &cfg.worker_bin,
+                url,
+                slots,
+                &[],
+                &d.worker_env,
+            )?);
         }
         let cpu_before: Vec<f64> = workers
             .iter()

@@ -15,6 +15,7 @@ mod mix;
 mod peer;
 mod pg;
 mod placement;
+mod pooler;
 mod process;
 mod reads;
 mod report;
@@ -84,6 +85,7 @@ async fn run(cfg: Config) -> Result<bool> {
                 Workload::W15 => live::run(&cfg).await,
                 Workload::W16 => mix::run(&cfg).await,
                 Workload::W17 => workers::run(&cfg).await,
+                Workload::W18 => pooler::run(&cfg).await,
                 Workload::Peer => peer::run(&cfg).await,
             };
             match result {

@@ -56,6 +56,17 @@ impl WorkerProcess {
         concurrency: usize,
         flags: &[&str],
     ) -> Result<WorkerProcess> {
+        Self::spawn_env(bin, db_url, concurrency, flags, &[])
+    }
+
+    /// [`WorkerProcess::spawn_with`] with more environment variables (a pooler's settings).
+    pub fn spawn_env(
+        bin: &Path,
+        db_url: &str,
+        concurrency: usize,
+        flags: &[&str],
+        env: &[(String, String)],
+    ) -> Result<WorkerProcess> {
         check_worker_bin(bin)?;
         let work_dir = std::env::temp_dir().join(format!(
             "sked-bench-worker-{}-{}",
@@ -76,6 +87,7 @@ impl WorkerProcess {
             .env("DATABASE_URL", db_url)
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log_file))
