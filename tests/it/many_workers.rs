@@ -142,11 +142,14 @@ async fn worker_processes_share_a_queue_run_each_task_once_and_idle_cheaply() {
         "each worker ran at least a quarter of an even share ({even}): {per_worker:?}"
     );
 
-    // Idle: nothing is due. Past the drain's last statements, the 10 s within which an idle
-    // backend reports its counts, the heartbeats (every third of the 30 s lease) at which the
-    // workers learnt of each other and the first statements of each pool connection (its
-    // statements prepared, each a transaction of its own), the transactions of 25 s.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Idle: nothing is due. Past the drain's last statements and their counts: a busy backend
+    // may put off reporting its counts while the statistics are contended, by at most
+    // PostgreSQL's PGSTAT_MAX_INTERVAL (60 s), and on a loaded machine the drain's counts
+    // would otherwise land in the window. Past also the heartbeats (every third of the 30 s
+    // lease) at which the workers learnt of each other and the first statements of each pool
+    // connection (its statements prepared, each a transaction of its own). Then the
+    // transactions of 25 s.
+    tokio::time::sleep(Duration::from_secs(65)).await;
     let mut conn = db.pool.acquire().await.unwrap();
     let before = transactions(&mut conn).await;
     let window = Duration::from_secs(25);
