@@ -1,6 +1,7 @@
-//! Several real `sked-worker` processes on one queue: every task runs exactly once, the
-//! processes share the tasks, and idle workers cost the database less than a statement a
-//! second each.
+//! Several real `sked-worker` processes on one queue: every task runs exactly once and the
+//! processes share the tasks. What idle workers cost the database is a rate, measured by
+//! `sked-bench w17` (bench/README.md), not asserted here: a loaded machine running the suite
+//! bends it.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -62,24 +63,8 @@ async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
-/// Transactions the database has counted, from a fresh snapshot of the statistics, read over
-/// one connection (which flushes its own counts with each statement).
-async fn transactions(conn: &mut sqlx::PgConnection) -> i64 {
-    sqlx::query("select pg_stat_clear_snapshot()")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query_scalar(
-        "select xact_commit + xact_rollback from pg_stat_database
-          where datname = current_database()",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
-async fn worker_processes_share_a_queue_run_each_task_once_and_idle_cheaply() {
+async fn worker_processes_share_a_queue_and_run_each_task_once() {
     // Eight processes of four slots (each a pool of at most eight connections).
     const WORKERS: usize = 8;
     const TASKS: i64 = 4000;
@@ -142,29 +127,5 @@ async fn worker_processes_share_a_queue_run_each_task_once_and_idle_cheaply() {
         "each worker ran at least a quarter of an even share ({even}): {per_worker:?}"
     );
 
-    // Idle: nothing is due. Past the drain's last statements and their counts: a busy backend
-    // may put off reporting its counts while the statistics are contended, by at most
-    // PostgreSQL's PGSTAT_MAX_INTERVAL (60 s), and on a loaded machine the drain's counts
-    // would otherwise land in the window. Past also the heartbeats (every third of the 30 s
-    // lease) at which the workers learnt of each other and the first statements of each pool
-    // connection (its statements prepared, each a transaction of its own). Then the
-    // transactions of 25 s.
-    tokio::time::sleep(Duration::from_secs(65)).await;
-    let mut conn = db.pool.acquire().await.unwrap();
-    let before = transactions(&mut conn).await;
-    let window = Duration::from_secs(25);
-    tokio::time::sleep(window).await;
-    let after = transactions(&mut conn).await;
-    drop(conn);
-    // Less this connection's own two statements.
-    let per_worker_and_second = (after - before - 2) as f64 / window.as_secs_f64() / WORKERS as f64;
-    eprintln!(
-        "{WORKERS} idle workers: {per_worker_and_second:.3} transactions a second each; \
-         tasks run by each: {per_worker:?}"
-    );
-    assert!(
-        per_worker_and_second < 1.0,
-        "idle workers cost the database {per_worker_and_second:.2} transactions a second each"
-    );
     workers.stop();
 }
