@@ -15,6 +15,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
+use crate::support::free_port;
+
 static ONE_BROWSER: Mutex<()> = Mutex::const_new(());
 
 /// How long a test waits for the page to show something before failing.
@@ -297,13 +299,6 @@ fn tool(var: &str, names: &[&str]) -> PathBuf {
          apt-get install chromium chromium-driver). SKED_BROWSER_TESTS=skip leaves them out.",
         names[0]
     );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 struct TempDir(PathBuf);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sked_db::testing::TestDb;
 use tokio::process::{Child, Command};
 
-use crate::support::{stop, tool};
+use crate::support::{free_port, stop, tool};
 
 /// A PgBouncer in transaction mode in front of the test PostgreSQL, stopped on drop.
 pub struct PgBouncer {
@@ -96,14 +96,6 @@ impl Drop for PgBouncer {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A sked binary with the pooler's URL, `--database-pooler transaction` and, when given, the

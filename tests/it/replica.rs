@@ -19,7 +19,7 @@ use sked_db::token::Role;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::support::tool;
+use crate::support::{free_port, tool};
 
 /// The bound the server is started with.
 const MAX_STALENESS: Duration = Duration::from_secs(3);
@@ -50,14 +50,6 @@ fn run_as() -> Option<RunAs> {
             gid: (*pw).pw_gid,
         }
     })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A primary and its replica in one temporary directory; both stopped (`immediate`) and the

@@ -166,3 +166,11 @@ pub async fn stop(mut child: tokio::process::Child) -> (std::process::ExitStatus
         .unwrap();
     (status, stderr)
 }
+
+/// A TCP port free on 127.0.0.1 now, for a server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::support::process_alive;
+use crate::support::{free_port, process_alive};
 
 /// Patroni's timing (`bootstrap.dcs`), small so a failover takes seconds: the leader key
 /// lives `TTL` seconds, the HA loop runs every `LOOP_WAIT`, and a DCS or PostgreSQL call
@@ -43,14 +43,6 @@ pub struct Cluster {
     pub superuser: String,
     etcd: Option<Child>,
     http: reqwest::Client,
-}
-
-/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// The uid, gid and name servers run as: `postgres` when this process is root, else itself.
