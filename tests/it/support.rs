@@ -167,6 +167,45 @@ pub async fn stop(mut child: tokio::process::Child) -> (std::process::ExitStatus
     (status, stderr)
 }
 
+/// A process whose stderr is read as it comes, until [`Logged::stop`]: a pipe that nobody
+/// reads fills at 64 KiB, and the process then blocks at its next log line (a server's
+/// runtime stops answering mid-request, holding its transactions open).
+pub struct Logged {
+    pub child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl Logged {
+    /// Spawns `command` with its stderr piped and read.
+    pub fn spawn(command: &mut tokio::process::Command) -> Logged {
+        use tokio::io::AsyncReadExt as _;
+        let what = format!("{:?}", command.as_std().get_program());
+        let mut child = command
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        let mut pipe = child.stderr.take().expect("stderr piped");
+        let stderr = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes).await;
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        Logged { child, stderr }
+    }
+
+    /// SIGTERM, then the exit status and everything the process wrote to stderr.
+    pub async fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the process stops")
+            .unwrap();
+        (status, self.stderr.await.expect("reading stderr"))
+    }
+}
+
 /// A TCP port free on 127.0.0.1 now, for a server a test starts.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
