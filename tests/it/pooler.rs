@@ -9,7 +9,7 @@ use std::time::Duration;
 use sked_db::testing::TestDb;
 use tokio::process::{Child, Command};
 
-use crate::support::{free_port, stop, tool};
+use crate::support::{Logged, free_port, tool};
 
 /// A PgBouncer in transaction mode in front of the test PostgreSQL, stopped on drop.
 pub struct PgBouncer {
@@ -185,23 +185,23 @@ async fn a_server_workers_and_the_cli_work_through_a_transaction_mode_pgbouncer(
     assert!(!secret.is_empty(), "the token's secret is printed");
 
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let server = pooled(env!("CARGO_BIN_EXE_sked-server"), &through, Some(&db.url))
-        .env("SKED_LISTEN", addr.to_string())
-        .spawn()
-        .expect("starting sked-server");
+    let server = Logged::spawn(
+        pooled(env!("CARGO_BIN_EXE_sked-server"), &through, Some(&db.url))
+            .env("SKED_LISTEN", addr.to_string()),
+    );
     let work = std::env::temp_dir().join(format!("sked-pooler-{}", uuid::Uuid::new_v4()));
     let mut workers = Vec::new();
     for i in 0..4 {
         // The last one has no direct URL: it polls instead of listening.
         let direct = (i < 3).then_some(db.url.as_str());
-        let worker = pooled(env!("CARGO_BIN_EXE_sked-worker"), &through, direct)
-            .args(["--name", &format!("pooled-{i}"), "--queues", "pq"])
-            .args(["--concurrency", "8", "--poll-secs", "5"])
-            .arg("--work-dir")
-            .arg(work.join(i.to_string()))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting sked-worker");
+        let worker = Logged::spawn(
+            pooled(env!("CARGO_BIN_EXE_sked-worker"), &through, direct)
+                .args(["--name", &format!("pooled-{i}"), "--queues", "pq"])
+                .args(["--concurrency", "8", "--poll-secs", "5"])
+                .arg("--work-dir")
+                .arg(work.join(i.to_string()))
+                .stdout(Stdio::null()),
+        );
         workers.push(worker);
     }
     until_listening(addr).await;
@@ -289,7 +289,7 @@ async fn a_server_workers_and_the_cli_work_through_a_transaction_mode_pgbouncer(
 
     let mut logs = String::new();
     for (i, worker) in workers.into_iter().enumerate() {
-        let (status, stderr) = stop(worker).await;
+        let (status, stderr) = worker.stop().await;
         assert!(
             status.success(),
             "the worker stops cleanly: {status:?}\n{stderr}"
@@ -301,7 +301,7 @@ async fn a_server_workers_and_the_cli_work_through_a_transaction_mode_pgbouncer(
         );
         logs.push_str(&stderr);
     }
-    let (status, stderr) = stop(server).await;
+    let (status, stderr) = server.stop().await;
     assert!(
         status.success(),
         "the server stops cleanly: {status:?}\n{stderr}"
@@ -353,4 +353,104 @@ async fn what_needs_a_session_is_refused_through_a_transaction_pooler_without_a_
     // Unchanged by all of it.
     let version = sked_db::schema_version(&db.pool).await.unwrap();
     assert_eq!(version, sked_db::expected_schema_version());
+}
+
+#[tokio::test]
+async fn polling_workers_behind_the_pooler_find_new_work_at_their_heartbeat_not_their_poll() {
+    // Without LISTEN, two idle workers would look for work again only at their poll (two
+    // minutes, times the two of them sharing it): the heartbeat (every 2 s with a 6 s lease)
+    // asks how soon a task of their queues is due and wakes the claim.
+    let Some(bouncer) = PgBouncer::start(2).await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let through = bouncer.url(&db.url);
+    let work = std::env::temp_dir().join(format!("sked-pooler-{}", uuid::Uuid::new_v4()));
+    let mut workers = Vec::new();
+    for i in 0..2 {
+        let worker = Logged::spawn(
+            pooled(env!("CARGO_BIN_EXE_sked-worker"), &through, None)
+                .args(["--name", &format!("polling-{i}"), "--queues", "idle"])
+                .args([
+                    "--concurrency",
+                    "4",
+                    "--poll-secs",
+                    "120",
+                    "--lease-secs",
+                    "6",
+                ])
+                .arg("--work-dir")
+                .arg(work.join(i.to_string()))
+                .stdout(Stdio::null()),
+        );
+        workers.push(worker);
+    }
+    // Both registered, and past their first claim (made at start, before any task existed)
+    // and a heartbeat that found nothing due.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let beating: i64 = sqlx::query_scalar(
+            "select count(*) from sked.workers
+              where queues = '{idle}' and heartbeat_at > started_at + interval '2 s'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if beating == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both workers register and beat"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let submitted = tokio::time::Instant::now();
+    sqlx::query(
+        "insert into sked.tasks (queue, command)
+         select 'idle', array['true'] from generate_series(1, 10)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    loop {
+        let done: i64 = sqlx::query_scalar(
+            "select count(*) from sked.tasks where queue = 'idle' and state = 'succeeded'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if done == 10 {
+            break;
+        }
+        assert!(
+            submitted.elapsed() < Duration::from_secs(40),
+            "the workers found the tasks within a few heartbeats, far before their next poll \
+             ({done} of 10 done after {:?})",
+            submitted.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let unfinished_attempts: i64 =
+        sqlx::query_scalar("select count(*) from sked.tasks where queue = 'idle' and attempt <> 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(unfinished_attempts, 0, "each task ran once");
+
+    for worker in workers {
+        let (status, stderr) = worker.stop().await;
+        assert!(
+            status.success(),
+            "the worker stops cleanly: {status:?}\n{stderr}"
+        );
+        assert!(stderr.contains("polling instead"), "it polls:\n{stderr}");
+        let errors = database_errors(&stderr);
+        assert!(
+            errors.is_empty(),
+            "no database errors in the logs: {errors:#?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
 }

@@ -43,6 +43,10 @@ pub struct Heartbeat {
     /// How many live workers serve a queue of this one (itself included), as the last
     /// heartbeat answered: they share the claim's poll and the background upkeep.
     pub peers: Arc<AtomicUsize>,
+    /// Woken when a task of this worker's queues is due before the next heartbeat: set for a
+    /// worker that cannot `LISTEN` (behind a transaction-mode pooler without a direct URL),
+    /// which would otherwise find a backlog only at its share of the poll.
+    pub wake_when_due: Option<Arc<Notify>>,
 }
 
 impl Heartbeat {
@@ -129,14 +133,27 @@ impl Heartbeat {
     /// (or none is held).
     pub async fn renew_once(&self) -> bool {
         let renewed = self.renew_leases_once().await;
-        let beat: Result<i32, sqlx::Error> = sqlx::query_scalar("select sked.worker_heartbeat($1)")
-            .bind(self.registration.id)
-            .fetch_one(sked_db::on(&self.pool))
-            .await;
+        // A worker that does not listen asks, in the same statement, how soon a task of its
+        // queues is due, and wakes its claim when that is before its next heartbeat.
+        let beat: Result<(i32, Option<f64>), sqlx::Error> = sqlx::query_as(
+            "select sked.worker_heartbeat($1),
+                    case when $2 then sked.tasks_next_due($3) end",
+        )
+        .bind(self.registration.id)
+        .bind(self.wake_when_due.is_some())
+        .bind(&self.registration.queues)
+        .fetch_one(sked_db::on(&self.pool))
+        .await;
         match beat {
-            Ok(peers) if peers > 0 => {
+            Ok((peers, due_in)) if peers > 0 => {
                 self.peers
                     .store(usize::try_from(peers).unwrap_or(1), Ordering::Relaxed);
+                let every = self.registration.lease / 3;
+                if let (Some(wake), Some(secs)) = (&self.wake_when_due, due_in)
+                    && secs <= every.as_secs_f64()
+                {
+                    wake.notify_one();
+                }
             }
             Ok(_) => {
                 self.peers.store(1, Ordering::Relaxed);
