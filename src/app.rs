@@ -234,11 +234,16 @@ async fn connect_as(url: &str, app: &str, max: u32, role: GroupRole) -> Result<P
     Ok(pool)
 }
 
+/// A worker's connections: 10 for itself (its two LISTEN connections, for wake-ups and for
+/// the firing duty, and its loops that use the database at once: the claim, the completer,
+/// lease renewals, cancel checks, the log writer and the upkeep duties, which overlap now and
+/// then), and one more for every 8 slots up to 64, for what tasks ask of it themselves
+/// (artifacts, services' copies, webhook targets), which waits for one otherwise.
+/// The pool hands its idle connections out in turn, so every connection it ever opened stays
+/// open and prepares each statement once more: a pool larger than the worker uses costs the
+/// database backends and statements for nothing.
 fn worker_pool_size(config: &WorkerConfig) -> u32 {
-    u32::try_from(config.concurrency)
-        .unwrap_or(u32::MAX)
-        .clamp(4, 32)
-        + 4
+    10 + u32::try_from(config.concurrency.min(64) / 8).unwrap_or(8)
 }
 
 /// The API server until SIGINT/SIGTERM.
