@@ -385,8 +385,8 @@ impl Upkeep {
         self.duties.iter().map(|(d, _)| d)
     }
 
-    /// Runs every duty on its own schedule until `stop` is cancelled. Each duty runs at once,
-    /// then again its interval after each run ends (firing: when the next tick is due, or
+    /// Runs every duty on its own schedule until `stop` is cancelled. Each duty runs within
+    /// its first second, then again its interval after each run ends (firing: when the next tick is due, or
     /// at once when a schedule changed).
     pub async fn run(self, stop: CancellationToken) {
         let Upkeep {
@@ -414,8 +414,18 @@ impl Upkeep {
                 stop.clone(),
             ))
         });
-        // When each duty runs next; `None` while it runs.
-        let mut due: Vec<Option<Instant>> = vec![Some(Instant::now()); duties.len()];
+        // When each duty runs next; `None` while it runs. The first runs are spread over
+        // the first second (or the duty's interval, if shorter), so that they seldom
+        // overlap: each run at once takes a connection of its own, and a pool keeps every
+        // connection it opened.
+        let start = Instant::now();
+        let mut due: Vec<Option<Instant>> = duties
+            .iter()
+            .map(|(duty, _)| {
+                let spread = duty.every().min(Duration::from_secs(1));
+                Some(start + spread.mul_f64(rand::rng().random_range(0.0..1.0)))
+            })
+            .collect();
         // A schedule changed while the firing duty ran: it runs again at once.
         let mut fire_again = false;
         let mut runs: JoinSet<Result<Ran, Failure>> = JoinSet::new();
