@@ -22,9 +22,7 @@ pub async fn history(
     now: Option<DateTime<Utc>>,
 ) -> Result<History> {
     // The points and the queues come from one snapshot.
-    let mut tx = pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
+    let mut tx = crate::pooler::begin_snapshot(pool).await?;
     let at: DateTime<Utc> = sqlx::query_scalar("select coalesce($1, now())")
         .bind(now)
         .fetch_one(&mut *tx)

@@ -710,9 +710,7 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<ListPage> {
     let limit = f.limit.max(1);
     // The page and the end of the scan window are read in one snapshot, so that a cursor at
     // the window's end continues exactly where this page's scan stopped.
-    let mut tx = pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
+    let mut tx = crate::pooler::begin_snapshot(pool).await?;
     let plan = plan(&mut tx, f).await?;
     let driver = plan.driver;
     let text_index = driver != Driver::Small && text_index_finds(&mut tx, f).await?;
@@ -850,9 +848,7 @@ pub async fn count(pool: &PgPool, f: &ListFilter) -> Result<Count> {
         after: None,
         ..f.clone()
     };
-    let mut tx = pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
+    let mut tx = crate::pooler::begin_snapshot(pool).await?;
     let plan = plan(&mut tx, f).await?;
     let driver = plan.driver;
     let capped = |n: i64| Count {

@@ -228,9 +228,7 @@ pub struct Scrape {
 impl Scrape {
     /// Reads the database's gauges, naming at most `max_queues` queues.
     pub async fn read(pool: &PgPool, max_queues: usize) -> Result<Scrape> {
-        let mut tx = pool
-            .begin_with("begin isolation level repeatable read, read only")
-            .await?;
+        let mut tx = crate::pooler::begin_snapshot(pool).await?;
         type Row = (
             String,
             i64,

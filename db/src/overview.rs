@@ -22,9 +22,7 @@ pub async fn overview(
     now: Option<DateTime<Utc>>,
 ) -> Result<Overview> {
     // Every count comes from one snapshot.
-    let mut tx = pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
+    let mut tx = crate::pooler::begin_snapshot(pool).await?;
     let (at, since): (DateTime<Utc>, DateTime<Utc>) =
         sqlx::query_as("select n, sked.overview_since(n) from (select coalesce($1, now()) as n) x")
             .bind(now)

@@ -129,19 +129,45 @@ pub fn listen_pool(pool: &PgPool) -> std::result::Result<PgPool, sqlx::Error> {
         .connect_lazy_with(options))
 }
 
-/// What opens every transaction behind a transaction-mode pooler.
-const OPENING: &str = "begin; deallocate all";
-
 /// Starts a transaction on `pool`, as [`PgPool::begin`] does; behind a transaction-mode pooler
 /// it also drops the named statements the server connection holds (module docs).
+///
+/// The `BEGIN` runs in a task of its own, which finishes it even when the caller stops
+/// waiting (a timeout, a dropped future): sqlx counts a transaction only once its `BEGIN` was
+/// answered, so a `BEGIN` cut off on its way would go back to the pool as an open transaction
+/// nobody knows of, where the next statements on that connection would run uncommitted,
+/// holding their locks (and, behind a pooler, a server connection). A transaction that nobody
+/// took is rolled back as its connection goes back to the pool.
 pub async fn begin(
     pool: &PgPool,
 ) -> std::result::Result<Transaction<'static, Postgres>, sqlx::Error> {
-    if transaction_mode() {
-        pool.begin_with(OPENING).await
-    } else {
-        pool.begin().await
-    }
+    begin_with(pool, "begin").await
+}
+
+/// Starts a read-only transaction on `pool` whose statements all see one snapshot (`REPEATABLE
+/// READ`), as [`begin`] does.
+pub async fn begin_snapshot(
+    pool: &PgPool,
+) -> std::result::Result<Transaction<'static, Postgres>, sqlx::Error> {
+    begin_with(pool, "begin isolation level repeatable read, read only").await
+}
+
+/// [`begin`] with the `BEGIN` statement `statement`.
+async fn begin_with(
+    pool: &PgPool,
+    statement: &'static str,
+) -> std::result::Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        if transaction_mode() {
+            pool.begin_with(sqlx::AssertSqlSafe(format!("{statement}; deallocate all")))
+                .await
+        } else {
+            pool.begin_with(statement).await
+        }
+    })
+    .await
+    .map_err(|_| sqlx::Error::WorkerCrashed)?
 }
 
 /// `pool` as an executor of single statements: the pool itself, or behind a transaction-mode
