@@ -244,6 +244,11 @@ pub struct Cli {
     /// Seconds over which W17 counts the idle workers' transactions.
     #[arg(long, default_value_t = 60)]
     pub w17_idle_secs: u64,
+    /// W17's workers reach the database through a PgBouncer in transaction mode
+    /// (`--w18-pool-size` server connections; LISTEN on the direct URL), as many processes
+    /// must when their connections do not fit the server's max_connections (needs pgbouncer).
+    #[arg(long)]
+    pub w17_pooler: bool,
     /// Server connections of W18's PgBouncer (its default_pool_size).
     #[arg(long, default_value_t = 40)]
     pub w18_pool_size: usize,
@@ -332,6 +337,7 @@ pub struct Config {
     pub w17_processes: Vec<usize>,
     pub w17_idle_workers: Vec<usize>,
     pub w17_idle: Duration,
+    pub w17_pooler: bool,
     pub w18_pool_size: usize,
     pub w18_workers: usize,
     pub w18_slots: usize,
@@ -581,6 +587,7 @@ impl Cli {
             w17_processes: self.w17_processes,
             w17_idle_workers: self.w17_idle_workers,
             w17_idle: Duration::from_secs(self.w17_idle_secs),
+            w17_pooler: self.w17_pooler,
             w18_pool_size: self.w18_pool_size,
             w18_workers: self.w18_workers,
             w18_slots: self.w18_slots,

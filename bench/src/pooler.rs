@@ -42,11 +42,7 @@ async fn measure(cfg: &Config, bouncer: &PgBouncer) -> Result<Vec<Sample>> {
     .await?;
     let pooled = pg::with_db(&cfg.database_url, "w18", async |db| {
         let mut d = Drain::noops(W, cfg);
-        d.worker_url = Some(bouncer.url(&db.url)?);
-        d.worker_env = vec![
-            ("SKED_DATABASE_POOLER".into(), "transaction".into()),
-            ("SKED_LISTEN_DATABASE_URL".into(), db.url.clone()),
-        ];
+        bouncer.route(&mut d, &db.url)?;
         drain::drain_in(cfg, db, &d).await
     })
     .await?;
@@ -255,16 +251,16 @@ async fn server_connections(db: &BenchDb) -> Result<i64> {
 }
 
 /// A PgBouncer in transaction mode in front of `--database-url`'s server, on a free port.
-struct PgBouncer {
+pub struct PgBouncer {
     child: Child,
     dir: PathBuf,
     port: u16,
 }
 
 impl PgBouncer {
-    async fn start(cfg: &Config) -> Result<PgBouncer> {
+    pub async fn start(cfg: &Config) -> Result<PgBouncer> {
         let program = find_on_path("pgbouncer").context(
-            "W18 needs pgbouncer on PATH (apt-get install pgbouncer, or your system's package)",
+            "W18 and W17 with --w17-pooler need pgbouncer on PATH (apt-get install pgbouncer, or your system's package)",
         )?;
         let admin =
             PgConnectOptions::from_str(&cfg.database_url).context("parsing the database URL")?;
@@ -278,8 +274,9 @@ impl PgBouncer {
         std::fs::create_dir_all(&dir)?;
         let user = admin.get_username();
         std::fs::write(dir.join("userlist.txt"), format!("\"{user}\" \"\"\n"))?;
-        // Each worker holds a few client connections; room for all of them and the drains.
-        let max_client_conn = (cfg.w18_workers * 10).max(2_000);
+        // Each worker's pool holds up to 18 client connections: room for all of them and the
+        // drains', so that a worker's pool never waits on PgBouncer refusing a client.
+        let max_client_conn = cfg.w18_workers * 20 + 1_000;
         let host = admin.get_host();
         let host = if host.starts_with('/') {
             "127.0.0.1"
@@ -357,7 +354,7 @@ impl PgBouncer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         eprintln!(
-            "  W18: PgBouncer on 127.0.0.1:{port}, transaction mode, default_pool_size {}",
+            "  PgBouncer on 127.0.0.1:{port}, transaction mode, default_pool_size {}",
             cfg.w18_pool_size
         );
         Ok(bouncer)
@@ -371,8 +368,25 @@ impl PgBouncer {
         Ok(options.to_url_lossy().to_string())
     }
 
+    /// The DATABASE_URL and the environment of a worker of the database `url` through this
+    /// pooler, with `url` for LISTEN.
+    pub fn worker_route(&self, url: &str) -> Result<(String, Vec<(String, String)>)> {
+        let env = vec![
+            ("SKED_DATABASE_POOLER".into(), "transaction".into()),
+            ("SKED_LISTEN_DATABASE_URL".into(), url.to_owned()),
+        ];
+        Ok((self.url(url)?, env))
+    }
+
+    /// Sends the workers of `d` (on the database `url`) through this pooler.
+    pub fn route(&self, d: &mut Drain, url: &str) -> Result<()> {
+        let (pooled, env) = self.worker_route(url)?;
+        (d.worker_url, d.worker_env) = (Some(pooled), env);
+        Ok(())
+    }
+
     /// SIGTERM (runuser passes it on), then waits up to 5 s before SIGKILL.
-    async fn stop(mut self) {
+    pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on the pid of our own child, not reaped yet.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };

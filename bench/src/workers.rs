@@ -2,7 +2,9 @@
 //! 16 `sked-worker` processes (`--w17-processes`), each drain's rate and how evenly the
 //! processes shared the tasks; then what idle workers cost the database: `--w17-idle-workers`
 //! processes with nothing due, and the transactions PostgreSQL counted for the database over
-//! `--w17-idle-secs`, per worker and second.
+//! `--w17-idle-secs`, per worker and second. With `--w17-pooler` the drains' workers go
+//! through a PgBouncer in transaction mode (W18's), as processes whose connections do not
+//! fit the server's `max_connections` must.
 
 use std::time::Duration;
 
@@ -19,13 +21,28 @@ use crate::report::{Sample, Target};
 const W: &str = "W17";
 
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
+    let bouncer = match cfg.w17_pooler {
+        true => Some(crate::pooler::PgBouncer::start(cfg).await?),
+        false => None,
+    };
+    let result = measure(cfg, bouncer.as_ref()).await;
+    if let Some(bouncer) = bouncer {
+        bouncer.stop().await;
+    }
+    result
+}
+
+async fn measure(cfg: &Config, bouncer: Option<&crate::pooler::PgBouncer>) -> Result<Vec<Sample>> {
     let mut samples = Vec::new();
     let mut single = None;
     let mut failed = Vec::new();
     for &n in &cfg.w17_processes {
-        let mut d = Drain::noops(W, cfg);
-        d.workers = n;
         let drained = match pg::with_db(&cfg.database_url, "w17", async |db| {
+            let mut d = Drain::noops(W, cfg);
+            d.workers = n;
+            if let Some(bouncer) = bouncer {
+                bouncer.route(&mut d, &db.url)?;
+            }
             drain::drain_in(cfg, db, &d).await
         })
         .await
@@ -50,6 +67,19 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
             "  W17: {n} processes: {:.0} tasks/s; tasks per worker {:?}",
             drained.rate, drained.per_worker
         );
+        // Where the time went: on a machine whose cores the workers share with PostgreSQL,
+        // the workers' CPU and the statements per task decide how the rate scales.
+        for s in &drained.samples {
+            if s.metric.starts_with("CPU: ") || s.metric.starts_with("DB: commits") {
+                samples.push(Sample::new(
+                    W,
+                    format!("{n:>2} processes: {}", s.metric),
+                    s.unit,
+                    s.value,
+                    None,
+                ));
+            }
+        }
         let single_rate = *single.get_or_insert(drained.rate);
         samples.push(Sample::new(
             W,
@@ -87,7 +117,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     }
     for &n in &cfg.w17_idle_workers {
         let per_worker = pg::with_db(&cfg.database_url, "w17", async |db| {
-            idle_cost(cfg, &db.url, &db.pool, n).await
+            idle_cost(cfg, bouncer, &db.url, &db.pool, n).await
         })
         .await?;
         eprintln!("  W17: {n} idle workers: {per_worker:.3} transactions/s each");
@@ -135,13 +165,28 @@ pub async fn transactions(pool: &PgPool) -> Result<i64> {
 /// counts at the end of a transaction at most once a second, and within 10 s once idle, so
 /// the window's ends are each off by up to 10 s of the workers' traffic (most of it cancels
 /// out), and the benchmark's own statements (two per reading) are taken off.
-async fn idle_cost(cfg: &Config, url: &str, pool: &PgPool, n: usize) -> Result<f64> {
-    // One connection of its own, so its counts are flushed with its statements.
+async fn idle_cost(
+    cfg: &Config,
+    bouncer: Option<&crate::pooler::PgBouncer>,
+    url: &str,
+    pool: &PgPool,
+    n: usize,
+) -> Result<f64> {
+    let (worker_url, env) = match bouncer {
+        Some(bouncer) => bouncer.worker_route(url)?,
+        None => (url.to_owned(), Vec::new()),
+    };
     let own = PgPoolOptions::new().max_connections(1).connect(url).await?;
     let mut workers = Vec::new();
     let result = async {
         for slots in drain::shares(cfg.w2_concurrency, n) {
-            workers.push(WorkerProcess::spawn(&cfg.worker_bin, url, slots)?);
+            workers.push(WorkerProcess::spawn_env(
+                &cfg.worker_bin,
+                &worker_url,
+                slots,
+                &[],
+                &env,
+            )?);
         }
         for w in workers.iter_mut() {
             w.wait_registered(pool, Duration::from_secs(30)).await?;
