@@ -1,12 +1,15 @@
 //! Through a real PgBouncer in transaction mode (`--database-pooler transaction`): servers,
 //! workers and the CLI work with fewer server connections than clients, LISTEN goes to the
-//! direct URL, and what needs a session without one is refused with a clear error.
+//! direct URL, and what needs a session without one is refused with a clear error. Workers
+//! that cannot LISTEN find new work at their heartbeat; a transaction whose BEGIN is cut off
+//! on its way never stays open on a pool (direct or pooled).
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use sked_db::testing::TestDb;
+use sqlx::Row as _;
 use tokio::process::{Child, Command};
 
 use crate::support::{Logged, free_port, tool};
@@ -453,4 +456,47 @@ async fn polling_workers_behind_the_pooler_find_new_work_at_their_heartbeat_not_
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+}
+
+#[tokio::test]
+async fn a_transaction_whose_begin_is_cut_off_is_never_left_open_on_the_pool() {
+    // A caller that stops waiting (a timeout, a dropped future) while its BEGIN is on the way:
+    // the next statement on that connection must run in a transaction of its own, not inside
+    // one that nobody will commit. One connection, so that the next statement gets it.
+    let db = TestDb::new().await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let mut cut = 0;
+    for polls in 1..=40 {
+        for _ in 0..5 {
+            let mut begin = Box::pin(sked_db::begin(&pool));
+            let mut ready = false;
+            for _ in 0..polls {
+                if futures::poll!(begin.as_mut()).is_ready() {
+                    ready = true;
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            cut += usize::from(!ready);
+            drop(begin);
+            // In a transaction of its own, a statement starts when its transaction does (the
+            // simple protocol: the extended one stamps the statement again at Execute).
+            let own: bool = sqlx::raw_sql("select now() = statement_timestamp()")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .get(0);
+            assert!(
+                own,
+                "after a BEGIN cut off at poll {polls}, the next statement runs in a transaction \
+                 of its own"
+            );
+        }
+    }
+    assert!(cut > 0, "some BEGINs were cut off before their answer");
+    pool.close().await;
 }
