@@ -15,6 +15,12 @@ pub enum Heard {
     MaybeMissed,
 }
 
+/// Whether this process can `LISTEN`: not behind a transaction-mode pooler without a direct
+/// URL ([`crate::pooler`]). A process that cannot polls instead.
+pub fn possible() -> bool {
+    crate::pooler::require_session("LISTEN").is_ok()
+}
+
 /// Listens on `channels` until `stop`, passing each notification to `heard`, and
 /// [`Heard::MaybeMissed`] after every (re)connect and drop. A connection that cannot be made
 /// is tried again with backoff (100 ms doubling to 10 s); `what` names the listener in the

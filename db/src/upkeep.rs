@@ -386,8 +386,8 @@ impl Upkeep {
     }
 
     /// Runs every duty on its own schedule until `stop` is cancelled. Each duty runs within
-    /// its first second, then again its interval after each run ends (firing: when the next tick is due, or
-    /// at once when a schedule changed).
+    /// its first second, then again its interval after each run ends (firing: when the next
+    /// tick is due, or at once when a schedule changed).
     pub async fn run(self, stop: CancellationToken) {
         let Upkeep {
             duties,

@@ -65,7 +65,7 @@ async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
 
 #[tokio::test]
 async fn worker_processes_share_a_queue_and_run_each_task_once() {
-    // Eight processes of four slots (each a pool of at most eight connections).
+    // Eight processes of four slots (each a pool of at most ten connections).
     const WORKERS: usize = 8;
     const TASKS: i64 = 4000;
     let db = TestDb::new().await;

@@ -148,23 +148,8 @@ pub fn tool(name: &str, install: &str) -> Option<std::path::PathBuf> {
 }
 
 /// SIGTERM to a process started with its stderr piped, then its exit status and stderr.
-pub async fn stop(mut child: tokio::process::Child) -> (std::process::ExitStatus, String) {
-    use tokio::io::AsyncReadExt as _;
-    let pid = child.id().expect("running") as i32;
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the process stops")
-        .unwrap();
-    (status, stderr)
+pub async fn stop(child: tokio::process::Child) -> (std::process::ExitStatus, String) {
+    Logged::reading(child).stop().await
 }
 
 /// A process whose stderr is read as it comes, until [`Logged::stop`]: a pipe that nobody
@@ -178,12 +163,17 @@ pub struct Logged {
 impl Logged {
     /// Spawns `command` with its stderr piped and read.
     pub fn spawn(command: &mut tokio::process::Command) -> Logged {
-        use tokio::io::AsyncReadExt as _;
         let what = format!("{:?}", command.as_std().get_program());
-        let mut child = command
+        let child = command
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        Logged::reading(child)
+    }
+
+    /// Reads the stderr of `child`, started with it piped, from now on.
+    pub fn reading(mut child: tokio::process::Child) -> Logged {
+        use tokio::io::AsyncReadExt as _;
         let mut pipe = child.stderr.take().expect("stderr piped");
         let stderr = tokio::spawn(async move {
             let mut bytes = Vec::new();

@@ -50,6 +50,11 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
+    /// How often leases are renewed: every third of the lease.
+    fn every(&self) -> Duration {
+        self.registration.lease / 3
+    }
+
     /// Renews leases every third of the lease (a second after a failed renewal, if sooner),
     /// and meanwhile checks for cancel requests every second (and when `cancel_check` is
     /// notified), until `stop`. The renewals run in a loop of their own, so they never wait
@@ -57,7 +62,7 @@ impl Heartbeat {
     /// database, since over a connection that stopped answering it would otherwise wait for
     /// TCP to give up.
     pub async fn run(self, cancel_check: Arc<Notify>, stop: CancellationToken) {
-        let every = self.registration.lease / 3;
+        let every = self.every();
         let renewals = async {
             loop {
                 let started = Instant::now();
@@ -148,9 +153,8 @@ impl Heartbeat {
             Ok((peers, due_in)) if peers > 0 => {
                 self.peers
                     .store(usize::try_from(peers).unwrap_or(1), Ordering::Relaxed);
-                let every = self.registration.lease / 3;
                 if let (Some(wake), Some(secs)) = (&self.wake_when_due, due_in)
-                    && secs <= every.as_secs_f64()
+                    && secs <= self.every().as_secs_f64()
                 {
                     wake.notify_one();
                 }

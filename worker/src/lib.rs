@@ -621,9 +621,7 @@ impl Worker {
             registration,
             running: running.clone(),
             peers: peers.clone(),
-            wake_when_due: sked_db::pooler::require_session("LISTEN")
-                .is_err()
-                .then(|| wake.clone()),
+            wake_when_due: (!sked_db::listen::possible()).then(|| wake.clone()),
         };
         // One loop for the background upkeep of this process: the worker's duties, and those
         // of other parts of the process (`also`). Rescued tasks and new copies wake the claim.
