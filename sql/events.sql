@@ -266,6 +266,7 @@ returns table (
   cancel_requested boolean, workflow_id uuid, name text, shard_of uuid)
 language sql stable
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
   select t.id, t.owner, t.queue, t.priority, t.kind,
          coalesce(t.command, case when t.artifact_url is not null then array[t.artifact_url] end,

@@ -788,6 +788,7 @@ create or replace function sked.schedules_fire(
 returns integer
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   r record;

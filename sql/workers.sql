@@ -9,12 +9,14 @@
 -- Planner note: the hot-path functions run with `enable_seqscan = off`. Their statements
 -- address rows by primary key or walk a partial index, but the statistics of a queue table
 -- go stale within seconds (a table analysed while nothing ran says "no task is running"),
--- and a plan built on them may scan the whole table once per row of a batch. The functions
--- that also read sked.queues turn JIT compilation off: a question that no index answers
--- (is any queue concurrency-limited?) is planned as a disabled sequential scan of that small
--- table, whose penalty cost made PostgreSQL compile the statement to machine code, 150 ms
--- each time. So does the alerts trigger (sql/alerts.sql), which reads sked.queues after any
--- statement that changes tasks, within whatever function made it.
+-- and a plan built on them may scan the whole table once per row of a batch. Every function
+-- that turns sequential scans off also turns JIT compilation off (a test holds them to it): a
+-- question that no index answers (is any queue concurrency-limited? which workers have been
+-- silent for a day?) is planned as a disabled sequential scan of a small table, whose
+-- penalty cost made PostgreSQL compile the statement to machine code on every run: 150 ms
+-- for a claim that read sked.queues, 26 ms for a rescue that should take 1 ms. So does the
+-- alerts trigger (sql/alerts.sql), which reads sked.queues after any statement that changes
+-- tasks, within whatever function made it.
 
 -- Register (or re-register) a worker, with the capacity it advertises: CPU millicores and
 -- memory MB (null: it does not say, and claims by slots and labels only).
@@ -122,6 +124,7 @@ returns setof sked.tasks
 -- PL/pgSQL keeps the statement's plan for the session; a SQL function plans it on every call.
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
+set jit = off
 as $$
 begin
   return query
@@ -592,6 +595,7 @@ create or replace function sked.tasks_renew_leases(
 returns table (id uuid, attempt integer, cancel_requested boolean)
 language sql
 set enable_seqscan = off -- see the note at the top of this file
+set jit = off
 as $$
   update sked.tasks t set lease_expires_at = p_now + p_lease
     from unnest(p_ids, p_attempts) as u(id, attempt)
@@ -609,6 +613,7 @@ create or replace function sked.worker_attempts(p_worker uuid)
 returns table (id uuid, attempt integer)
 language sql stable
 set enable_seqscan = off -- see the note at the top of this file
+set jit = off
 as $$
   select t.id, t.attempt from sked.tasks t
    where t.state = 'running' and t.worker_id = p_worker
@@ -620,6 +625,7 @@ create or replace function sked.tasks_cancel_requested(p_ids uuid[], p_attempts 
 returns table (id uuid, attempt integer)
 language sql stable
 set enable_seqscan = off -- see the note at the top of this file
+set jit = off
 as $$
   select t.id, t.attempt from sked.tasks t
     join unnest(p_ids, p_attempts) as u(id, attempt) on t.id = u.id and t.attempt = u.attempt
@@ -637,6 +643,7 @@ create or replace function sked.tasks_rescue(p_limit integer default 1000, p_now
 returns table (id uuid, state text)
 language plpgsql
 set enable_seqscan = off -- see the note at the top of this file
+set jit = off
 as $$
 declare
   ids uuid[];

@@ -74,6 +74,7 @@ create or replace function sked.tasks_settle(p_ids uuid[], p_now timestamptz def
 returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   done uuid[] := p_ids;
@@ -150,6 +151,7 @@ create or replace function sked.workflows_settle(p_ids uuid[], p_now timestamptz
 returns void
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 begin
   if coalesce(cardinality(p_ids), 0) = 0 then
@@ -198,6 +200,7 @@ create or replace function sked.tasks_rerun(p_ids uuid[], p_now timestamptz defa
 returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   ids uuid[];
@@ -489,6 +492,7 @@ create or replace function sked.workflow_cancel(p_id uuid, p_now timestamptz def
 returns text
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   ended uuid[];
@@ -531,6 +535,7 @@ create or replace function sked.workflow_retry(p_id uuid, p_now timestamptz defa
 returns integer
 language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
 as $$
 declare
   ids uuid[];

@@ -271,6 +271,40 @@ async fn bulk_submit_and_copy_insert_many_tasks_with_one_notification() {
     assert_eq!(copied, 2, "COPY into the table makes waiting tasks");
 }
 
+/// A function that turns sequential scans off makes every plan that still needs one (a small
+/// table without an index for the question: `sked.workers` in the rescue) cost over 10^10,
+/// far past `jit_above_cost`, and PostgreSQL then compiles the statement to machine code on
+/// every run: 26 ms a rescue instead of 1 ms, run by every worker. Each such function turns
+/// JIT off too.
+#[tokio::test]
+async fn functions_that_turn_sequential_scans_off_also_turn_jit_off() {
+    let db = TestDb::new().await;
+    let seqscan_off: i64 = sqlx::query_scalar(
+        "select count(*) from pg_proc p
+          where p.pronamespace = 'sked'::regnamespace
+            and 'enable_seqscan=off' = any(p.proconfig)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(seqscan_off > 20, "the hot-path functions are found: {seqscan_off}");
+    let compiled: Vec<String> = sqlx::query_scalar(
+        "select p.proname::text from pg_proc p
+          where p.pronamespace = 'sked'::regnamespace
+            and 'enable_seqscan=off' = any(p.proconfig)
+            and not 'jit=off' = any(p.proconfig)
+          order by 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        compiled,
+        Vec::<String>::new(),
+        "these functions turn sequential scans off but leave JIT on"
+    );
+}
+
 #[tokio::test]
 async fn concurrent_claimers_claim_each_task_exactly_once() {
     let db = TestDb::new().await;
