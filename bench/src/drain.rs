@@ -20,7 +20,8 @@ pub struct Drain {
     workload: &'static str,
     what: &'static str,
     tasks: usize,
-    concurrency: usize,
+    /// Slots in all.
+    pub concurrency: usize,
     /// Worker processes that share the `concurrency` slots (as evenly as they divide).
     pub workers: usize,
     /// The workers' DATABASE_URL instead of the database's own (a pooler's), and more

@@ -5,6 +5,12 @@
 //! `--w17-idle-secs`, per worker and second. With `--w17-pooler` the drains' workers go
 //! through a PgBouncer in transaction mode (W18's), as processes whose connections do not
 //! fit the server's `max_connections` must.
+//!
+//! A control follows the counts: one process with the slots of one of the most processes
+//! (2,000 / 8 = 250 by default). Against the first count it says how much of a drop is the
+//! slots each process has (its claims and finishes are that many times smaller, and each
+//! statement costs the database a fixed part whatever its rows) rather than the number of
+//! processes.
 
 use std::time::Duration;
 
@@ -36,10 +42,22 @@ async fn measure(cfg: &Config, bouncer: Option<&crate::pooler::PgBouncer>) -> Re
     let mut samples = Vec::new();
     let mut single = None;
     let mut failed = Vec::new();
-    for &n in &cfg.w17_processes {
+    let most = cfg.w17_processes.iter().copied().max().unwrap_or(1);
+    // Each count, then the control: one process with a share of the slots (see above).
+    let mut drains: Vec<(usize, usize)> = cfg
+        .w17_processes
+        .iter()
+        .map(|&n| (n, cfg.w2_concurrency))
+        .collect();
+    if most > 1 {
+        drains.push((1, drain::shares(cfg.w2_concurrency, most)[0]));
+    }
+    for (n, slots) in drains {
+        let control = slots < cfg.w2_concurrency;
         let drained = match pg::with_db(&cfg.database_url, "w17", async |db| {
             let mut d = Drain::noops(W, cfg);
             d.workers = n;
+            d.concurrency = slots;
             if let Some(bouncer) = bouncer {
                 bouncer.route(&mut d, &db.url)?;
             }
@@ -51,11 +69,36 @@ async fn measure(cfg: &Config, bouncer: Option<&crate::pooler::PgBouncer>) -> Re
             Err(e) => {
                 // The other counts still run (too many processes for the server's
                 // max_connections, say); the error is reported.
-                eprintln!("  W17: {n} processes: the drain failed: {e:#}");
-                failed.push(format!("{n} processes: {e:#}"));
+                eprintln!("  W17: {n} processes, {slots} slots: the drain failed: {e:#}");
+                failed.push(format!("{n} processes, {slots} slots: {e:#}"));
                 continue;
             }
         };
+        if control {
+            eprintln!(
+                "  W17: 1 process with the {slots} slots of one of {most}: {:.0} tasks/s",
+                drained.rate
+            );
+            let label = format!("1 process, {slots} slots (one of {most}'s share)");
+            push_cpu(&mut samples, &label, &drained);
+            samples.push(Sample::new(
+                W,
+                format!("{label}: drain {} noop tasks (wall)", cfg.tasks),
+                "tasks/s",
+                drained.rate,
+                None,
+            ));
+            if let Some(first) = single {
+                samples.push(Sample::new(
+                    W,
+                    format!("{label}: rate against the first count's"),
+                    "%",
+                    100.0 * drained.rate / first,
+                    None,
+                ));
+            }
+            continue;
+        }
         let even = cfg.tasks as f64 / n as f64;
         let least = if drained.per_worker.len() < n {
             0
@@ -67,19 +110,7 @@ async fn measure(cfg: &Config, bouncer: Option<&crate::pooler::PgBouncer>) -> Re
             "  W17: {n} processes: {:.0} tasks/s; tasks per worker {:?}",
             drained.rate, drained.per_worker
         );
-        // Where the time went: on a machine whose cores the workers share with PostgreSQL,
-        // the workers' CPU and the statements per task decide how the rate scales.
-        for s in &drained.samples {
-            if s.metric.starts_with("CPU: ") || s.metric.starts_with("DB: commits") {
-                samples.push(Sample::new(
-                    W,
-                    format!("{n:>2} processes: {}", s.metric),
-                    s.unit,
-                    s.value,
-                    None,
-                ));
-            }
-        }
+        push_cpu(&mut samples, &format!("{n:>2} processes"), &drained);
         let single_rate = *single.get_or_insert(drained.rate);
         samples.push(Sample::new(
             W,
@@ -143,6 +174,23 @@ async fn measure(cfg: &Config, bouncer: Option<&crate::pooler::PgBouncer>) -> Re
         anyhow::bail!("drains failed: {}", failed.join("; "));
     }
     Ok(samples)
+}
+
+/// Where the time of a drain went, as `label: …` samples: on a machine whose cores the
+/// workers share with PostgreSQL, the workers' CPU and the statements per task decide how the
+/// rate scales.
+fn push_cpu(samples: &mut Vec<Sample>, label: &str, drained: &drain::Drained) {
+    for s in &drained.samples {
+        if s.metric.starts_with("CPU: ") || s.metric.starts_with("DB: commits") {
+            samples.push(Sample::new(
+                W,
+                format!("{label}: {}", s.metric),
+                s.unit,
+                s.value,
+                None,
+            ));
+        }
+    }
 }
 
 /// Transactions (commits and rollbacks) the database counted, from a fresh snapshot of the
