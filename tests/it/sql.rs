@@ -287,7 +287,10 @@ async fn functions_that_turn_sequential_scans_off_also_turn_jit_off() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert!(seqscan_off > 20, "the hot-path functions are found: {seqscan_off}");
+    assert!(
+        seqscan_off > 20,
+        "the hot-path functions are found: {seqscan_off}"
+    );
     let compiled: Vec<String> = sqlx::query_scalar(
         "select p.proname::text from pg_proc p
           where p.pronamespace = 'sked'::regnamespace
