@@ -487,7 +487,8 @@ $$;
 --   sked.task_placed(task, <the columns of its place>)
 --                                   `task` at its place in a workflow: its row with the
 --                                   columns of its place (id, state, created_at, workflow_id,
---                                   name, trigger_rule, parents, children, parents_pending)
+--                                   name, trigger_rule, parents, children, parents_pending,
+--                                   branch)
 --                                   given; a row constructor that the planner inlines, far
 --                                   cheaper per task than rewriting the row through JSON;
 --   sked.tasks_insert(rows, whole)  the insert of new task rows that every way in ends in.
@@ -526,7 +527,7 @@ declare
   -- The columns of a task's place that a submission sets besides its fields' columns.
   placed constant text[] := array[
     'id', 'state', 'created_at', 'workflow_id', 'name', 'trigger_rule', 'parents', 'children',
-    'parents_pending'];
+    'parents_pending', 'branch'];
   -- The columns sked.task_new takes.
   given constant text[] := array['id', 'owner', 'next_run_at', 'shard_total'];
   -- The table's columns in order (name, type, default), and for each field its column and
@@ -590,6 +591,16 @@ begin
                           else c.def end, ', ' order by c.i)
      from unnest(col_names, col_defaults) with ordinality as c(name, def, i)));
 
+  -- Its signature changes with the columns of a place: an older one goes first.
+  for f in select p.oid::regprocedure from pg_proc p
+            where p.pronamespace = 'sked'::regnamespace and p.proname = 'task_placed'
+              and pg_get_function_identity_arguments(p.oid) <> (
+                select 'task sked.tasks, ' || string_agg(format('%I %s', c.name, c.type), ', ' order by k.i)
+                  from unnest(placed) with ordinality as k(name, i)
+                  join unnest(col_names, col_types) as c(name, type) on c.name = k.name)
+  loop
+    execute format('drop function %s', f);
+  end loop;
   execute format($f$
     create or replace function sked.task_placed(task sked.tasks, %s) returns sked.tasks
     language sql immutable parallel safe as $b$ select row(%s)::sked.tasks $b$

@@ -496,11 +496,24 @@ declare
   limited boolean := exists (select 1 from sked.queues q where q.max_running is not null);
   freed text[];
 begin
-  with input as (
+  with given as (
     select * from unnest(p_ids, p_attempts, p_outcomes, p_exit_codes, p_errors,
                          p_stdout_tails, p_stderr_tails, p_output_sha256, p_outputs)
              as u(id, attempt, outcome, exit_code, error, stdout_tail, stderr_tail, output_sha256,
                   output)
+  ), input as (
+    -- A branch that succeeded must name its children in its output, or its attempt fails
+    -- (sql/workflows.sql, "Branches"): one probe of tasks_branches per result.
+    select u.id, u.attempt,
+           case when b.error is not null then 'failed' else u.outcome end as outcome,
+           u.exit_code, coalesce(b.error, u.error) as error, u.stdout_tail, u.stderr_tail,
+           u.output_sha256, u.output
+      from given u
+      left join lateral (
+        select sked.branch_output_error(t.id, u.output) as error
+          from sked.tasks t
+         where t.id = u.id and t.branch and u.outcome = 'succeeded'
+      ) b on true
   ), updated as (
     update sked.tasks t
        set state = sked.finish_state(u.outcome, t.cancel_requested_at is not null, t.attempt, t.max_attempts),

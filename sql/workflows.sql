@@ -15,6 +15,8 @@
 --                skipped as soon as one was skipped (a failure wins in the same batch).
 --   all_done     runs when every parent is finished, however it ended.
 --   one_failed   runs as soon as one parent failed; skipped when all finished and none did.
+--   none_failed  runs when every parent is finished and none failed (skipped ones count as
+--                done: the join after a branch); upstream_failed as soon as one failed.
 --   shards       the parent of a sharded task (docs/shards.md), whose parents are its
 --                shards: as all_success, but it runs nothing, so it succeeds instead of
 --                running when every shard succeeded.
@@ -31,6 +33,8 @@ language sql immutable parallel safe as $$
       case when pending > 0 then 'blocked' else 'waiting' end
     when 'one_failed' then
       case when failed then 'waiting' when pending > 0 then 'blocked' else 'skipped' end
+    when 'none_failed' then
+      case when failed then 'upstream_failed' when pending > 0 then 'blocked' else 'waiting' end
     when 'shards' then
       case when failed then 'upstream_failed' when skipped then 'skipped'
            when pending > 0 then 'blocked' else 'succeeded' end
@@ -48,6 +52,72 @@ language sql immutable parallel safe as $$
         when 'shards' then 'skipped: its shards were skipped'
         else 'skipped: a task it depends on was skipped' end
   end
+$$;
+
+-- Branches (docs/workflows.md, "Branches"). A task submitted with `branch: true` chooses by
+-- its output which of its direct children run: {"next": ["name", ...]} (or one name as a
+-- string). When it succeeds, a child it did not choose ends `skipped` whatever its trigger
+-- rule, and the skip propagates by the rules. An output that does not name its children
+-- fails the attempt (sked.tasks_finish), saying why.
+
+-- The names a branch's output chooses; null when the output is not of that shape.
+create or replace function sked.branch_next(output jsonb) returns text[]
+language sql immutable parallel safe as $$
+  select case
+    when jsonb_typeof(output) is distinct from 'object' then null
+    when jsonb_typeof(output -> 'next') = 'string' then array[output ->> 'next']
+    when jsonb_typeof(output -> 'next') = 'array'
+         and not exists (select 1 from jsonb_array_elements(output -> 'next') n
+                          where jsonb_typeof(n) <> 'string')
+      then array(select jsonb_array_elements_text(output -> 'next'))
+  end
+$$;
+
+-- Did the branch whose output is `output` choose its child `p_child`?
+create or replace function sked.branch_chose(output jsonb, p_child uuid) returns boolean
+language sql stable as $$
+  select coalesce((select c.name from sked.tasks c where c.id = p_child)
+                  = any (sked.branch_next(output)), false)
+$$;
+
+-- Why the output of branch `p_id` cannot be taken (null when it can): it must be an object
+-- whose `next` names direct children of the branch.
+create or replace function sked.branch_output_error(p_id uuid, output jsonb) returns text
+language sql stable as $$
+  with children as (
+    select c.name from sked.task_edges e join sked.tasks c on c.id = e.task_id
+     where e.depends_on = p_id
+  )
+  select case
+    when sked.branch_next(output) is null then
+      format('a branch''s output must be {"next": [names of the tasks that depend on it]}, not %s',
+             left(coalesce(output::text, 'null'), 200))
+    else (select format('the branch chose %L, which does not depend on it (the tasks that do: %s)',
+                        n, (select string_agg(format('%L', c.name), ', ' order by c.name)
+                              from children c))
+            from unnest(sked.branch_next(output)) n
+           where not exists (select 1 from children c where c.name = n)
+           limit 1)
+  end
+$$;
+
+-- What a blocked task becomes (sked.task_trigger_state), when `unchosen_by` (the name of a
+-- branch parent that did not choose it, or null) may end it `skipped` first.
+create or replace function sked.task_child_state(
+  trigger_rule text, pending integer, failed boolean, skipped boolean, unchosen_by text)
+returns text
+language sql immutable parallel safe as $$
+  select case when unchosen_by is not null then 'skipped'
+              else sked.task_trigger_state(trigger_rule, pending, failed, skipped) end
+$$;
+
+-- The error of a task that sked.task_child_state ended without running.
+create or replace function sked.task_child_error(state text, trigger_rule text, unchosen_by text)
+returns text
+language sql immutable parallel safe as $$
+  select case when unchosen_by is not null
+              then format('skipped: the branch %L did not choose it', unchosen_by)
+              else sked.task_trigger_error(state, trigger_rule) end
 $$;
 
 -- The outputs of a task's parents as one JSON object: parent name (its id when it has no
@@ -88,12 +158,14 @@ begin
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
   while cardinality(done) > 0 loop
     with finished as (
-      select t.id, t.state, t.shard_index, t.shard_total, t.error
+      select t.id, t.state, t.shard_index, t.shard_total, t.error, t.branch, t.name, t.output
         from sked.tasks t where t.id = any(done) and t.children > 0
     ), per_child as (
       select e.task_id as id, count(*)::integer as n,
              bool_or(f.state in ('failed', 'cancelled', 'upstream_failed')) as failed,
              bool_or(f.state = 'skipped') as skipped,
+             min(f.name) filter (where f.branch and f.state = 'succeeded'
+                                   and not sked.branch_chose(f.output, e.task_id)) as unchosen_by,
              (array_agg(format('shard %s of %s %s: %s', f.shard_index, f.shard_total, f.state, f.error)
                         order by f.shard_index)
                 filter (where f.shard_index is not null
@@ -110,14 +182,16 @@ begin
     ), changed as (
       update sked.tasks t
          set parents_pending = t.parents_pending - c.n,
-             state = sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
-             finished_at = case when sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n,
-                                                             c.failed, c.skipped)
+             state = sked.task_child_state(t.trigger_rule, t.parents_pending - c.n, c.failed,
+                                           c.skipped, c.unchosen_by),
+             finished_at = case when sked.task_child_state(t.trigger_rule, t.parents_pending - c.n,
+                                                           c.failed, c.skipped, c.unchosen_by)
                                      not in ('blocked', 'waiting') then p_now end,
              next_run_at = greatest(t.next_run_at, p_now),
-             error = coalesce(c.failed_shard, sked.task_trigger_error(
-                       sked.task_trigger_state(t.trigger_rule, t.parents_pending - c.n, c.failed, c.skipped),
-                       t.trigger_rule))
+             error = coalesce(c.failed_shard, sked.task_child_error(
+                       sked.task_child_state(t.trigger_rule, t.parents_pending - c.n, c.failed,
+                                             c.skipped, c.unchosen_by),
+                       t.trigger_rule, c.unchosen_by))
         from per_child c join locked l on l.id = c.id
        where t.id = c.id and t.state = 'blocked'
       returning t.id, t.state, t.queue, t.workflow_id
@@ -242,25 +316,31 @@ begin
                                   or sked.state_is_unfinished(p.state))::integer as pending,
            coalesce(bool_or(p.state in ('failed', 'cancelled', 'upstream_failed')
                             and not p.id = any(ids)), false) as failed,
-           coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped
+           coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped,
+           min(p.name) filter (where p.branch and p.state = 'succeeded' and not p.id = any(ids)
+                                 and not sked.branch_chose(p.output, r.id)) as unchosen_by
       from unnest(ids) as r(id)
       left join sked.task_edges e on e.task_id = r.id
       left join sked.tasks p on p.id = e.depends_on
      group by r.id
   ), changed as (
     update sked.tasks t
-       set state = sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
+       set state = sked.task_child_state(t.trigger_rule, p.pending, p.failed, p.skipped,
+                                         p.unchosen_by),
            parents_pending = p.pending,
-           finished_at = case when sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped)
+           finished_at = case when sked.task_child_state(t.trigger_rule, p.pending, p.failed,
+                                                         p.skipped, p.unchosen_by)
                                    not in ('blocked', 'waiting') then p_now end,
            next_run_at = p_now, cancel_requested_at = null, lease_expires_at = null,
            max_attempts = greatest(t.max_attempts, t.attempt + 1),
            exit_code = null, stdout_tail = null, stderr_tail = null, output_sha256 = null,
-           output = case when sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped)
+           output = case when sked.task_child_state(t.trigger_rule, p.pending, p.failed,
+                                                    p.skipped, p.unchosen_by)
                               = 'succeeded' then sked.shards_output(t.id) end,
-           error = sked.task_trigger_error(
-                     sked.task_trigger_state(t.trigger_rule, p.pending, p.failed, p.skipped),
-                     t.trigger_rule)
+           error = sked.task_child_error(
+                     sked.task_child_state(t.trigger_rule, p.pending, p.failed, p.skipped,
+                                           p.unchosen_by),
+                     t.trigger_rule, p.unchosen_by)
       from parents p
      where t.id = p.id
        and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
@@ -280,21 +360,23 @@ $$;
 
 -- The keys of a workflow's task: the fields of a task (sked.task_fields()) but an
 -- idempotency key (a workflow is submitted once, whole) and those of a service (which never
--- finishes, so its children would never run), and its place: name, depends_on, trigger_rule.
+-- finishes, so its children would never run), and its place: name, depends_on, trigger_rule,
+-- branch.
 create or replace function sked.workflow_task_keys() returns text[]
 language sql immutable parallel safe as $$
   select array(select f from unnest(sked.task_fields()) f
                 where f not in ('idempotency_key', 'replicas', 'restart_policy', 'health_check'))
-         || array['name', 'depends_on', 'trigger_rule']
+         || array['name', 'depends_on', 'trigger_rule', 'branch']
 $$;
 
 -- Submit a workflow: tasks and the edges between them, in one call, all or nothing. `spec`
 -- is an object {"name": "...", "tasks": [...]}; each task is an object with the keys of
 -- sked.tasks_submit plus `name` (required, unique in the workflow), `depends_on` (names of
--- tasks of this workflow) and `trigger_rule` (all_success, the default; all_done;
--- one_failed, alias on_failure; for a sharded task, with `shards` or `broadcast`, it applies
--- to its shards: see docs/shards.md). Tasks without parents are `waiting` at once, the others
--- `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
+-- tasks of this workflow), `trigger_rule` (all_success, the default; all_done;
+-- one_failed, alias on_failure; none_failed; for a sharded task, with `shards` or
+-- `broadcast`, it applies to its shards: see docs/shards.md) and `branch` (true: its output
+-- chooses which of the tasks that depend on it run; see "Branches" above). Tasks without
+-- parents are `waiting` at once, the others `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
 -- workflow or on itself, and cycles are rejected with check_violation naming the rule, and
 -- nothing is inserted. Every task belongs to `owner_`. Returns the workflow's id.
 create or replace function sked.workflow_submit(
@@ -329,14 +411,14 @@ begin
   -- anything is inserted.
   create temp table if not exists workflow_nodes (
     ord integer primary key, name text, named boolean, unknown_key text, depends_on text[],
-    depends_on_ok boolean, trigger_rule text, other_owner boolean,
-    indegree integer not null default 0, children integer not null default 0
+    depends_on_ok boolean, trigger_rule text, other_owner boolean, branch jsonb,
+    sharded boolean, indegree integer not null default 0, children integer not null default 0
   ) on commit drop;
   create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
   create index if not exists workflow_arcs_by_parent on workflow_arcs (parent);
   truncate workflow_nodes, workflow_arcs;
   insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
-                              trigger_rule, other_owner)
+                              trigger_rule, other_owner, branch, sharded)
   select r.ord, r.elem ->> 'name',
          jsonb_typeof(r.elem) = 'object' and jsonb_typeof(r.elem -> 'name') = 'string'
            and r.elem ->> 'name' <> '',
@@ -355,7 +437,9 @@ begin
          case coalesce(r.elem ->> 'trigger_rule', 'all_success')
            when 'on_failure' then 'one_failed'
            else coalesce(r.elem ->> 'trigger_rule', 'all_success') end,
-         r.elem -> 'owner' is distinct from to_jsonb(owner_) and r.elem ? 'owner'
+         r.elem -> 'owner' is distinct from to_jsonb(owner_) and r.elem ? 'owner',
+         coalesce(r.elem -> 'branch', 'false'),
+         jsonb_typeof(r.elem -> 'shards') = 'number' or r.elem -> 'broadcast' = 'true'
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
   get diagnostics n = row_count;
   analyze workflow_nodes;
@@ -382,11 +466,25 @@ begin
       format('depends_on of task %L must be a list of task names', bad.name));
   end if;
   select w.name, w.trigger_rule into bad from workflow_nodes w
-   where w.trigger_rule not in ('all_success', 'all_done', 'one_failed') order by w.ord limit 1;
+   where w.trigger_rule not in ('all_success', 'all_done', 'one_failed', 'none_failed')
+   order by w.ord limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_trigger_rule_is_known',
-      format('task %L has the trigger rule %L (expected all_success, all_done, one_failed or on_failure)',
+      format('task %L has the trigger rule %L (expected all_success, all_done, one_failed or on_failure, or none_failed)',
              bad.name, bad.trigger_rule));
+  end if;
+  select w.name, w.branch into bad from workflow_nodes w
+   where w.branch not in ('true', 'false', 'null') order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_branch_must_be_a_boolean',
+      format('branch of task %L must be true or false, not %s', bad.name, bad.branch));
+  end if;
+  select w.name into bad from workflow_nodes w
+   where w.branch = 'true' and w.sharded order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_branch_must_not_be_sharded',
+      format('task %L is a branch and sharded; a branch is one task, whose output chooses its children',
+             bad.name));
   end if;
   select w.name into bad from workflow_nodes w where w.name = any(w.depends_on) order by w.ord limit 1;
   if found then
@@ -422,6 +520,12 @@ begin
   update workflow_nodes w set children = a.children
     from (select a.parent, count(*)::integer as children from workflow_arcs a group by a.parent) a
    where w.ord = a.parent;
+  select w.name into bad from workflow_nodes w
+   where w.branch = 'true' and w.children = 0 order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_branch_must_have_children',
+      format('task %L is a branch, but no task depends on it', bad.name));
+  end if;
   select array_agg(w.ord) into frontier from workflow_nodes w where w.indegree = 0;
   visited := 0;
   while cardinality(frontier) > 0 loop
@@ -462,7 +566,8 @@ begin
            id => ids[g.ord], state => case when a.parents > 0 then 'blocked' else 'waiting' end,
            created_at => p_now, workflow_id => wf, name => w.name,
            trigger_rule => w.trigger_rule, parents => coalesce(a.parents, 0),
-           children => w.children, parents_pending => coalesce(a.parents, 0))
+           children => w.children, parents_pending => coalesce(a.parents, 0),
+           branch => w.branch = 'true')
          order by g.ord)
     into made
     from (select unnest(made) as task, generate_series(1, cardinality(made)) as ord) g

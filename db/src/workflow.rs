@@ -51,6 +51,9 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
             if let Some(rule) = t.trigger_rule {
                 fields.insert("trigger_rule".into(), json!(rule));
             }
+            if t.branch {
+                fields.insert("branch".into(), json!(true));
+            }
             Ok(serde_json::Value::Object(fields))
         })
         .collect::<Result<Vec<_>>>()?;

@@ -267,7 +267,7 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "tasks_trigger_rule_is_known",
-        "trigger_rule must be one of all_success, all_done, one_failed (alias on_failure)",
+        "trigger_rule must be one of all_success, all_done, one_failed (alias on_failure), none_failed",
     ),
     (
         "tasks_shard_total_must_be_1_to_10000",

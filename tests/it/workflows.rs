@@ -707,7 +707,7 @@ impl Api {
 async fn rest_submits_shows_cancels_and_retries_workflows_of_their_owner_only() {
     let api = Api::new().await;
     let spec = json!({"name": "etl", "tasks": [
-        {"name": "extract", "kind": "noop", "timeout_secs": 60.0},
+        {"name": "extract", "kind": "noop", "timeout_secs": 60.0, "branch": true},
         {"name": "load", "kind": "noop", "depends_on": ["extract"], "trigger_rule": "all_done"},
     ]});
     let (status, body) = api
@@ -728,6 +728,8 @@ async fn rest_submits_shows_cancels_and_retries_workflows_of_their_owner_only() 
     assert_eq!(tasks[0]["timeout_secs"], 60.0, "REST durations are seconds");
     assert_eq!(tasks[1]["state"], "blocked");
     assert_eq!(tasks[1]["trigger_rule"], "all_done");
+    assert_eq!(tasks[0]["branch"], true, "a branch says so");
+    assert_eq!(tasks[1]["branch"], false);
     assert_eq!(
         detail["edges"],
         json!([{"task": tasks[1]["id"], "depends_on": tasks[0]["id"]}])
@@ -822,6 +824,16 @@ async fn rest_rejects_bad_workflows_with_a_clear_message_and_inserts_nothing() {
             json!({"tasks": [{"name": "a", "kind": "teleport"}]}),
             StatusCode::BAD_REQUEST,
             "kind: unknown variant `teleport`, expected one of `command`, `noop`, `sleep`, `service`",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": 1}]}),
+            StatusCode::BAD_REQUEST,
+            "task \"a\": `branch` must be true or false",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true}]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "task 'a' is a branch, but no task depends on it",
         ),
     ];
     for (spec, status, says) in cases {
@@ -937,4 +949,287 @@ async fn cli_submits_a_yaml_workflow_and_shows_cancels_and_retries_it() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.yaml"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Finishes the running attempt of the named task as succeeded with `output` at `now`;
+/// returns the state it ended in.
+async fn finish_with_output(
+    pool: &PgPool,
+    workflow: Uuid,
+    name: &str,
+    output: Value,
+    now: DateTime<Utc>,
+) -> String {
+    let changed: Vec<(Uuid, String)> = sqlx::query_as(
+        "select f.* from sked.tasks t,
+                sked.tasks_finish(array[t.id], array[t.attempt], array['succeeded'], array[0],
+                                  array[null], array[null], array[null], array[null],
+                                  array[$3::jsonb], $4) f
+          where t.workflow_id = $1 and t.name = $2",
+    )
+    .bind(workflow)
+    .bind(name)
+    .bind(output)
+    .bind(now)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(changed.len(), 1, "task {name} was running and is finished");
+    changed.into_iter().next().unwrap().1
+}
+
+/// A task's error by name.
+async fn error_of(pool: &PgPool, workflow: Uuid, name: &str) -> Option<String> {
+    sqlx::query_scalar("select error from sked.tasks where workflow_id = $1 and name = $2")
+        .bind(workflow)
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_branch_runs_the_children_its_output_names_and_skips_the_others() {
+    let db = TestDb::new().await;
+    let worker = start_worker(&db, config(&["default"]));
+    let mut decide = sh(
+        "decide",
+        r#"echo '{"next": ["full"]}' > "$SKED_OUTPUT""#,
+        &[],
+    );
+    decide["branch"] = json!(true);
+    let mut report = sh("report", "true", &["full", "incremental"]);
+    report["trigger_rule"] = json!("none_failed");
+    let wf = submit(
+        &db.pool,
+        json!({"tasks": [
+            decide,
+            sh("full", "true", &["decide"]),
+            sh("incremental", "true", &["decide"]),
+            report,
+            sh("after_incremental", "true", &["incremental"]),
+        ]}),
+    )
+    .await;
+    assert_eq!(
+        wait_for_workflow(&db.pool, wf, Duration::from_secs(30)).await,
+        "succeeded",
+        "a skipped branch is no failure"
+    );
+    assert_eq!(
+        states(&db.pool, wf).await,
+        map(&[
+            ("decide", "succeeded"),
+            ("full", "succeeded"),
+            ("incremental", "skipped"),
+            ("report", "succeeded"),
+            ("after_incremental", "skipped"),
+        ]),
+        "the chosen child ran, the other was skipped, the skip went on by the trigger rules, \
+         and the none_failed join ran after the skipped one"
+    );
+    assert_eq!(
+        error_of(&db.pool, wf, "incremental").await.as_deref(),
+        Some("skipped: the branch 'decide' did not choose it")
+    );
+    let attempts: i64 = sqlx::query_scalar(
+        "select count(*) from sked.tasks where workflow_id = $1 and attempt > 0",
+    )
+    .bind(wf)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(attempts, 3, "decide, full and report ran; nothing else did");
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_branch_whose_output_does_not_name_its_children_fails_and_says_why() {
+    let db = TestDb::new().await;
+    let worker = start_worker(&db, config(&["default"]));
+    let cases = [
+        (
+            r#"echo '{"next": ["load", "nope"]}' > "$SKED_OUTPUT""#,
+            "the branch chose 'nope', which does not depend on it (the tasks that do: 'load', 'skip_it')",
+        ),
+        (
+            r#"echo '["load"]'"#,
+            r#"a branch's output must be {"next": [names of the tasks that depend on it]}, not ["load"]"#,
+        ),
+        (
+            r#"echo '{"next": [1]}'"#,
+            r#"a branch's output must be {"next": [names of the tasks that depend on it]}, not {"next": [1]}"#,
+        ),
+        (
+            "echo no output",
+            r#"a branch's output must be {"next": [names of the tasks that depend on it]}, not null"#,
+        ),
+    ];
+    for (script, error) in cases {
+        let mut decide = sh("decide", script, &[]);
+        decide["branch"] = json!(true);
+        let wf = submit(
+            &db.pool,
+            json!({"tasks": [decide, sh("load", "true", &["decide"]), sh("skip_it", "true", &["decide"])]}),
+        )
+        .await;
+        assert_eq!(
+            wait_for_workflow(&db.pool, wf, Duration::from_secs(30)).await,
+            "failed",
+            "{script}"
+        );
+        assert_eq!(
+            states(&db.pool, wf).await,
+            map(&[
+                ("decide", "failed"),
+                ("load", "upstream_failed"),
+                ("skip_it", "upstream_failed"),
+            ]),
+            "{script}: the branch's attempt failed, so nothing after it ran"
+        );
+        assert_eq!(
+            error_of(&db.pool, wf, "decide").await.as_deref(),
+            Some(error),
+            "{script}"
+        );
+    }
+    // An empty choice is a choice: every child is skipped, and the workflow succeeds.
+    let mut decide = sh("decide", r#"echo '{"next": []}'"#, &[]);
+    decide["branch"] = json!(true);
+    let wf = submit(
+        &db.pool,
+        json!({"tasks": [decide, sh("load", "true", &["decide"])]}),
+    )
+    .await;
+    assert_eq!(
+        wait_for_workflow(&db.pool, wf, Duration::from_secs(30)).await,
+        "succeeded"
+    );
+    assert_eq!(
+        states(&db.pool, wf).await,
+        map(&[("decide", "succeeded"), ("load", "skipped")])
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_branches_are_rejected_with_the_rule_and_nothing_is_inserted() {
+    let db = TestDb::new().await;
+    let cases = [
+        (
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": "yes"},
+                             {"name": "b", "kind": "noop", "depends_on": ["a"]}]}),
+            "workflows_branch_must_be_a_boolean",
+            "branch of task 'a' must be true or false, not \"yes\"",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true},
+                             {"name": "b", "kind": "noop"}]}),
+            "workflows_branch_must_have_children",
+            "task 'a' is a branch, but no task depends on it",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true, "shards": 3},
+                             {"name": "b", "kind": "noop", "depends_on": ["a"]}]}),
+            "workflows_branch_must_not_be_sharded",
+            "task 'a' is a branch and sharded",
+        ),
+    ];
+    for (spec, rule, says) in cases {
+        let e = sqlx::query("select sked.workflow_submit($1, 'alice')")
+            .bind(&spec)
+            .execute(&db.pool)
+            .await
+            .expect_err("refused");
+        let e = e.as_database_error().expect("a database error");
+        assert_eq!(e.constraint(), Some(rule), "{spec}");
+        assert!(e.message().contains(says), "{spec}: {}", e.message());
+        assert_eq!(counts(&db.pool).await, (0, 0, 0), "nothing inserted");
+    }
+}
+
+#[tokio::test]
+async fn a_rerun_keeps_the_children_a_branch_did_not_choose_skipped_and_a_rerun_branch_chooses_again()
+ {
+    let db = TestDb::new().await;
+    let t0 = Utc::now() + chrono::Duration::seconds(5);
+    // c depends on x and on the branch, which does not choose it; x then fails.
+    let wf = submit(
+        &db.pool,
+        json!({"tasks": [
+            {"name": "decide", "kind": "noop", "branch": true, "max_attempts": 1},
+            {"name": "x", "kind": "noop", "max_attempts": 1},
+            {"name": "b", "kind": "noop", "depends_on": ["decide"]},
+            {"name": "c", "kind": "noop", "depends_on": ["x", "decide"], "trigger_rule": "all_done"},
+        ]}),
+    )
+    .await;
+    assert_eq!(claim_all(&db.pool, t0).await, vec!["decide", "x"]);
+    assert_eq!(
+        finish_with_output(&db.pool, wf, "decide", json!({"next": "b"}), t0).await,
+        "succeeded"
+    );
+    finish(&db.pool, wf, "x", "failed", t0).await;
+    assert_eq!(
+        states(&db.pool, wf).await,
+        map(&[
+            ("decide", "succeeded"),
+            ("x", "failed"),
+            ("b", "waiting"),
+            ("c", "skipped")
+        ]),
+        "a child the branch did not choose is skipped whatever its trigger rule (all_done)"
+    );
+    assert_eq!(claim_all(&db.pool, t0).await, vec!["b"]);
+    finish(&db.pool, wf, "b", "succeeded", t0).await;
+
+    // Running x again does not bring c back: the branch outside the re-run still did not
+    // choose it.
+    let retried: Option<i32> = sqlx::query_scalar("select sked.workflow_retry($1, $2)")
+        .bind(wf)
+        .bind(t0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(retried, Some(1), "x, the failed task, is re-run");
+    assert_eq!(
+        states(&db.pool, wf).await,
+        map(&[
+            ("decide", "succeeded"),
+            ("x", "waiting"),
+            ("b", "succeeded"),
+            ("c", "skipped")
+        ])
+    );
+    assert_eq!(
+        error_of(&db.pool, wf, "c").await.as_deref(),
+        Some("skipped: the branch 'decide' did not choose it")
+    );
+    assert_eq!(claim_all(&db.pool, t0).await, vec!["x"]);
+    finish(&db.pool, wf, "x", "succeeded", t0).await;
+    assert_eq!(workflow_state(&db.pool, wf).await, "succeeded");
+
+    // Running the branch again puts its skipped children back behind it, and it decides again.
+    let decide = task_id(&db.pool, wf, "decide").await;
+    let after: String = sqlx::query_scalar("select sked.task_retry($1, $2)")
+        .bind(decide)
+        .bind(t0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(after, "waiting");
+    assert_eq!(
+        states(&db.pool, wf).await,
+        map(&[
+            ("decide", "waiting"),
+            ("x", "succeeded"),
+            ("b", "succeeded"),
+            ("c", "blocked")
+        ])
+    );
+    assert_eq!(claim_all(&db.pool, t0).await, vec!["decide"]);
+    finish_with_output(&db.pool, wf, "decide", json!({"next": ["c"]}), t0).await;
+    assert_eq!(claim_all(&db.pool, t0).await, vec!["c"]);
+    finish(&db.pool, wf, "c", "succeeded", t0).await;
+    assert_eq!(workflow_state(&db.pool, wf).await, "succeeded");
 }

@@ -273,9 +273,14 @@ pub struct Task {
     /// The task's name in its workflow.
     #[serde(default)]
     pub name: Option<String>,
-    /// When the task runs after its parents: `all_success`, `all_done` or `one_failed`.
+    /// When the task runs after its parents: `all_success`, `all_done`, `one_failed` or
+    /// `none_failed`.
     #[serde(default = "default_trigger_rule")]
     pub trigger_rule: String,
+    /// A branch: its output (`{"next": [names]}`) chooses which of the tasks that depend on
+    /// it run; the others end `skipped` (see `docs/workflows.md`, "Branches").
+    #[serde(default)]
+    pub branch: bool,
     /// Parents not finished yet (while `blocked`).
     #[serde(default)]
     pub parents_pending: i32,

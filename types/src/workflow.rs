@@ -22,6 +22,9 @@ pub enum TriggerRule {
     /// Some parent failed (a clean-up or alert task); `on_failure` is an alias.
     #[serde(alias = "on_failure")]
     OneFailed,
+    /// Every parent finished and none failed; skipped ones count as done (the join after a
+    /// branch).
+    NoneFailed,
 }
 
 /// One task of a workflow: the keys of a task submission plus its name, the names of the
@@ -38,12 +41,16 @@ pub struct WorkflowTask {
     pub depends_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_rule: Option<TriggerRule>,
+    /// Its output (`{"next": [names]}`) chooses which of the tasks that depend on it run; the
+    /// others end `skipped` (see `docs/workflows.md`, "Branches").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub branch: bool,
     #[serde(flatten)]
     pub task: SubmitTask,
 }
 
 impl<'de> Deserialize<'de> for WorkflowTask {
-    /// `name`, `depends_on` and `trigger_rule` are taken out and the rest must be a valid
+    /// `name`, `depends_on`, `trigger_rule` and `branch` are taken out and the rest must be a valid
     /// [`SubmitTask`] (whose unknown fields are rejected, which `#[serde(flatten)]` would not
     /// do).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -69,12 +76,22 @@ impl<'de> Deserialize<'de> for WorkflowTask {
                     .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?,
             ),
         };
+        let branch = match map.remove("branch") {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(branch)) => branch,
+            Some(_) => {
+                return Err(D::Error::custom(format!(
+                    "task {name:?}: `branch` must be true or false"
+                )));
+            }
+        };
         let task = crate::strict::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
         Ok(WorkflowTask {
             name,
             depends_on,
             trigger_rule,
+            branch,
             task,
         })
     }
@@ -233,6 +250,35 @@ mod tests {
         assert!(
             serde_json::from_value::<WorkflowTask>(serde_json::json!({"command": ["true"]}))
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn a_branch_is_a_boolean_and_none_failed_a_rule() {
+        let task: WorkflowTask = serde_json::from_value(serde_json::json!({
+            "name": "decide", "branch": true, "trigger_rule": "none_failed", "command": ["true"]
+        }))
+        .unwrap();
+        assert!(task.branch);
+        assert_eq!(task.trigger_rule, Some(TriggerRule::NoneFailed));
+        let plain: WorkflowTask =
+            serde_json::from_value(serde_json::json!({"name": "a", "command": ["true"]})).unwrap();
+        assert!(!plain.branch);
+        assert!(
+            !serde_json::to_value(&plain)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .contains_key("branch"),
+            "a task that is no branch is written without the key"
+        );
+        let err = serde_json::from_value::<WorkflowTask>(serde_json::json!({
+            "name": "decide", "branch": "yes", "command": ["true"]
+        }))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("`branch` must be true or false"),
+            "{err}"
         );
     }
 }
