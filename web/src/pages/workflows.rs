@@ -9,6 +9,10 @@
 //! patch the states in place; a change of the workflow's own state, a task the page does
 //! not know and `resync` refetch it. Actions: cancel the workflow, re-run it from its failed
 //! tasks, retry one failed task.
+//!
+//! A branch task is marked "branch" in its box and row; once it has succeeded they also name
+//! the children it chose (`branch → load_full`), and the edges to the children it did not
+//! choose are drawn faint.
 
 mod graph;
 mod layout;
@@ -231,9 +235,27 @@ struct Node {
     exit_code: Option<i32>,
     error: Option<String>,
     trigger_rule: String,
+    /// A branch: its output chooses which of its children run.
+    branch: bool,
+    /// The names of the children a branch chose, read from its output (`None` while it has
+    /// none, or for a task that is not a branch).
+    chosen: Option<Vec<String>>,
     cancel_requested: bool,
     /// Indices of its parents in the workflow's tasks.
     parents: Vec<usize>,
+}
+
+/// The names a branch's output chooses: `{"next": ["a", "b"]}` or `{"next": "a"}`; `None` when
+/// the output is not of that shape.
+fn branch_next(output: &serde_json::Value) -> Option<Vec<String>> {
+    match output.get("next")? {
+        serde_json::Value::String(name) => Some(vec![name.clone()]),
+        serde_json::Value::Array(names) => names
+            .iter()
+            .map(|n| n.as_str().map(str::to_owned))
+            .collect(),
+        _ => None,
+    }
 }
 
 impl Node {
@@ -249,6 +271,11 @@ impl Node {
             exit_code: t.exit_code,
             error: t.error.clone(),
             trigger_rule: t.trigger_rule.clone(),
+            branch: t.branch,
+            chosen: t
+                .branch
+                .then(|| t.output.as_ref().and_then(branch_next))
+                .flatten(),
             cancel_requested: t.cancel_requested_at.is_some(),
             parents: Vec::new(),
         }
@@ -267,6 +294,34 @@ impl Node {
         } else {
             state
         }
+    }
+
+    /// `none failed` — its trigger rule when not the default `all_success`.
+    fn rule_label(&self) -> Option<String> {
+        (self.trigger_rule != "all_success").then(|| self.trigger_rule.replace('_', " "))
+    }
+
+    /// `load_full, load_delta` (or `none`): the children a branch that succeeded chose.
+    fn chosen_label(&self) -> Option<String> {
+        if !self.branch || self.state != TaskState::Succeeded {
+            return None;
+        }
+        self.chosen.as_ref().map(|names| {
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        })
+    }
+
+    /// `branch`, or `branch → load_full` once it succeeded; `None` for a task that is not a
+    /// branch.
+    fn branch_label(&self) -> Option<String> {
+        self.branch.then(|| match self.chosen_label() {
+            Some(chosen) => format!("branch → {chosen}"),
+            None => "branch".to_owned(),
+        })
     }
 }
 
@@ -301,16 +356,31 @@ impl Nodes {
         self.list.iter().filter(|n| n.state == state).count()
     }
 
+    /// Whether `parent` is a branch that succeeded without choosing `child`.
+    fn unchosen(&self, parent: usize, child: usize) -> bool {
+        let (Some(p), Some(c)) = (self.list.get(parent), self.list.get(child)) else {
+            return false;
+        };
+        p.branch
+            && p.state == TaskState::Succeeded
+            && p.chosen
+                .as_ref()
+                .is_some_and(|names| !names.contains(&c.name))
+    }
+
     /// Patches a task from a live event. True when the page must fetch the workflow again: the
-    /// task is not one it knows, or it has just failed (the event does not carry the error).
+    /// task is not one it knows, it has just failed (the event does not carry the error), or
+    /// it is a branch that has just succeeded (nor does it carry the branch's choice).
     fn apply(&mut self, t: &TaskSummary) -> bool {
         let Some(&i) = self.index.get(&t.id) else {
             return true;
         };
         let n = &mut self.list[i];
-        let refetch = t.state == TaskState::Failed && n.state != TaskState::Failed;
+        let refetch = (t.state == TaskState::Failed && n.state != TaskState::Failed)
+            || (n.branch && t.state == TaskState::Succeeded && n.state != TaskState::Succeeded);
         if !t.state.is_final() {
             n.error = None;
+            n.chosen = None;
         }
         n.state = t.state;
         n.attempt = t.attempt;
@@ -740,7 +810,8 @@ fn TaskRow(
             .collect::<Vec<_>>()
             .join(", ")
     });
-    let rule = (first.trigger_rule != "all_success").then(|| first.trigger_rule.replace('_', " "));
+    let rule = first.rule_label();
+    let branch = move || node().and_then(|n| n.branch_label());
     let attempt = move || node().map(|n| format!("{}/{}", n.attempt, n.max_attempts));
     let started = move || {
         node()
@@ -768,6 +839,7 @@ fn TaskRow(
         <tr data-task-id=id.to_string() data-state=move || state.get().as_str()>
             <td>
                 <a href=format!("/tasks/{id}") title=id.to_string()>{first.name.clone()}</a>
+                {move || branch().map(|b| view! { <span class="hint">" (" {b} ")"</span> })}
             </td>
             <td>
                 <ui::StateBadge state=state/>
@@ -817,6 +889,8 @@ mod tests {
                 exit_code: None,
                 error: state.is_final().then(|| "boom".to_owned()),
                 trigger_rule: "all_success".into(),
+                branch: false,
+                chosen: None,
                 cancel_requested: false,
                 parents: Vec::new(),
             })
@@ -838,6 +912,114 @@ mod tests {
             exit_code: state.is_final().then_some(1),
             ..t
         }
+    }
+
+    /// `t0` a branch in `state` that chose `chosen`, with children `t1` and `t2`.
+    fn branch(state: TaskState, chosen: Option<&[&str]>) -> Nodes {
+        let mut ns = nodes(&[state, TaskState::Waiting, TaskState::Skipped]);
+        ns.list[0].branch = true;
+        ns.list[0].error = None;
+        ns.list[0].chosen = chosen.map(|c| c.iter().map(|&s| s.to_owned()).collect());
+        for child in [1, 2] {
+            ns.list[child].parents.push(0);
+            ns.edges.push((0, child));
+        }
+        ns
+    }
+
+    #[test]
+    fn a_branch_output_names_its_choice_as_a_list_or_one_name() {
+        let names = |v: serde_json::Value| branch_next(&v);
+        assert_eq!(
+            names(serde_json::json!({"next": ["a", "b"]})),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(
+            names(serde_json::json!({"next": "a"})),
+            Some(vec!["a".to_owned()])
+        );
+        assert_eq!(names(serde_json::json!({"next": []})), Some(Vec::new()));
+        assert_eq!(
+            names(serde_json::json!({"next": ["a", 1]})),
+            None,
+            "a list of names has only strings"
+        );
+        assert_eq!(
+            names(serde_json::json!(["a"])),
+            None,
+            "the choice is the object's `next`"
+        );
+    }
+
+    #[test]
+    fn a_branch_is_labelled_and_names_its_choice_once_it_succeeded() {
+        let ns = nodes(&[TaskState::Succeeded]);
+        assert_eq!(ns.list[0].branch_label(), None, "a plain task is no branch");
+        assert_eq!(
+            ns.list[0].rule_label(),
+            None,
+            "all_success goes without saying"
+        );
+
+        let ns = branch(TaskState::Running, None);
+        assert_eq!(ns.list[0].branch_label().as_deref(), Some("branch"));
+        let ns = branch(TaskState::Succeeded, Some(&["t1"]));
+        assert_eq!(ns.list[0].branch_label().as_deref(), Some("branch → t1"));
+        let ns = branch(TaskState::Succeeded, Some(&["t1", "t2"]));
+        assert_eq!(
+            ns.list[0].branch_label().as_deref(),
+            Some("branch → t1, t2")
+        );
+        let ns = branch(TaskState::Succeeded, Some(&[]));
+        assert_eq!(
+            ns.list[0].branch_label().as_deref(),
+            Some("branch → none"),
+            "a branch may choose none of its children"
+        );
+        let ns = branch(TaskState::Failed, Some(&["t1"]));
+        assert_eq!(
+            ns.list[0].branch_label().as_deref(),
+            Some("branch"),
+            "only a branch that succeeded has chosen"
+        );
+
+        let mut ns = nodes(&[TaskState::Waiting]);
+        ns.list[0].trigger_rule = "none_failed".into();
+        assert_eq!(ns.list[0].rule_label().as_deref(), Some("none failed"));
+    }
+
+    #[test]
+    fn the_edges_a_branch_did_not_choose_are_told_apart() {
+        let ns = branch(TaskState::Succeeded, Some(&["t1"]));
+        assert!(!ns.unchosen(0, 1), "t1 was chosen");
+        assert!(ns.unchosen(0, 2), "t2 was not");
+        let ns = branch(TaskState::Running, None);
+        assert!(
+            !ns.unchosen(0, 2),
+            "a branch that has not succeeded has chosen nothing yet"
+        );
+        let mut ns = branch(TaskState::Succeeded, Some(&["t1"]));
+        ns.list[0].branch = false;
+        assert!(!ns.unchosen(0, 2), "only a branch chooses");
+    }
+
+    #[test]
+    fn a_branch_that_succeeds_live_is_fetched_for_its_choice() {
+        let mut ns = branch(TaskState::Running, None);
+        assert!(
+            ns.apply(&event(1, TaskState::Succeeded, 1)),
+            "the event does not carry the branch's output"
+        );
+        assert!(
+            !ns.apply(&event(2, TaskState::Succeeded, 1)),
+            "a task that is not a branch needs nothing more when it succeeds"
+        );
+        let mut ns = branch(TaskState::Succeeded, Some(&["t1"]));
+        assert!(!ns.apply(&event(1, TaskState::Waiting, 2)));
+        assert_eq!(
+            ns.list[0].chosen, None,
+            "a branch that runs again has not chosen yet"
+        );
     }
 
     #[test]

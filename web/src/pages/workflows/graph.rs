@@ -1,6 +1,8 @@
 //! The graph of a workflow's tasks: the boxes and curves of a [`Layout`] as a scrollable
 //! SVG with zoom buttons. Each box follows its task's state (class `state-…`, `data-state`)
-//! and opens the task when clicked or on Enter.
+//! and opens the task when clicked or on Enter. A branch's box carries a "branch" tag and,
+//! once it has succeeded, the children it chose after its state; the edges to the children it
+//! did not choose are faint (`edge-unchosen`).
 
 use std::sync::Arc;
 
@@ -14,6 +16,10 @@ use super::{Node, Nodes};
 
 /// Characters of a task's name that fit in its box.
 const NAME_CHARS: usize = 22;
+/// Characters of a branch's name that fit beside its "branch" tag.
+const BRANCH_NAME_CHARS: usize = 16;
+/// Characters of a caption that fit in a box.
+const CAPTION_CHARS: usize = 26;
 /// The smallest and largest zoom of the graph.
 const MIN_ZOOM: f64 = 0.2;
 const MAX_ZOOM: f64 = 2.5;
@@ -65,6 +71,9 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
             let (parent, child) = (e.parent, e.child);
             let class = move || {
                 nodes.with(|ns| {
+                    if ns.unchosen(parent, child) {
+                        return "edge edge-unchosen";
+                    }
                     let p = ns.list.get(parent).map(|n| n.state);
                     let c = ns.list.get(child).map(|n| n.state);
                     match (p, c) {
@@ -101,24 +110,38 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                     .with(|ns| ns.list.get(i).map_or(TaskState::Waiting, |n| n.state))
                     .as_str()
             };
-            let caption =
-                move || nodes.with(|ns| ns.list.get(i).map(Node::caption).unwrap_or_default());
+            let caption = move || {
+                nodes.with(|ns| {
+                    ns.list
+                        .get(i)
+                        .map(|n| shorten(&box_caption(n), CAPTION_CHARS))
+                        .unwrap_or_default()
+                })
+            };
             let title = move || {
                 node().map(|n| {
                     let mut t = format!("{} — {}", n.name, n.caption());
+                    if let Some(branch) = n.branch_label() {
+                        t.push_str(&format!("\n{branch}"));
+                    }
+                    if let Some(rule) = n.rule_label() {
+                        t.push_str(&format!("\nruns when {rule}"));
+                    }
                     if let Some(err) = n.error {
                         t.push_str(&format!("\n{err}"));
                     }
                     t
                 })
             };
-            let label = if first.name.chars().count() > NAME_CHARS {
-                let mut s: String = first.name.chars().take(NAME_CHARS - 1).collect();
-                s.push('…');
-                s
-            } else {
-                first.name.clone()
-            };
+            let branch = first.branch;
+            let label = shorten(
+                &first.name,
+                if branch {
+                    BRANCH_NAME_CHARS
+                } else {
+                    NAME_CHARS
+                },
+            );
             let open = {
                 let navigate = navigate.clone();
                 move || navigate(&format!("/tasks/{id}"), Default::default())
@@ -126,7 +149,13 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
             let open_key = open.clone();
             view! {
                 <g
-                    class=move || format!("node state-{}", state())
+                    class=move || {
+                        if branch {
+                            format!("node branch state-{}", state())
+                        } else {
+                            format!("node state-{}", state())
+                        }
+                    }
                     data-task-id=id.to_string()
                     data-state=state
                     transform=format!("translate({:.1},{:.1})", b.x, b.y)
@@ -142,6 +171,9 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                     <title>{title}</title>
                     <rect width=NODE_W height=NODE_H rx="7"></rect>
                     <text class="name" x="10" y="17">{label}</text>
+                    {branch.then(|| view! {
+                        <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"branch"</text>
+                    })}
                     <text class="caption" x="10" y="32">{caption}</text>
                 </g>
             }
@@ -175,5 +207,58 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                 <g class="nodes">{boxes}</g>
             </svg>
         </div>
+    }
+}
+
+/// `text`, cut to `max` characters with an ellipsis when longer.
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        let mut s: String = text.chars().take(max - 1).collect();
+        s.push('…');
+        s
+    } else {
+        text.to_owned()
+    }
+}
+
+/// The second line of a task's box: its caption, and after it the children a branch chose
+/// (`succeeded → load_full`).
+fn box_caption(n: &Node) -> String {
+    match n.chosen_label() {
+        Some(chosen) => format!("{} → {chosen}", n.caption()),
+        None => n.caption(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_branch_box_names_its_choice_after_its_state() {
+        let mut n = Node {
+            id: uuid::Uuid::from_u128(1),
+            name: "route".into(),
+            state: TaskState::Succeeded,
+            attempt: 1,
+            max_attempts: 3,
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            error: None,
+            trigger_rule: "all_success".into(),
+            branch: true,
+            chosen: Some(vec!["load_full".into()]),
+            cancel_requested: false,
+            parents: Vec::new(),
+        };
+        assert_eq!(box_caption(&n), "succeeded → load_full");
+        n.branch = false;
+        assert_eq!(box_caption(&n), "succeeded", "a plain task shows its state");
+        assert_eq!(
+            shorten("succeeded → load_everything_again", CAPTION_CHARS),
+            "succeeded → load_everythi…"
+        );
+        assert_eq!(shorten("short", CAPTION_CHARS), "short");
     }
 }
