@@ -73,11 +73,14 @@ language sql immutable parallel safe as $$
   end
 $$;
 
--- Did the branch whose output is `output` choose its child `p_child`?
-create or replace function sked.branch_chose(output jsonb, p_child uuid) returns boolean
+-- Did the branch `p_branch` choose its child `p_child`? Asked by id, so that the statements
+-- that ask it for the edges of a branch do not carry the parents' outputs along every edge.
+drop function if exists sked.branch_chose(jsonb, uuid);
+create or replace function sked.branch_chose(p_branch uuid, p_child uuid) returns boolean
 language sql stable as $$
   select coalesce((select c.name from sked.tasks c where c.id = p_child)
-                  = any (sked.branch_next(output)), false)
+                  = any (sked.branch_next((select b.output from sked.tasks b where b.id = p_branch))),
+                  false)
 $$;
 
 -- Why the output of branch `p_id` cannot be taken (null when it can): it must be an object
@@ -111,12 +114,14 @@ language sql immutable parallel safe as $$
               else sked.task_trigger_state(trigger_rule, pending, failed, skipped) end
 $$;
 
--- The error of a task that sked.task_child_state ended without running.
+-- The error of a task that sked.task_child_state ended without running. (Immutable
+-- functions only, so that it is inlined into the statements that set it on thousands of rows:
+-- format() is stable.)
 create or replace function sked.task_child_error(state text, trigger_rule text, unchosen_by text)
 returns text
 language sql immutable parallel safe as $$
   select case when unchosen_by is not null
-              then format('skipped: the branch %L did not choose it', unchosen_by)
+              then 'skipped: the branch ' || quote_literal(unchosen_by) || ' did not choose it'
               else sked.task_trigger_error(state, trigger_rule) end
 $$;
 
@@ -158,14 +163,14 @@ begin
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
   while cardinality(done) > 0 loop
     with finished as (
-      select t.id, t.state, t.shard_index, t.shard_total, t.error, t.branch, t.name, t.output
+      select t.id, t.state, t.shard_index, t.shard_total, t.error, t.branch, t.name
         from sked.tasks t where t.id = any(done) and t.children > 0
     ), per_child as (
       select e.task_id as id, count(*)::integer as n,
              bool_or(f.state in ('failed', 'cancelled', 'upstream_failed')) as failed,
              bool_or(f.state = 'skipped') as skipped,
              min(f.name) filter (where f.branch and f.state = 'succeeded'
-                                   and not sked.branch_chose(f.output, e.task_id)) as unchosen_by,
+                                   and not sked.branch_chose(f.id, e.task_id)) as unchosen_by,
              (array_agg(format('shard %s of %s %s: %s', f.shard_index, f.shard_total, f.state, f.error)
                         order by f.shard_index)
                 filter (where f.shard_index is not null
@@ -318,7 +323,7 @@ begin
                             and not p.id = any(ids)), false) as failed,
            coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped,
            min(p.name) filter (where p.branch and p.state = 'succeeded' and not p.id = any(ids)
-                                 and not sked.branch_chose(p.output, r.id)) as unchosen_by
+                                 and not sked.branch_chose(p.id, r.id)) as unchosen_by
       from unnest(ids) as r(id)
       left join sked.task_edges e on e.task_id = r.id
       left join sked.tasks p on p.id = e.depends_on
@@ -412,13 +417,14 @@ begin
   create temp table if not exists workflow_nodes (
     ord integer primary key, name text, named boolean, unknown_key text, depends_on text[],
     depends_on_ok boolean, trigger_rule text, other_owner boolean, branch jsonb,
-    sharded boolean, indegree integer not null default 0, children integer not null default 0
+    sharded boolean, kind text, indegree integer not null default 0,
+    children integer not null default 0
   ) on commit drop;
   create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
   create index if not exists workflow_arcs_by_parent on workflow_arcs (parent);
   truncate workflow_nodes, workflow_arcs;
   insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
-                              trigger_rule, other_owner, branch, sharded)
+                              trigger_rule, other_owner, branch, sharded, kind)
   select r.ord, r.elem ->> 'name',
          jsonb_typeof(r.elem) = 'object' and jsonb_typeof(r.elem -> 'name') = 'string'
            and r.elem ->> 'name' <> '',
@@ -439,7 +445,8 @@ begin
            else coalesce(r.elem ->> 'trigger_rule', 'all_success') end,
          r.elem -> 'owner' is distinct from to_jsonb(owner_) and r.elem ? 'owner',
          coalesce(r.elem -> 'branch', 'false'),
-         jsonb_typeof(r.elem -> 'shards') = 'number' or r.elem -> 'broadcast' = 'true'
+         jsonb_typeof(r.elem -> 'shards') = 'number' or r.elem -> 'broadcast' = 'true',
+         coalesce(r.elem ->> 'kind', 'command')
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
   get diagnostics n = row_count;
   analyze workflow_nodes;
@@ -478,6 +485,12 @@ begin
   if found then
     perform sked.workflow_rule_raise('workflows_branch_must_be_a_boolean',
       format('branch of task %L must be true or false, not %s', bad.name, bad.branch));
+  end if;
+  select w.name, w.kind into bad from workflow_nodes w
+   where w.branch = 'true' and w.kind <> 'command' order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_branch_must_be_a_command',
+      format('task %L is a branch, but a %s task writes no output to choose with', bad.name, bad.kind));
   end if;
   select w.name into bad from workflow_nodes w
    where w.branch = 'true' and w.sharded order by w.ord limit 1;

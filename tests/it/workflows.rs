@@ -707,7 +707,7 @@ impl Api {
 async fn rest_submits_shows_cancels_and_retries_workflows_of_their_owner_only() {
     let api = Api::new().await;
     let spec = json!({"name": "etl", "tasks": [
-        {"name": "extract", "kind": "noop", "timeout_secs": 60.0, "branch": true},
+        {"name": "extract", "command": ["true"], "timeout_secs": 60.0, "branch": true},
         {"name": "load", "kind": "noop", "depends_on": ["extract"], "trigger_rule": "all_done"},
     ]});
     let (status, body) = api
@@ -831,7 +831,7 @@ async fn rest_rejects_bad_workflows_with_a_clear_message_and_inserts_nothing() {
             "task \"a\": `branch` must be true or false",
         ),
         (
-            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true}]}),
+            json!({"tasks": [{"name": "a", "command": ["true"], "branch": true}]}),
             StatusCode::UNPROCESSABLE_ENTITY,
             "task 'a' is a branch, but no task depends on it",
         ),
@@ -1123,13 +1123,19 @@ async fn bad_branches_are_rejected_with_the_rule_and_nothing_is_inserted() {
             "branch of task 'a' must be true or false, not \"yes\"",
         ),
         (
-            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true},
+            json!({"tasks": [{"name": "a", "command": ["true"], "branch": true},
                              {"name": "b", "kind": "noop"}]}),
             "workflows_branch_must_have_children",
             "task 'a' is a branch, but no task depends on it",
         ),
         (
-            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true, "shards": 3},
+            json!({"tasks": [{"name": "a", "kind": "noop", "branch": true},
+                             {"name": "b", "kind": "noop", "depends_on": ["a"]}]}),
+            "workflows_branch_must_be_a_command",
+            "task 'a' is a branch, but a noop task writes no output to choose with",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "command": ["true"], "branch": true, "shards": 3},
                              {"name": "b", "kind": "noop", "depends_on": ["a"]}]}),
             "workflows_branch_must_not_be_sharded",
             "task 'a' is a branch and sharded",
@@ -1157,7 +1163,7 @@ async fn a_rerun_keeps_the_children_a_branch_did_not_choose_skipped_and_a_rerun_
     let wf = submit(
         &db.pool,
         json!({"tasks": [
-            {"name": "decide", "kind": "noop", "branch": true, "max_attempts": 1},
+            {"name": "decide", "command": ["true"], "branch": true, "max_attempts": 1},
             {"name": "x", "kind": "noop", "max_attempts": 1},
             {"name": "b", "kind": "noop", "depends_on": ["decide"]},
             {"name": "c", "kind": "noop", "depends_on": ["x", "decide"], "trigger_rule": "all_done"},
