@@ -123,7 +123,8 @@ declare
   -- db/src/upkeep.rs, call nothing else). They run as the owner.
   worker_calls text[] := array[
     'worker_register', 'worker_deregister', 'worker_touch', 'worker_heartbeat', 'worker_stopping',
-    'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'tasks_finish',
+    'tasks_claim', 'copies_claim_preempting', 'task_parent_outputs', 'workflow_params',
+    'tasks_finish',
     'tasks_renew_leases', 'tasks_cancel_requested', 'worker_attempts', 'tasks_rescue',
     'tasks_due_from', 'tasks_next_due', 'task_logs_append', 'artifact_get', 'artifact_put',
     'service_copy_spec', 'service_copy_started', 'service_copy_healthy',
@@ -156,7 +157,8 @@ declare
     'task_copy', 'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
     'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',
-    'task_channel', 'workflow_channel'];
+    'task_channel', 'workflow_channel', 'params_placeholder', 'params_used', 'params_fill',
+    'params_apply'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
@@ -220,7 +222,7 @@ begin
   -- The submitter: its own rows (the policies above), submitted through the submit functions
   -- or a plain INSERT, nothing else.
   execute format('grant select, insert (%s) on sked.tasks to sked_submitter', task_columns);
-  grant select, insert (id, owner, name, created_at, notify) on sked.workflows to sked_submitter;
+  grant select, insert (id, owner, name, created_at, notify, params) on sked.workflows to sked_submitter;
   grant select, insert on sked.task_edges to sked_submitter;
   grant select on sked.task_attempts, sked.task_logs to sked_submitter;
   -- The view of every attempt, where it reads with the reader's rights (sql/views.sql).

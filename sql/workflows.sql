@@ -374,6 +374,68 @@ language sql immutable parallel safe as $$
          || array['name', 'depends_on', 'trigger_rule', 'branch']
 $$;
 
+-- Parameters (docs/workflows.md, "Parameters"). A workflow's `params` object (kept once, on
+-- its row) is given by the worker to each of its commands in the environment variable
+-- SKED_PARAMS (as JSON; sked.workflow_params, beside the claim), and a placeholder
+-- {{ params.NAME }} in an element of a task's `command` or `args` is replaced by the value
+-- (a string as it is, any other JSON value as JSON), in that element only: never through a
+-- shell, and a value that holds a placeholder is not read again.
+
+-- The pattern of a placeholder; its group is the parameter's name.
+create or replace function sked.params_placeholder() returns text
+language sql immutable parallel safe as $$
+  select '\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}'
+$$;
+
+-- The names of the parameters that the placeholders of `s` use, in order.
+create or replace function sked.params_used(s text) returns text[]
+language sql immutable parallel safe as $$
+  select array(select m[1] from regexp_matches(s, sked.params_placeholder(), 'g') as m)
+$$;
+
+-- `s` with each placeholder replaced by its parameter's value from `params` (every name
+-- used is one of `params`: sked.workflow_submit checked), in one pass.
+create or replace function sked.params_fill(s text, params jsonb) returns text
+language sql immutable parallel safe as $$
+  select case when s !~ sked.params_placeholder() then s else
+    (select string_agg(p.piece || coalesce(
+              (select case jsonb_typeof(v) when 'string' then v #>> '{}' else v::text end
+                 from (select params -> (sked.params_used(s))[p.i]) as x(v)), ''),
+                       '' order by p.i)
+       from unnest(regexp_split_to_array(s, sked.params_placeholder()))
+              with ordinality as p(piece, i))
+  end
+$$;
+
+-- The parameters of workflow `p_id` (null when it has none). Volatile, so that it reads with
+-- a snapshot of its own, as sked.task_parent_outputs does: the claim's statements see tasks
+-- submitted after the claim's statement began, and a stable function would read their
+-- workflow as that statement's snapshot has it, not there yet.
+create or replace function sked.workflow_params(p_id uuid) returns jsonb
+language sql volatile as $$
+  select w.params from sked.workflows w where w.id = p_id
+$$;
+
+-- The task `task` (a JSON object of a workflow's spec) with its command's and arguments'
+-- placeholders filled from `params`.
+create or replace function sked.params_apply(task jsonb, params jsonb) returns jsonb
+language sql immutable parallel safe as $$
+  select task
+    || case when jsonb_typeof(task -> 'command') = 'array' then jsonb_build_object('command',
+         (select jsonb_agg(case when jsonb_typeof(e) = 'string'
+                                then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
+                           order by i)
+            from jsonb_array_elements(task -> 'command') with ordinality as c(e, i)))
+       else '{}' end
+    || case when jsonb_typeof(task -> 'args') = 'array' and jsonb_array_length(task -> 'args') > 0
+            then jsonb_build_object('args',
+         (select jsonb_agg(case when jsonb_typeof(e) = 'string'
+                                then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
+                           order by i)
+            from jsonb_array_elements(task -> 'args') with ordinality as a(e, i)))
+       else '{}' end
+$$;
+
 -- Submit a workflow: tasks and the edges between them, in one call, all or nothing. `spec`
 -- is an object {"name": "...", "tasks": [...]}; each task is an object with the keys of
 -- sked.tasks_submit plus `name` (required, unique in the workflow), `depends_on` (names of
@@ -390,6 +452,7 @@ returns uuid
 language plpgsql as $$
 declare
   wf uuid := sked.uuid_v7();
+  params jsonb;
   n integer;
   bad record;
   visited integer;
@@ -403,10 +466,45 @@ begin
     perform sked.workflow_rule_raise('workflows_spec_must_have_tasks',
       'a workflow is an object {"name": ..., "tasks": [...]} with at least one task');
   end if;
-  select k into bad from jsonb_object_keys(spec) k where k not in ('name', 'tasks', 'notify') limit 1;
+  select k into bad from jsonb_object_keys(spec) k
+   where k not in ('name', 'tasks', 'notify', 'params') limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_spec_keys_must_be_known',
-      format('unknown key %L in the workflow (expected name, tasks and notify)', bad.k));
+      format('unknown key %L in the workflow (expected name, tasks, notify and params)', bad.k));
+  end if;
+  if jsonb_typeof(spec -> 'params') not in ('object', 'null') then
+    perform sked.workflow_rule_raise('workflows_params_must_be_an_object',
+      format('the workflow''s params must be an object of names and values, not %s',
+             left((spec -> 'params')::text, 200)));
+  end if;
+  params := case when jsonb_typeof(spec -> 'params') = 'object' then spec -> 'params' end;
+  if octet_length(params::text) > 65536 then
+    perform sked.workflow_rule_raise('workflows_params_must_be_at_most_64_kib',
+      format('the workflow''s params take %s bytes as JSON; at most 65536', octet_length(params::text)));
+  end if;
+  select k into bad from jsonb_object_keys(coalesce(params, '{}')) k
+   where k !~ '^[A-Za-z_][A-Za-z0-9_]*$' limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_param_names_must_be_identifiers',
+      format('the parameter name %L is not a letter or _ followed by letters, digits and _', bad.k));
+  end if;
+  -- Every placeholder names a parameter, which its task then gets.
+  select t.elem ->> 'name' as task, u.name into bad
+    from jsonb_array_elements(spec -> 'tasks') as t(elem)
+    cross join lateral (
+      select e #>> '{}' as arg from jsonb_array_elements(
+        case when jsonb_typeof(t.elem -> 'command') = 'array' then t.elem -> 'command' else '[]' end
+        || case when jsonb_typeof(t.elem -> 'args') = 'array' then t.elem -> 'args' else '[]' end) e
+       where jsonb_typeof(e) = 'string') a
+    cross join lateral unnest(sked.params_used(a.arg)) as u(name)
+   where not coalesce(params ? u.name, false)
+   limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_placeholders_must_name_parameters',
+      format('task %L uses {{ params.%s }}, but the workflow has no parameter %L (its parameters: %s)',
+             bad.task, bad.name, bad.name,
+             coalesce((select string_agg(format('%L', k), ', ' order by k)
+                         from jsonb_object_keys(params) k), 'none')));
   end if;
   if jsonb_typeof(spec -> 'name') not in ('string', 'null') then
     perform sked.workflow_rule_raise('workflows_name_must_be_a_string', 'the workflow name must be a string');
@@ -561,9 +659,10 @@ begin
   end if;
 
   -- Its notify is checked by sked.workflows_before_insert_notify (sql/alerts.sql).
-  insert into sked.workflows (id, owner, name, created_at, notify)
+  insert into sked.workflows (id, owner, name, created_at, notify, params)
   values (wf, owner_, coalesce(spec ->> 'name', ''), p_now,
-          case when jsonb_typeof(spec -> 'notify') is distinct from 'null' then spec -> 'notify' end);
+          case when jsonb_typeof(spec -> 'notify') is distinct from 'null' then spec -> 'notify' end,
+          params);
 
   -- The tasks, read as sked.tasks_submit reads them, placed in the workflow. The new ids
   -- are handed out in ascending order, so that the tasks sort by id in the order they were
@@ -571,7 +670,11 @@ begin
   -- gets ids[ord]. The edges go in first, by id: a sharded task moves its own to its shards
   -- when it is inserted. (Set-returning functions of a select list run in step: `ord` is
   -- each task's place in `made`.)
-  made := sked.tasks_from_json(spec -> 'tasks', owner_, p_now);
+  made := sked.tasks_from_json(
+    case when params is null then spec -> 'tasks'
+         else (select jsonb_agg(sked.params_apply(t.elem, params) order by t.ord)
+                 from jsonb_array_elements(spec -> 'tasks') with ordinality as t(elem, ord)) end,
+    owner_, p_now);
   ids := array(select t.id from unnest(made) t order by t.id);
   insert into sked.task_edges (task_id, depends_on)
   select ids[a.child], ids[a.parent] from workflow_arcs a;

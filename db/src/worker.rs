@@ -100,6 +100,10 @@ pub struct Claimed {
     /// for commands that have parents (`sked.task_parent_outputs`).
     #[sqlx(default)]
     pub parent_outputs: Option<serde_json::Value>,
+    /// The parameters of its workflow, for commands of a workflow that has them
+    /// (`sked.workflow_params`; `SKED_PARAMS`).
+    #[sqlx(default)]
+    pub params: Option<serde_json::Value>,
     /// A shard's position and the number of shards of its task (see `docs/shards.md`).
     pub shard_index: Option<i32>,
     pub shard_total: Option<i32>,
@@ -225,7 +229,9 @@ pub async fn claim_after(
                 c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
                 c.run_as, c.priority, c.preemptible, c.next_run_at,
                 case when c.parents > 0 and c.kind = 'command'
-                     then sked.task_parent_outputs(c.id) end as parent_outputs
+                     then sked.task_parent_outputs(c.id) end as parent_outputs,
+                case when c.workflow_id is not null and c.kind = 'command'
+                     then sked.workflow_params(c.workflow_id) end as params
            from (values (0)) as one(x) left join c on true",
     )
     .bind(worker)

@@ -21,6 +21,7 @@ pub struct WorkflowRow {
     pub state: WorkflowState,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub params: Option<serde_json::Value>,
 }
 
 impl WorkflowRow {
@@ -32,6 +33,7 @@ impl WorkflowRow {
             name: self.name,
             created_at: self.created_at,
             finished_at: self.finished_at,
+            params: self.params,
         }
     }
 }
@@ -64,6 +66,9 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
     if let Some(notify) = &w.notify {
         spec["notify"] = notify.clone();
     }
+    if let Some(params) = &w.params {
+        spec["params"] = serde_json::Value::Object(params.clone());
+    }
     Ok(spec)
 }
 
@@ -81,7 +86,7 @@ pub async fn submit(db: impl PgExecutor<'_>, w: &SubmitWorkflow, owner: &str) ->
 /// One workflow by id.
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowRow>> {
     Ok(sqlx::query_as(
-        "select id, owner, name, state, created_at, finished_at from sked.workflows where id = $1",
+        "select id, owner, name, state, created_at, finished_at, params from sked.workflows where id = $1",
     )
     .bind(id)
     .fetch_optional(crate::on(pool))
@@ -101,7 +106,7 @@ pub struct ListFilter {
 /// Workflows newest first (ids are time-ordered), one page at a time by keyset on the id.
 pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<WorkflowRow>> {
     let mut q = sqlx::QueryBuilder::new(
-        "select id, owner, name, state, created_at, finished_at from sked.workflows where true",
+        "select id, owner, name, state, created_at, finished_at, params from sked.workflows where true",
     );
     if let Some(owner) = &f.owner {
         q.push(" and owner = ").push_bind(owner);

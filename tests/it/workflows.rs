@@ -706,7 +706,7 @@ impl Api {
 #[tokio::test]
 async fn rest_submits_shows_cancels_and_retries_workflows_of_their_owner_only() {
     let api = Api::new().await;
-    let spec = json!({"name": "etl", "tasks": [
+    let spec = json!({"name": "etl", "params": {"day": "2026-12-01"}, "tasks": [
         {"name": "extract", "command": ["true"], "timeout_secs": 60.0, "branch": true},
         {"name": "load", "kind": "noop", "depends_on": ["extract"], "trigger_rule": "all_done"},
     ]});
@@ -721,6 +721,7 @@ async fn rest_submits_shows_cancels_and_retries_workflows_of_their_owner_only() 
     assert_eq!(status, StatusCode::OK, "{detail}");
     assert_eq!(detail["name"], "etl");
     assert_eq!(detail["state"], "running");
+    assert_eq!(detail["params"], json!({"day": "2026-12-01"}));
     let tasks = detail["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 2);
     assert_eq!(tasks[0]["name"], "extract");
@@ -1238,4 +1239,116 @@ async fn a_rerun_keeps_the_children_a_branch_did_not_choose_skipped_and_a_rerun_
     assert_eq!(claim_all(&db.pool, t0).await, vec!["c"]);
     finish(&db.pool, wf, "c", "succeeded", t0).await;
     assert_eq!(workflow_state(&db.pool, wf).await, "succeeded");
+}
+
+#[tokio::test]
+async fn parameters_fill_placeholders_in_arguments_and_reach_tasks_as_sked_params() {
+    let db = TestDb::new().await;
+    let worker = start_worker(&db, config(&["default"]));
+    let marker = std::env::temp_dir().join(format!("sked-params-{}", Uuid::new_v4()));
+    // A value that a shell would run: it must reach the task as one argument, unread.
+    let evil = format!(
+        "$(touch {m}); `touch {m}`; echo x > {m}; {{{{ params.day }}}}",
+        m = marker.display()
+    );
+    let params = json!({"day": "2026-12-01", "n": 3, "evil": evil, "deep": {"a": [1, 2]}});
+    let wf = submit(
+        &db.pool,
+        json!({"params": params, "tasks": [{
+            "name": "a", "max_attempts": 1,
+            "command": ["sh", "-c",
+                        r#"printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "$4"; printf '%s\n' "$SKED_PARAMS""#,
+                        "sh", "{{ params.day }}", "--n={{params.n}}", "{{ params.evil }}"],
+            "args": ["{{params.deep}}"],
+        }]}),
+    )
+    .await;
+    assert_eq!(
+        wait_for_workflow(&db.pool, wf, Duration::from_secs(30)).await,
+        "succeeded"
+    );
+    let stdout: String = sqlx::query_scalar(
+        "select stdout_tail from sked.tasks where workflow_id = $1 and name = 'a'",
+    )
+    .bind(wf)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut lines = stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("2026-12-01|--n=3|{evil}|{{\"a\": [1, 2]}}").as_str()),
+        "each placeholder is its value, in its own argument, a value is not read again: {stdout}"
+    );
+    let seen: Value = serde_json::from_str(lines.next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("SKED_PARAMS is JSON ({e}): {stdout}"));
+    assert_eq!(seen, params, "SKED_PARAMS holds the workflow's parameters");
+    assert!(!marker.exists(), "no shell ever read a parameter");
+    let kept: Value = sqlx::query_scalar("select params from sked.workflows where id = $1")
+        .bind(wf)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept, params,
+        "the workflow says which parameters it ran with"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_parameters_are_rejected_with_the_rule_and_nothing_is_inserted() {
+    let db = TestDb::new().await;
+    let task = |arg: &str| json!({"name": "a", "command": ["echo", arg]});
+    let cases = [
+        (
+            json!({"params": {"day": "d"}, "tasks": [task("{{ params.dayz }}")]}),
+            "workflows_placeholders_must_name_parameters",
+            "task 'a' uses {{ params.dayz }}, but the workflow has no parameter 'dayz' (its parameters: 'day')",
+        ),
+        (
+            json!({"tasks": [task("{{params.day}}")]}),
+            "workflows_placeholders_must_name_parameters",
+            "(its parameters: none)",
+        ),
+        (
+            json!({"params": ["day"], "tasks": [task("x")]}),
+            "workflows_params_must_be_an_object",
+            "must be an object of names and values, not [\"day\"]",
+        ),
+        (
+            json!({"params": {"the day": 1}, "tasks": [task("x")]}),
+            "workflows_param_names_must_be_identifiers",
+            "'the day'",
+        ),
+        (
+            json!({"params": {"big": "x".repeat(70_000)}, "tasks": [task("x")]}),
+            "workflows_params_must_be_at_most_64_kib",
+            "at most 65536",
+        ),
+    ];
+    for (spec, rule, says) in cases {
+        let e = sqlx::query("select sked.workflow_submit($1, 'alice')")
+            .bind(&spec)
+            .execute(&db.pool)
+            .await
+            .expect_err("refused");
+        let e = e.as_database_error().expect("a database error");
+        assert_eq!(e.constraint(), Some(rule), "{}", e.message());
+        assert!(e.message().contains(says), "{}", e.message());
+        assert_eq!(counts(&db.pool).await, (0, 0, 0), "nothing inserted");
+    }
+    // Text that is no placeholder of a parameter stays as it is.
+    let wf = submit(
+        &db.pool,
+        json!({"params": {"x": 1}, "tasks": [task("{{ tick }} {{ params. x }} {{params.x}}")]}),
+    )
+    .await;
+    let command: Vec<String> =
+        sqlx::query_scalar("select command from sked.tasks where workflow_id = $1")
+            .bind(wf)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(command, vec!["echo", "{{ tick }} {{ params. x }} 1"]);
 }

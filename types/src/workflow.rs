@@ -115,6 +115,12 @@ pub struct SubmitWorkflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub notify: Option<serde_json::Value>,
+    /// Parameters, by name: each task gets them as JSON in `SKED_PARAMS`, and a placeholder
+    /// `{{ params.NAME }}` in its `command` or `args` is replaced by the value (see
+    /// `docs/workflows.md`, "Parameters").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The answer to a workflow submission.
@@ -187,6 +193,10 @@ pub struct Workflow {
     pub state: WorkflowState,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The parameters it was submitted with; left out when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub params: Option<serde_json::Value>,
 }
 
 /// An edge of a workflow: `task` runs after `depends_on`.

@@ -151,6 +151,9 @@ pub(crate) async fn run_command(
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
     env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
     env.insert("SKED_QUEUE".into(), task.queue.clone());
+    if let Some(params) = &task.params {
+        env.insert("SKED_PARAMS".into(), params.to_string());
+    }
     if let (Some(index), Some(total)) = (task.shard_index, task.shard_total) {
         env.insert("SKED_SHARD_INDEX".into(), index.to_string());
         env.insert("SKED_SHARD_TOTAL".into(), total.to_string());
