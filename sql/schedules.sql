@@ -515,6 +515,43 @@ $$;
 -- Schedules: validation
 -- ---------------------------------------------------------------------------------------------
 
+-- A tick as its occurrence sees it (docs/schedules.md, "The tick"): `tick` in the schedule's
+-- time zone with its offset (2026-03-29T02:30:00+02:00), `tick_utc` (2026-03-29T00:30:00Z)
+-- and `tick_date`, the tick's date in the zone (2026-03-29).
+create or replace function sked.schedule_tick_params(tick timestamptz, tz text) returns jsonb
+language sql stable as $$
+  select jsonb_build_object(
+    'tick', to_char(tick at time zone tz, 'YYYY-MM-DD"T"HH24:MI:SS')
+            || case when (tick at time zone tz) - (tick at time zone 'UTC') = interval '0'
+                    then 'Z'
+                    else case when (tick at time zone tz) < (tick at time zone 'UTC') then '-' else '+' end
+                         || to_char(abs(extract(epoch from (tick at time zone tz) - (tick at time zone 'UTC')))
+                                    * interval '1 second', 'HH24:MI') end,
+    'tick_utc', to_char(tick at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+    'tick_date', to_char(tick at time zone tz, 'YYYY-MM-DD'))
+$$;
+
+-- The workflow a schedule submits for `tick`: its template, with the tick's parameters
+-- (sked.schedule_tick_params) over the template's own `params`.
+create or replace function sked.schedule_workflow_at(workflow jsonb, tick timestamptz, tz text)
+returns jsonb
+language sql stable as $$
+  select workflow || jsonb_build_object('params',
+    case when jsonb_typeof(workflow -> 'params') = 'object' then workflow -> 'params' else '{}' end
+    || sked.schedule_tick_params(tick, tz))
+$$;
+
+-- The task a schedule submits for `tick`: its template, with SKED_TICK, SKED_TICK_UTC and
+-- SKED_TICK_DATE in its environment (the tick's parameters, as for a workflow).
+create or replace function sked.schedule_task_at(task jsonb, tick timestamptz, tz text)
+returns jsonb
+language sql stable as $$
+  select task || jsonb_build_object('env',
+    case when jsonb_typeof(task -> 'env') = 'object' then task -> 'env' else '{}' end
+    || (select jsonb_object_agg('SKED_' || upper(k), v)
+          from jsonb_each(sked.schedule_tick_params(tick, tz)) as p(k, v)))
+$$;
+
 -- Checks a task template by submitting it in a subtransaction that is always rolled back, so
 -- that a template is held to exactly the rules of a submitted task. Its keys are the fields
 -- of a task (sked.task_fields()) but the schedule's own (run_at, delay, owner), an
@@ -539,9 +576,11 @@ begin
   end if;
   begin
     if s.task is not null then
-      perform sked.tasks_submit(jsonb_build_array(s.task), s.owner);
+      perform sked.tasks_submit(jsonb_build_array(sked.schedule_task_at(s.task, now(), s.time_zone)),
+                                s.owner);
     else
-      perform sked.workflow_submit(s.workflow, s.owner);
+      perform sked.workflow_submit(sked.schedule_workflow_at(s.workflow, now(), s.time_zone),
+                                   s.owner);
     end if;
     raise exception using errcode = 'SKD00';
   exception
@@ -954,13 +993,14 @@ begin
         -- claim.
         if r.task is not null then
           n_occ := n_occ + 1;
-          occ[n_occ] := r.task || jsonb_build_object('owner', r.owner,
-                                                     'run_at', tick + r.jitter * random());
+          occ[n_occ] := sked.schedule_task_at(r.task, tick, r.time_zone)
+                        || jsonb_build_object('owner', r.owner,
+                                              'run_at', tick + r.jitter * random());
           last_occ := n_occ;
           run_occ[n_run] := n_occ;
           prev_task := null; -- the previous occurrence is now one of this call's
         else
-          run_wf[n_run] := r.workflow;
+          run_wf[n_run] := sked.schedule_workflow_at(r.workflow, tick, r.time_zone);
           run_wf_owner[n_run] := r.owner;
           last_wf_run := n_run;
         end if;
@@ -1118,11 +1158,13 @@ begin
   end if;
   if s.task is not null then
     select x.id into occ
-      from sked.tasks_submit(jsonb_build_array(s.task || jsonb_build_object('owner', s.owner, 'run_at', p_now))) x;
+      from sked.tasks_submit(jsonb_build_array(sked.schedule_task_at(s.task, p_now, s.time_zone)
+                                               || jsonb_build_object('owner', s.owner, 'run_at', p_now))) x;
     update sked.schedules set last_task_id = occ, last_workflow_id = null, last_fire_at = at_
      where id = p_id;
   else
-    occ := sked.workflow_submit(s.workflow, s.owner, p_now);
+    occ := sked.workflow_submit(sked.schedule_workflow_at(s.workflow, p_now, s.time_zone),
+                                s.owner, p_now);
     update sked.schedules set last_workflow_id = occ, last_task_id = null, last_fire_at = at_
      where id = p_id;
   end if;

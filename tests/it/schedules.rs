@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
 use sked_db::testing::TestDb;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -1098,4 +1099,90 @@ async fn a_schedule_may_fire_a_sharded_task() {
     .await
     .unwrap();
     assert_eq!(shards, [0, 1, 2], "the occurrence runs as its shards");
+}
+
+#[tokio::test]
+async fn a_scheduled_run_gets_its_tick_in_the_schedules_zone_and_in_utc() {
+    let db = TestDb::new().await;
+    // 03:30 in Berlin on the day its clocks go forward (02:00 -> 03:00): 01:30 UTC.
+    let wf_schedule: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'etl', cron => '30 3 * * *',
+             time_zone => 'Europe/Berlin',
+             workflow => '{"name": "etl", "params": {"mode": "full", "tick": "not this"},
+                           "tasks": [{"name": "load", "command": ["load",
+                             "--day={{ params.tick_date }}", "{{ params.tick }}",
+                             "{{ params.tick_utc }}", "{{ params.mode }}"]}]}',
+             p_now => '2026-03-28T12:00:00Z')"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let task_schedule: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'one', cron => '30 3 * * *',
+             time_zone => 'Europe/Berlin', task => '{"command": ["true"], "env": {"A": "b"}}',
+             p_now => '2026-03-28T12:00:00Z')"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fire(&db.pool, "2026-03-29T01:30:00Z").await, 2);
+
+    let (params, command): (Value, Vec<String>) = sqlx::query_as(
+        "select w.params, t.command from sked.schedule_runs r
+           join sked.workflows w on w.id = r.workflow_id
+           join sked.tasks t on t.workflow_id = w.id
+          where r.schedule_id = $1",
+    )
+    .bind(wf_schedule)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        params,
+        json!({"mode": "full", "tick": "2026-03-29T03:30:00+02:00",
+               "tick_utc": "2026-03-29T01:30:00Z", "tick_date": "2026-03-29"}),
+        "the tick's parameters over the template's own"
+    );
+    assert_eq!(
+        command,
+        [
+            "load",
+            "--day=2026-03-29",
+            "2026-03-29T03:30:00+02:00",
+            "2026-03-29T01:30:00Z",
+            "full"
+        ]
+    );
+    let env: Value = sqlx::query_scalar(
+        "select t.env from sked.schedule_runs r join sked.tasks t on t.id = r.task_id
+          where r.schedule_id = $1",
+    )
+    .bind(task_schedule)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        env,
+        json!({"A": "b", "SKED_TICK": "2026-03-29T03:30:00+02:00",
+               "SKED_TICK_UTC": "2026-03-29T01:30:00Z", "SKED_TICK_DATE": "2026-03-29"}),
+        "a task occurrence finds its tick in its environment"
+    );
+    let err = sqlx::query(
+        r#"select sked.schedule_create(name => 'bad', cron => '@daily',
+             workflow => '{"tasks": [{"name": "a", "command": ["echo", "{{ params.tik }}"]}]}')"#,
+    )
+    .execute(&db.pool)
+    .await
+    .expect_err("a placeholder naming no parameter is refused when the schedule is written");
+    let err = err.as_database_error().unwrap();
+    assert_eq!(
+        err.constraint(),
+        Some("schedules_workflow_template_must_be_valid")
+    );
+    assert!(
+        err.message()
+            .contains("uses {{ params.tik }}, but the workflow has no parameter 'tik' (its parameters: 'tick', 'tick_date', 'tick_utc')"),
+        "{}",
+        err.message()
+    );
 }
