@@ -154,25 +154,31 @@ async fn bad_workflows_are_rejected_with_the_rule_and_nothing_is_inserted() {
         ),
     ];
     for (spec, rule, says) in cases {
-        let err = sqlx::query_scalar::<_, Uuid>("select sked.workflow_submit($1, 'alice')")
-            .bind(&spec)
-            .fetch_one(&db.pool)
-            .await
-            .expect_err("a bad workflow is rejected");
-        let db_err = err.as_database_error().expect("a database error");
-        assert_eq!(db_err.code().as_deref(), Some("23514"), "{spec}: {db_err}");
-        assert_eq!(db_err.constraint(), Some(rule), "{spec}: {db_err}");
-        assert!(
-            db_err.message().contains(says),
-            "the message of {rule} says {says:?}: {}",
-            db_err.message()
-        );
-        assert_eq!(
-            counts(&db.pool).await,
-            (0, 0, 0),
-            "a rejected workflow ({rule}) inserts no task, workflow or edge"
-        );
+        assert_refused(&db.pool, &spec, rule, says).await;
     }
+}
+
+/// Asserts that `sked.workflow_submit` refuses `spec` with check_violation naming `rule`, a
+/// message that contains `says`, and nothing inserted.
+async fn assert_refused(pool: &PgPool, spec: &Value, rule: &str, says: &str) {
+    let err = sqlx::query_scalar::<_, Uuid>("select sked.workflow_submit($1, 'alice')")
+        .bind(spec)
+        .fetch_one(pool)
+        .await
+        .expect_err("a bad workflow is rejected");
+    let db_err = err.as_database_error().expect("a database error");
+    assert_eq!(db_err.code().as_deref(), Some("23514"), "{spec}: {db_err}");
+    assert_eq!(db_err.constraint(), Some(rule), "{spec}: {db_err}");
+    assert!(
+        db_err.message().contains(says),
+        "the message of {rule} says {says:?}: {}",
+        db_err.message()
+    );
+    assert_eq!(
+        counts(pool).await,
+        (0, 0, 0),
+        "a rejected workflow ({rule}) inserts no task, workflow or edge"
+    );
 }
 
 #[tokio::test]
@@ -1143,15 +1149,7 @@ async fn bad_branches_are_rejected_with_the_rule_and_nothing_is_inserted() {
         ),
     ];
     for (spec, rule, says) in cases {
-        let e = sqlx::query("select sked.workflow_submit($1, 'alice')")
-            .bind(&spec)
-            .execute(&db.pool)
-            .await
-            .expect_err("refused");
-        let e = e.as_database_error().expect("a database error");
-        assert_eq!(e.constraint(), Some(rule), "{spec}");
-        assert!(e.message().contains(says), "{spec}: {}", e.message());
-        assert_eq!(counts(&db.pool).await, (0, 0, 0), "nothing inserted");
+        assert_refused(&db.pool, &spec, rule, says).await;
     }
 }
 
@@ -1328,15 +1326,7 @@ async fn bad_parameters_are_rejected_with_the_rule_and_nothing_is_inserted() {
         ),
     ];
     for (spec, rule, says) in cases {
-        let e = sqlx::query("select sked.workflow_submit($1, 'alice')")
-            .bind(&spec)
-            .execute(&db.pool)
-            .await
-            .expect_err("refused");
-        let e = e.as_database_error().expect("a database error");
-        assert_eq!(e.constraint(), Some(rule), "{}", e.message());
-        assert!(e.message().contains(says), "{}", e.message());
-        assert_eq!(counts(&db.pool).await, (0, 0, 0), "nothing inserted");
+        assert_refused(&db.pool, &spec, rule, says).await;
     }
     // Text that is no placeholder of a parameter stays as it is.
     let wf = submit(
