@@ -421,7 +421,8 @@ $$;
 create or replace function sked.params_apply(task jsonb, params jsonb) returns jsonb
 language sql immutable parallel safe as $$
   select task
-    || case when jsonb_typeof(task -> 'command') = 'array' then jsonb_build_object('command',
+    || case when jsonb_typeof(task -> 'command') = 'array' and jsonb_array_length(task -> 'command') > 0
+            then jsonb_build_object('command',
          (select jsonb_agg(case when jsonb_typeof(e) = 'string'
                                 then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
                            order by i)

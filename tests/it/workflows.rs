@@ -1324,6 +1324,12 @@ async fn bad_parameters_are_rejected_with_the_rule_and_nothing_is_inserted() {
             "workflows_params_must_be_at_most_64_kib",
             "at most 65536",
         ),
+        // Filling placeholders keeps a task's own faults for its rules to refuse.
+        (
+            json!({"params": {"x": 1}, "tasks": [{"name": "a", "command": []}]}),
+            "tasks_command_must_not_be_empty",
+            "",
+        ),
     ];
     for (spec, rule, says) in cases {
         assert_refused(&db.pool, &spec, rule, says).await;

@@ -77,7 +77,7 @@ impl<'de> Deserialize<'de> for WorkflowTask {
             ),
         };
         let branch = match map.remove("branch") {
-            None | Some(serde_json::Value::Null) => false,
+            None => false,
             Some(serde_json::Value::Bool(branch)) => branch,
             Some(_) => {
                 return Err(D::Error::custom(format!(
