@@ -298,8 +298,10 @@ begin
   )
   select array_agg(c.id order by c.id) into ids from closure c;
 
+  -- By primary key, from the array of parents: a semi-join was planned (generic plan) as a
+  -- walk of every task probing its edges, 4 ms a retry with 3,000 tasks in the table.
   perform 1 from sked.tasks p
-   where p.id in (select e.depends_on from sked.task_edges e where e.task_id = any(ids))
+   where p.id = any (array(select e.depends_on from sked.task_edges e where e.task_id = any(ids)))
    order by p.id
    for share;
 
@@ -322,7 +324,10 @@ begin
            coalesce(bool_or(p.state in ('failed', 'cancelled', 'upstream_failed')
                             and not p.id = any(ids)), false) as failed,
            coalesce(bool_or(p.state = 'skipped' and not p.id = any(ids)), false) as skipped,
-           min(p.name) filter (where p.branch and p.state = 'succeeded' and not p.id = any(ids)
+           -- `is true`: a task without parents has no p, and a null would not stop the AND
+           -- before it asks sked.branch_chose.
+           min(p.name) filter (where p.branch is true and p.state = 'succeeded'
+                                 and not p.id = any(ids)
                                  and not sked.branch_chose(p.id, r.id)) as unchosen_by
       from unnest(ids) as r(id)
       left join sked.task_edges e on e.task_id = r.id
