@@ -315,6 +315,13 @@ fn task_rules(schemas: &mut serde_json::Value) {
              "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
         ],
     });
+    // A workflow's parameters: names that are identifiers
+    // (`workflows_param_names_must_be_identifiers`), values stored as jsonb.
+    schemas["SubmitWorkflow"]["properties"]["params"] = json!({"oneOf": [
+        {"type": "null"},
+        {"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+         "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+    ]});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
         // Any JSON value, null (no input) included: not a `oneOf` with null, which null
