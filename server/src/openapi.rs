@@ -909,7 +909,10 @@ mod tests {
             schemas["WorkflowTask"]["properties"]["kind"]["oneOf"][1]["enum"],
             json!(["command", "noop", "sleep"])
         );
-        assert_eq!(fields("WorkflowTemplate"), ["name", "notify", "tasks"]);
+        assert_eq!(
+            fields("WorkflowTemplate"),
+            ["name", "notify", "params", "tasks"]
+        );
         assert_eq!(
             schemas["SubmitTask"]["properties"]["kind"]["oneOf"][1]["enum"],
             json!(["command", "noop", "sleep", "service"]),
