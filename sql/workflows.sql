@@ -421,25 +421,24 @@ language sql volatile as $$
   select w.params from sked.workflows w where w.id = p_id
 $$;
 
+-- The JSON array `arr` with the placeholders of its strings filled from `params`.
+create or replace function sked.params_fill_array(arr jsonb, params jsonb) returns jsonb
+language sql immutable parallel safe as $$
+  select jsonb_agg(case when jsonb_typeof(e) = 'string'
+                        then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
+                   order by i)
+    from jsonb_array_elements(arr) with ordinality as a(e, i)
+$$;
+
 -- The task `task` (a JSON object of a workflow's spec) with its command's and arguments'
--- placeholders filled from `params`.
+-- placeholders filled from `params`. An empty or missing array is left as it is, for the
+-- task's own rules.
 create or replace function sked.params_apply(task jsonb, params jsonb) returns jsonb
 language sql immutable parallel safe as $$
-  select task
-    || case when jsonb_typeof(task -> 'command') = 'array' and jsonb_array_length(task -> 'command') > 0
-            then jsonb_build_object('command',
-         (select jsonb_agg(case when jsonb_typeof(e) = 'string'
-                                then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
-                           order by i)
-            from jsonb_array_elements(task -> 'command') with ordinality as c(e, i)))
-       else '{}' end
-    || case when jsonb_typeof(task -> 'args') = 'array' and jsonb_array_length(task -> 'args') > 0
-            then jsonb_build_object('args',
-         (select jsonb_agg(case when jsonb_typeof(e) = 'string'
-                                then to_jsonb(sked.params_fill(e #>> '{}', params)) else e end
-                           order by i)
-            from jsonb_array_elements(task -> 'args') with ordinality as a(e, i)))
-       else '{}' end
+  select task || coalesce((
+    select jsonb_object_agg(k, sked.params_fill_array(task -> k, params))
+      from unnest(array['command', 'args']) as k
+     where jsonb_typeof(task -> k) = 'array' and jsonb_array_length(task -> k) > 0), '{}')
 $$;
 
 -- Submit a workflow: tasks and the edges between them, in one call, all or nothing. `spec`

@@ -62,20 +62,35 @@ async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
 
 /// Finishes the running attempt of the named task with `outcome` at `now`.
 async fn finish(pool: &PgPool, workflow: Uuid, name: &str, outcome: &str, now: DateTime<Utc>) {
+    finish_as(pool, workflow, name, outcome, None, now).await;
+}
+
+/// Finishes the running attempt of the named task with `outcome` and `output` at `now`;
+/// returns the state it ended in.
+async fn finish_as(
+    pool: &PgPool,
+    workflow: Uuid,
+    name: &str,
+    outcome: &str,
+    output: Option<Value>,
+    now: DateTime<Utc>,
+) -> String {
     let changed: Vec<(Uuid, String)> = sqlx::query_as(
         "select f.* from sked.tasks t,
                 sked.tasks_finish(array[t.id], array[t.attempt], array[$3], array[0], array[null],
-                                  array[null], array[null], array[null], array[null]::jsonb[], $4) f
+                                  array[null], array[null], array[null], array[$4::jsonb], $5) f
           where t.workflow_id = $1 and t.name = $2",
     )
     .bind(workflow)
     .bind(name)
     .bind(outcome)
+    .bind(output)
     .bind(now)
     .fetch_all(pool)
     .await
     .unwrap();
     assert_eq!(changed.len(), 1, "task {name} was running and is finished");
+    changed.into_iter().next().unwrap().1
 }
 
 fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -967,22 +982,7 @@ async fn finish_with_output(
     output: Value,
     now: DateTime<Utc>,
 ) -> String {
-    let changed: Vec<(Uuid, String)> = sqlx::query_as(
-        "select f.* from sked.tasks t,
-                sked.tasks_finish(array[t.id], array[t.attempt], array['succeeded'], array[0],
-                                  array[null], array[null], array[null], array[null],
-                                  array[$3::jsonb], $4) f
-          where t.workflow_id = $1 and t.name = $2",
-    )
-    .bind(workflow)
-    .bind(name)
-    .bind(output)
-    .bind(now)
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    assert_eq!(changed.len(), 1, "task {name} was running and is finished");
-    changed.into_iter().next().unwrap().1
+    finish_as(pool, workflow, name, "succeeded", Some(output), now).await
 }
 
 /// A task's error by name.
