@@ -8,7 +8,7 @@
 --   t  tasks inserted, or whose state or cancel request changed
 --   l  tasks with new log chunks
 --   f  workflows inserted or whose state changed
---   s  schedules inserted or changed, or fired (a schedule run)
+--   s  schedules inserted or changed, or fired (a schedule run), and their backfills
 --   w  a worker registered, began stopping, or deregistered (no ids)
 --
 -- A statement that changed more rows than sked.events_ids_max(), or deleted rows (which cannot
@@ -193,8 +193,9 @@ $$;
 -- deleted task cannot be looked up any more, so its id would tell a listener nothing it can
 -- act on: deletions (retention) and TRUNCATE ask for a refetch.
 -- Task logs: the tasks that got chunks. Workflows: submitted, their state changed, deleted.
--- Schedules and their runs: every change of a schedule shows (its next tick, paused, its
--- latest occurrence), so every inserted or updated row is named.
+-- Schedules, their runs and their backfills: every change of a schedule shows (its next tick,
+-- paused, its latest occurrence; a backfill's progress), so every inserted or updated row is
+-- named.
 -- Workers: registering and deregistering, and a worker that begins stopping (or registers
 -- again) changes stopping_at. Heartbeats (which update heartbeat_at) record nothing, and
 -- neither does the rescue's clean-up of long-dead workers when it deletes none.
@@ -216,6 +217,8 @@ begin
       ('schedules', 'update', 's', 'id'),
       ('schedules', 'delete', 's', null),
       ('schedule_runs', 'insert', 's', 'schedule_id'),
+      ('schedule_backfills', 'insert', 's', 'schedule_id'),
+      ('schedule_backfills', 'update', 's', 'schedule_id'),
       ('workers', 'insert', 'w', null),
       ('workers', 'delete', 'w', null),
       ('workers', 'update of stopping_at', 'w', null)

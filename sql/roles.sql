@@ -135,7 +135,7 @@ declare
   server_calls text[] := array[
     'task_cancel', 'task_retry', 'workflow_cancel', 'workflow_retry',
     'schedule_create', 'schedule_pause', 'schedule_resume', 'schedule_run_now',
-    'schedule_runs_prune', 'schedules_fire', 'schedules_next_due', 'cron_next_times',
+    'schedule_backfill', 'schedule_backfill_cancel', 'schedule_runs_prune', 'schedules_fire', 'schedules_next_due', 'cron_next_times',
     'queue_pause', 'queue_resume', 'queue_set_limits', 'task_waiting_reasons',
     'service_update', 'overview_since', 'queues_unfinished', 'tasks_finished_by_minute',
     'tasks_summary', 'events_listen', 'events_unlisten', 'events_read', 'events_prune',
@@ -239,8 +239,8 @@ begin
   -- server takes from it through sked.owner_quota_take, which runs as the owner.
   grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
                   sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
-                  sked.schedule_runs, sked.schedule_ticks, sked.queues, sked.retention_settings,
-                  sked.service_exits, sked.event_changes,
+                  sked.schedule_runs, sked.schedule_backfills, sked.schedule_ticks, sked.queues,
+                  sked.retention_settings, sked.service_exits, sked.event_changes,
                   sked.event_outbox, sked.task_attempt_history, sked.queue_counts,
                   sked.worker_status
      to sked_server;

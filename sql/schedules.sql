@@ -762,7 +762,8 @@ end
 $$;
 
 -- Seconds until the next tick of an active schedule is due (zero or negative when one is
--- due, null when there is none); one second while an occurrence is queued behind a running one.
+-- due, null when there is none); one second while an occurrence is queued behind a running one
+-- or a backfill runs.
 create or replace function sked.schedules_next_due(p_now timestamptz default now())
 returns double precision
 language sql stable as $$
@@ -770,7 +771,8 @@ language sql stable as $$
     (select extract(epoch from min(next_run_at) - p_now)::double precision
        from sked.schedules where paused_at is null),
     (select 1.0::double precision from sked.schedules
-      where queued_fire_at is not null and paused_at is null limit 1))
+      where queued_fire_at is not null and paused_at is null limit 1),
+    (select 1.0::double precision from sked.schedule_backfills where state = 'running' limit 1))
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -820,7 +822,8 @@ $$;
 --   queue_one a `queued` row; it fires when the previous occurrence finishes (one at most;
 --             further ticks are skipped meanwhile)
 --   replace   cancel the previous occurrence, then run
--- Returns the number of schedules handled.
+-- Running backfills go a step first (sked.schedule_backfills_step).
+-- Returns the number of schedules handled and backfills stepped.
 drop function if exists sked.schedules_fire(timestamptz, interval, integer);
 create or replace function sked.schedules_fire(
   p_horizon interval default '0', p_limit integer default 1000, p_now timestamptz default now())
@@ -885,6 +888,8 @@ declare
   m_owners text[];
   m_rules jsonb[];
   m_events jsonb[];
+  -- The running backfills go a step first (sked.schedule_backfills_step).
+  stepped integer := sked.schedule_backfills_step(p_limit, p_now);
 begin
   for r in
     select s.*, coalesce(sked.state_is_unfinished(pt.state), false) as task_busy
@@ -953,7 +958,7 @@ begin
                              format('%s%s ticks missed from %s (misfire policy %s)',
                                     case when missed >= 10000 then 'at least ' else '' end,
                                     missed, missed_from, r.misfire_policy),
-                             p_now)::sked.schedule_runs;
+                             p_now, null)::sked.schedule_runs;
         else
           late_detail := format('late (misfire policy %s)', r.misfire_policy);
         end if;
@@ -967,18 +972,18 @@ begin
         runs[n_run] := row(null, r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'the previous occurrence was unfinished (overlap policy skip)'),
-                           p_now)::sked.schedule_runs;
+                           p_now, null)::sked.schedule_runs;
       elsif busy and r.overlap_policy = 'queue_one' and queued is null then
         queued := tick;
         runs[n_run] := row(null, r.id, tick, 'queued', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'waiting for the previous occurrence to finish (overlap policy queue_one)'),
-                           p_now)::sked.schedule_runs;
+                           p_now, null)::sked.schedule_runs;
       elsif busy and r.overlap_policy = 'queue_one' then
         runs[n_run] := row(null, r.id, tick, 'skipped', null, null, coalesce(late_missed, 0),
                            concat_ws('; ', detail,
                                      'an occurrence was already queued (overlap policy queue_one)'),
-                           p_now)::sked.schedule_runs;
+                           p_now, null)::sked.schedule_runs;
       else
         if busy and r.overlap_policy = 'replace' then
           if prev_task is not null then
@@ -1005,7 +1010,7 @@ begin
           last_wf_run := n_run;
         end if;
         runs[n_run] := row(null, r.id, tick, 'fired', null, null, coalesce(late_missed, 0), detail,
-                           p_now)::sked.schedule_runs;
+                           p_now, null)::sked.schedule_runs;
         last_fire := tick;
         busy := true;
       end if;
@@ -1019,7 +1024,7 @@ begin
       runs[n_run] := row(null, r.id, coalesce(last_fire, r.next_run_at) + interval '1 microsecond',
                          'missed', null, null, 0,
                          'the expression has no tick within eight years: the schedule was paused',
-                         p_now)::sked.schedule_runs;
+                         p_now, null)::sked.schedule_runs;
     end if;
     upd_id[handled] := r.id;
     upd_next[handled] := coalesce(nxt, r.next_run_at);
@@ -1032,7 +1037,7 @@ begin
   end loop;
 
   if handled = 0 then
-    return 0;
+    return stepped;
   end if;
 
   -- The claim: every run in one statement. A tick recorded already is not claimed again,
@@ -1053,7 +1058,7 @@ begin
     into claimed, claimed_row
     from unnest(runs) with ordinality
          as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
-              recorded_at, i)
+              recorded_at, backfill_id, i)
     join inserted n on n.schedule_id = u.schedule_id and n.fire_at = u.fire_at;
 
   -- The claimed ticks count in sked.schedule_ticks (/metrics): a fired or skipped run is one
@@ -1064,7 +1069,7 @@ begin
     from (select x.outcome, sum(x.n) as n
             from unnest(runs) with ordinality
                  as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks,
-                      detail, recorded_at, i)
+                      detail, recorded_at, backfill_id, i)
             join unnest(claimed) as k(i) on k.i = u.i
             cross join lateral (values
                    (u.outcome, case when u.outcome = 'missed' then 0 else 1 end),
@@ -1081,7 +1086,7 @@ begin
     into m_owners, m_rules, m_events
     from unnest(runs) with ordinality
          as u(id, schedule_id, fire_at, outcome, task_id, workflow_id, missed_ticks, detail,
-              recorded_at, i)
+              recorded_at, backfill_id, i)
     join unnest(claimed) as k(i) on k.i = u.i
     join sked.schedules sc on sc.id = u.schedule_id
    where u.missed_ticks > 0 and jsonb_typeof(sc.notify -> 'on_missed') = 'array';
@@ -1138,7 +1143,7 @@ begin
                 upd_queued, upd_paused)
          as u(id, nxt, last_fire, last_tick, occ, wf_run, queued, paused)
    where s.id = u.id;
-  return handled;
+  return handled + stepped;
 end
 $$;
 
@@ -1177,7 +1182,249 @@ begin
 end
 $$;
 
--- Keep at most history_limit runs per schedule (the newest). Returns the rows deleted.
+-- ---------------------------------------------------------------------------------------------
+-- Backfills (docs/schedules.md, "Backfill")
+-- ---------------------------------------------------------------------------------------------
+
+-- Raises check_violation for a broken backfill rule, naming it as the constraint.
+create or replace function sked.backfill_rule_raise(rule text, says text) returns void
+language plpgsql as $$
+begin
+  raise exception 'sked.schedule_backfills: %', says
+    using errcode = 'check_violation', constraint = rule, table = 'schedule_backfills',
+          schema = 'sked';
+end
+$$;
+
+-- The ticks of schedule `s` from p_from to p_to, both included, in order; at most p_max + 1
+-- of them (one more than the caller takes tells it there are more).
+create or replace function sked.schedule_ticks_between(
+  s sked.schedules, p_from timestamptz, p_to timestamptz, p_max integer)
+returns timestamptz[]
+language plpgsql stable as $$
+declare
+  ticks timestamptz[] := '{}';
+  t timestamptz := sked.cron_next(s.spec, s.time_zone, p_from - interval '1 microsecond');
+begin
+  while t is not null and t <= p_to and cardinality(ticks) <= p_max loop
+    ticks := ticks || t;
+    t := sked.cron_next(s.spec, s.time_zone, t);
+  end loop;
+  return ticks;
+end
+$$;
+
+-- Starts a backfill of schedule p_schedule: an occurrence for every tick from p_from to p_to
+-- (both included; p_to not after p_now), at most p_max_active running at once, the oldest
+-- tick first or, with p_newest_first, the newest. The firing duty starts them
+-- (sked.schedule_backfills_step). A tick that has a run already (fired or queued by the
+-- schedule, or by another backfill) is not fired again; one the schedule missed or skipped
+-- is. Returns the backfill's id; null when there is no such schedule.
+create or replace function sked.schedule_backfill(
+  p_schedule uuid, p_from timestamptz, p_to timestamptz, p_max_active integer default 1,
+  p_newest_first boolean default false, p_now timestamptz default now())
+returns uuid
+language plpgsql as $$
+declare
+  s sked.schedules;
+  ticks timestamptz[];
+  id_ uuid;
+begin
+  select * into s from sked.schedules where id = p_schedule;
+  if not found then
+    return null;
+  end if;
+  if p_from is null or p_to is null then
+    perform sked.backfill_rule_raise('schedule_backfills_range_must_be_given',
+      format('backfill of schedule %L: give the first and the last moment of the range (from, to)',
+             s.name));
+  elsif p_from > p_to then
+    perform sked.backfill_rule_raise('schedule_backfills_from_must_not_be_after_to',
+      format('backfill of schedule %L: from (%s) is after to (%s)', s.name, p_from, p_to));
+  elsif p_to > p_now then
+    perform sked.backfill_rule_raise('schedule_backfills_must_end_in_the_past',
+      format('backfill of schedule %L: to (%s) is in the future; the schedule fires its ticks from now on itself',
+             s.name, p_to));
+  elsif p_max_active is null or p_max_active not between 1 and 1000 then
+    perform sked.backfill_rule_raise('schedule_backfills_max_active_must_be_1_to_1000',
+      format('backfill of schedule %L: max_active must be 1 to 1000, not %s', s.name,
+             coalesce(p_max_active::text, 'null')));
+  end if;
+  ticks := sked.schedule_ticks_between(s, p_from, p_to, 10000);
+  if cardinality(ticks) = 0 then
+    perform sked.backfill_rule_raise('schedule_backfills_must_cover_a_tick',
+      format('backfill of schedule %L: %L in %s has no tick from %s to %s', s.name, s.cron,
+             s.time_zone, p_from, p_to));
+  elsif cardinality(ticks) > 10000 then
+    perform sked.backfill_rule_raise('schedule_backfills_ticks_must_be_1_to_10000',
+      format('backfill of schedule %L: the range from %s to %s holds more than 10000 ticks; backfill it in parts',
+             s.name, p_from, p_to));
+  end if;
+  if coalesce(p_newest_first, false) then
+    ticks := array(select t from unnest(ticks) t order by t desc);
+  end if;
+  insert into sked.schedule_backfills (schedule_id, from_at, to_at, newest_first, max_active,
+                                       ticks, created_at)
+  values (p_schedule, p_from, p_to, coalesce(p_newest_first, false), p_max_active, ticks, p_now)
+  returning id into id_;
+  -- The firing duty starts the first ticks at once.
+  perform pg_notify('sked_schedules', '');
+  return id_;
+end
+$$;
+
+-- Stops a running backfill: it starts no more ticks (the occurrences it started run on).
+-- False when there is no such backfill or it is not running.
+create or replace function sked.schedule_backfill_cancel(p_id uuid, p_now timestamptz default now())
+returns boolean
+language plpgsql as $$
+begin
+  update sked.schedule_backfills
+     set state = 'cancelled', finished_at = p_now
+   where id = p_id and state = 'running';
+  return found;
+end
+$$;
+
+-- Steps the running backfills, at most p_limit of them, each in a subtransaction of its own:
+-- it counts the occurrences it started that have ended since, then claims its next ticks
+-- while fewer than max_active occurrences run, and submits an occurrence for each tick it
+-- claimed, as the schedule's own firing does (its template now, the tick's parameters,
+-- run at p_now; the overlap and misfire policies and the jitter are the schedule's, not a
+-- backfill's). A tick's claim is its run: inserted with the backfill's id, or a `missed` or
+-- `skipped` run of the tick turned `fired`; a tick with any other run is counted `already`.
+-- A backfill whose occurrence cannot be submitted fails with the reason, and the others go
+-- on. Called by sked.schedules_fire. Returns the backfills that claimed a tick or ended.
+create or replace function sked.schedule_backfills_step(
+  p_limit integer default 100, p_now timestamptz default now())
+returns integer
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
+as $$
+declare
+  b record;
+  stepped integer := 0;
+  still uuid[];
+  ended_ok integer;
+  ended_bad integer;
+  free integer;
+  pos integer;
+  take timestamptz[];
+  claimed timestamptz[];
+  n_already integer;
+  occ uuid[];
+  t timestamptz;
+  done_ boolean;
+begin
+  for b in
+    select f.id, f.schedule_id, f.ticks, f.next_tick, f.active, f.max_active, f.failed,
+           s.owner, s.task, s.workflow, s.time_zone, s.name
+      from sked.schedule_backfills f
+      join sked.schedules s on s.id = f.schedule_id
+     where f.state = 'running'
+     order by f.created_at
+     limit p_limit
+     for update of f skip locked
+  loop
+    t := null;
+    claimed := '{}';
+    begin
+      -- The occurrences that ended since the last step (one deleted meanwhile counts as
+      -- neither).
+      select coalesce(array_agg(a.id) filter (where sked.state_is_unfinished(x.st)), '{}'),
+             count(*) filter (where x.st = 'succeeded'),
+             count(*) filter (where x.st is not null and not sked.state_is_unfinished(x.st)
+                                and x.st <> 'succeeded')
+        into still, ended_ok, ended_bad
+        from unnest(b.active) as a(id)
+        cross join lateral (
+          select coalesce((select t.state from sked.tasks t where t.id = a.id),
+                          (select w.state from sked.workflows w where w.id = a.id)) as st) x;
+
+      -- Claim ticks for the free slots; a tick recorded already takes none.
+      free := b.max_active - cardinality(still);
+      pos := b.next_tick;
+      claimed := '{}';
+      n_already := 0;
+      while cardinality(claimed) < free and pos <= cardinality(b.ticks) loop
+        take := b.ticks[pos : pos + (free - cardinality(claimed)) - 1];
+        pos := pos + cardinality(take);
+        with claim as (
+          insert into sked.schedule_runs as sr (schedule_id, fire_at, outcome, missed_ticks,
+                                                detail, recorded_at, backfill_id)
+          select b.schedule_id, k.t, 'fired', 0, 'backfill', p_now, b.id
+            from unnest(take) as k(t)
+          on conflict (schedule_id, fire_at) where outcome <> 'manual' do update
+             set outcome = 'fired', task_id = null, workflow_id = null, missed_ticks = 0,
+                 detail = 'backfill; before: ' || sr.outcome
+                          || coalesce(' (' || sr.detail || ')', ''),
+                 recorded_at = excluded.recorded_at, backfill_id = excluded.backfill_id
+           where sr.outcome in ('missed', 'skipped')
+          returning sr.fire_at
+        )
+        select claimed || coalesce(array_agg(k.t order by k.i) filter (where c.fire_at is not null), '{}'),
+               n_already + cardinality(take) - count(c.fire_at)::integer
+          into claimed, n_already
+          from unnest(take) with ordinality as k(t, i)
+          left join claim c on c.fire_at = k.t;
+      end loop;
+
+      -- An occurrence per claimed tick, in the order of the ticks.
+      occ := '{}';
+      if cardinality(claimed) > 0 then
+        if b.task is not null then
+          select coalesce(array_agg(x.id), '{}') into occ
+            from sked.tasks_submit(
+                   (select jsonb_agg(sked.schedule_task_at(b.task, c.t, b.time_zone)
+                                     || jsonb_build_object('owner', b.owner, 'run_at', p_now)
+                                     order by c.i)
+                      from unnest(claimed) with ordinality as c(t, i))) x;
+        else
+          foreach t in array claimed loop
+            occ := occ || sked.workflow_submit(sked.schedule_workflow_at(b.workflow, t, b.time_zone),
+                                               b.owner, p_now);
+          end loop;
+        end if;
+        update sked.schedule_runs sr
+           set task_id = case when b.task is not null then c.id end,
+               workflow_id = case when b.task is null then c.id end
+          from unnest(claimed, occ) as c(t, id)
+         where sr.schedule_id = b.schedule_id and sr.fire_at = c.t and sr.outcome <> 'manual';
+      end if;
+
+      done_ := pos > cardinality(b.ticks) and cardinality(still) + cardinality(occ) = 0;
+      update sked.schedule_backfills f
+         set next_tick = pos,
+             active = still || occ,
+             fired = f.fired + cardinality(claimed),
+             already = f.already + n_already,
+             succeeded = f.succeeded + ended_ok,
+             failed = f.failed + ended_bad,
+             state = case when not done_ then 'running'
+                          when f.failed + ended_bad > 0 then 'failed'
+                          else 'succeeded' end,
+             finished_at = case when done_ then p_now end
+       where f.id = b.id and f.state = 'running';
+      if done_ or cardinality(claimed) > 0 or n_already > 0 or ended_ok + ended_bad > 0 then
+        stepped := stepped + 1;
+      end if;
+    exception when others then
+      -- This backfill's step is undone; it fails with the reason and the others go on.
+      update sked.schedule_backfills f
+         set state = 'failed', finished_at = p_now,
+             error = format('the occurrence of the tick at %s could not be submitted: %s',
+                            coalesce(t, claimed[1]), sqlerrm)
+       where f.id = b.id and f.state = 'running';
+      stepped := stepped + 1;
+    end;
+  end loop;
+  return stepped;
+end
+$$;
+
+-- Keep at most history_limit runs per schedule (the newest). The runs of a backfill are kept
+-- as long as the backfill, and do not count. Returns the rows deleted.
 create or replace function sked.schedule_runs_prune(p_limit integer default 10000)
 returns integer
 language plpgsql as $$
@@ -1189,6 +1436,7 @@ begin
            row_number() over (partition by r.schedule_id order by r.fire_at desc, r.id desc) as n,
            s.history_limit
       from sked.schedule_runs r join sked.schedules s on s.id = r.schedule_id
+     where r.backfill_id is null
   ), doomed as (
     select id from ranked where n > history_limit limit p_limit
   )

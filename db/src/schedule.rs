@@ -3,7 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sked_types::{CreateSchedule, Schedule, ScheduleRun, UpdateSchedule};
+use sked_types::{
+    Backfill, BackfillOrder, CreateSchedule, Schedule, ScheduleRun, StartBackfill, UpdateSchedule,
+};
 use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
 use sqlx::{PgExecutor, PgPool, Row};
@@ -180,6 +182,7 @@ fn run_of(row: &PgRow) -> sqlx::Result<ScheduleRun> {
         missed_ticks: row.try_get("missed_ticks")?,
         detail: row.try_get("detail")?,
         recorded_at: row.try_get("recorded_at")?,
+        backfill_id: row.try_get("backfill_id")?,
     })
 }
 
@@ -366,4 +369,98 @@ pub async fn update(pool: &PgPool, id: Uuid, u: &UpdateSchedule) -> Result<Optio
     .fetch_optional(crate::on(pool))
     .await?;
     one_with_last_tick(pool, row).await
+}
+
+/// A query of backfills: their columns as [`backfill_of`] reads them, then `$rest`.
+macro_rules! select_backfills {
+    ($rest:literal) => {
+        concat!(
+            "select id, schedule_id, from_at, to_at, newest_first, max_active, state,
+                    cardinality(ticks) as ticks, fired, already, cardinality(active) as active,
+                    succeeded, failed, ticks[next_tick] as next_at, error, created_at,
+                    finished_at
+               from sked.schedule_backfills ",
+            $rest
+        )
+    };
+}
+
+/// Reads a row of `sked.schedule_backfills` selected with `select_backfills!`.
+fn backfill_of(row: &PgRow) -> sqlx::Result<Backfill> {
+    Ok(Backfill {
+        id: row.try_get("id")?,
+        schedule_id: row.try_get("schedule_id")?,
+        from: row.try_get("from_at")?,
+        to: row.try_get("to_at")?,
+        order: if row.try_get("newest_first")? {
+            BackfillOrder::NewestFirst
+        } else {
+            BackfillOrder::OldestFirst
+        },
+        max_active: row.try_get("max_active")?,
+        state: row.try_get("state")?,
+        ticks: row.try_get("ticks")?,
+        fired: row.try_get("fired")?,
+        already: row.try_get("already")?,
+        active: row.try_get("active")?,
+        succeeded: row.try_get("succeeded")?,
+        failed: row.try_get("failed")?,
+        // A backfill that stopped fires nothing more.
+        next_tick: match row.try_get::<String, _>("state")?.as_str() {
+            "running" => row.try_get("next_at")?,
+            _ => None,
+        },
+        error: row.try_get("error")?,
+        created_at: row.try_get("created_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+/// Starts a backfill of schedule `id` (`sked.schedule_backfill`); `None` when there is no
+/// such schedule. A range the rules refuse is an error naming the rule.
+pub async fn backfill(pool: &PgPool, id: Uuid, b: &StartBackfill) -> Result<Option<Backfill>> {
+    let backfill: Option<Uuid> =
+        sqlx::query_scalar("select sked.schedule_backfill($1, $2, $3, $4, $5)")
+            .bind(id)
+            .bind(b.from)
+            .bind(b.to)
+            .bind(b.max_active.unwrap_or(1))
+            .bind(b.order == Some(BackfillOrder::NewestFirst))
+            .fetch_one(crate::on(pool))
+            .await?;
+    match backfill {
+        Some(backfill) => get_backfill(pool, backfill).await,
+        None => Ok(None),
+    }
+}
+
+/// One backfill, if it exists.
+pub async fn get_backfill(pool: &PgPool, id: Uuid) -> Result<Option<Backfill>> {
+    let row = sqlx::query(select_backfills!("where id = $1"))
+        .bind(id)
+        .fetch_optional(crate::on(pool))
+        .await?;
+    Ok(row.as_ref().map(backfill_of).transpose()?)
+}
+
+/// The latest `limit` backfills of schedule `id`, newest first.
+pub async fn backfills(pool: &PgPool, id: Uuid, limit: i64) -> Result<Vec<Backfill>> {
+    let rows = sqlx::query(select_backfills!(
+        "where schedule_id = $1 order by created_at desc, id desc limit $2"
+    ))
+    .bind(id)
+    .bind(limit)
+    .fetch_all(crate::on(pool))
+    .await?;
+    Ok(rows.iter().map(backfill_of).collect::<sqlx::Result<_>>()?)
+}
+
+/// Stops a running backfill (`sked.schedule_backfill_cancel`): false when it is not running.
+pub async fn cancel_backfill(pool: &PgPool, id: Uuid) -> Result<bool> {
+    Ok(
+        sqlx::query_scalar("select sked.schedule_backfill_cancel($1)")
+            .bind(id)
+            .fetch_one(crate::on(pool))
+            .await?,
+    )
 }

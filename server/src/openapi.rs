@@ -31,8 +31,9 @@ mod shared;
 
 use shared::error_response;
 pub(crate) use shared::{
-    AdminOnly, NoSuchSchedule, NoSuchService, NoSuchTask, NoSuchWorkflow, OwnerForbidden,
-    QueueNamed, QueueRefusals, QuotaExceeded, ScheduleId, ServiceId, TaskId, WorkflowId,
+    AdminOnly, BackfillId, NoSuchBackfill, NoSuchSchedule, NoSuchService, NoSuchTask,
+    NoSuchWorkflow, OwnerForbidden, QueueNamed, QueueRefusals, QuotaExceeded, ScheduleId,
+    ServiceId, TaskId, WorkflowId,
 };
 
 #[derive(OpenApi)]
@@ -54,7 +55,7 @@ pub(crate) use shared::{
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
         (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
-        (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, delete; preview an expression"),
+        (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, backfill, delete; preview an expression"),
         (name = "services", description = "Long-running services: list, read with their copies, change (rolling update, scaling); stop by cancelling the task"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
         (name = "queues", description = "Pause, resume, limit queues and set their retention (admin tokens); the cluster's retention"),
@@ -92,6 +93,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::run))
+        .routes(routes!(schedules::backfills, schedules::start_backfill))
+        .routes(routes!(schedules::backfill))
+        .routes(routes!(schedules::cancel_backfill))
         .routes(routes!(schedules::preview))
         .routes(routes!(services::list))
         .routes(routes!(services::detail, services::update))

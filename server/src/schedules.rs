@@ -18,8 +18,9 @@ use serde::Deserialize;
 use sked_db::DbError;
 use sked_db::token::Principal;
 use sked_types::{
-    ApiError, CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage,
-    SubmitTask, SubmitWorkflow, UpdateSchedule, time_zones,
+    ApiError, Backfill, BackfillPage, CreateSchedule, CronPreview, RunNow, Schedule,
+    ScheduleDetail, SchedulePage, StartBackfill, SubmitTask, SubmitWorkflow, UpdateSchedule,
+    time_zones,
 };
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -27,7 +28,9 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::{Error, Result, describe_rule};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
-use crate::openapi::{NoSuchSchedule, OwnerForbidden, QuotaExceeded, ScheduleId};
+use crate::openapi::{
+    BackfillId, NoSuchBackfill, NoSuchSchedule, OwnerForbidden, QuotaExceeded, ScheduleId,
+};
 use crate::quotas::{rows_of_template, rows_of_workflow_template};
 use crate::shown::Shown;
 use crate::tasks::MAX_SECS;
@@ -36,6 +39,10 @@ use crate::tasks::MAX_SECS;
 pub const DETAIL_FIRE_TIMES: i32 = 5;
 /// Runs a schedule's detail shows, newest first.
 pub const DETAIL_RUNS: i64 = 50;
+/// Backfills a schedule's detail shows, newest first.
+pub const DETAIL_BACKFILLS: i64 = 10;
+/// Backfills `GET /api/v1/schedules/{id}/backfills` answers at most, newest first.
+pub const LISTED_BACKFILLS: i64 = 1000;
 /// Fire times a preview shows when `n` is absent, and its upper bound.
 pub const DEFAULT_PREVIEW: i32 = 5;
 pub const MAX_PREVIEW: i32 = 100;
@@ -223,7 +230,7 @@ async fn visible(state: &AppState, principal: &Principal, id: Uuid) -> Result<Sc
 /// `next_fire_times` holds the next 5 ticks from `next_run_at` on (empty while paused: a
 /// resumed schedule starts at its next tick after the resume). `runs` holds the latest 50
 /// ticks, newest first, with what happened to each (`fired`, `queued`, `skipped`, `missed`,
-/// `manual`) and why.
+/// `manual`) and why; `backfills` the latest 10 backfills, newest first.
 #[utoipa::path(
     get, path = "/api/v1/schedules/{id}", operation_id = "get_schedule", tag = "schedules",
     params(ScheduleId),
@@ -245,10 +252,12 @@ pub async fn detail(
         sked_db::schedule::upcoming(&state.pool, &schedule, DETAIL_FIRE_TIMES).await?
     };
     let runs = sked_db::schedule::runs(&state.pool, id, DETAIL_RUNS).await?;
+    let backfills = sked_db::schedule::backfills(&state.pool, id, DETAIL_BACKFILLS).await?;
     Ok(Shown(ScheduleDetail {
         schedule,
         next_fire_times,
         runs,
+        backfills,
     }))
 }
 
@@ -427,6 +436,124 @@ pub async fn delete(
         return Err(not_found());
     }
     Ok(Shown(schedule))
+}
+
+/// Start a backfill: run the schedule for every tick of a past range.
+///
+/// Every tick from `from` to `to` (both included, in the schedule's expression and time zone)
+/// gets an occurrence, at most `max_active` running at once, the oldest tick first or the
+/// newest; each is recorded as a run of its tick. A tick that has a run already (fired or
+/// queued by the schedule, or fired by another backfill) is not run again, so starting the
+/// same backfill twice runs nothing twice; a tick the schedule missed or skipped is run. The
+/// firing duty starts the ticks, whether or not the schedule is paused; its overlap and
+/// misfire policies and its jitter do not apply.
+#[utoipa::path(
+    post, path = "/api/v1/schedules/{id}/backfills", operation_id = "start_backfill", tag = "schedules",
+    params(ScheduleId),
+    request_body = StartBackfill,
+    responses(
+        (status = 201, description = "The backfill was started", body = Backfill),
+        NoSuchSchedule,
+        (status = 422, description = "`rejected`: the range breaks a rule (the message names it): `from` after `to`, `to` in the future, no tick in the range or more than 10,000, `max_active` not 1 to 1000", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn start_backfill(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+    Json(body): Json<StartBackfill>,
+) -> Result<(StatusCode, axum::Json<Backfill>)> {
+    visible(&state, &principal, id).await?;
+    let backfill = sked_db::schedule::backfill(&state.pool, id, &body)
+        .await
+        .map_err(|err| match err {
+            DbError::Rejected { message, .. } => Error::Rejected(
+                message
+                    .replacen("sked.schedule_backfills: ", "", 1)
+                    .to_owned(),
+            ),
+            other => other.into(),
+        })?
+        .ok_or_else(not_found)?;
+    Ok((StatusCode::CREATED, axum::Json(backfill)))
+}
+
+/// List a schedule's backfills, newest first (at most 1,000).
+#[utoipa::path(
+    get, path = "/api/v1/schedules/{id}/backfills", operation_id = "list_backfills", tag = "schedules",
+    params(ScheduleId),
+    responses(
+        (status = 200, description = "The schedule's backfills, newest first", body = BackfillPage),
+        NoSuchSchedule,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn backfills(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<BackfillPage>> {
+    visible(&state, &principal, id).await?;
+    let backfills = sked_db::schedule::backfills(&state.pool, id, LISTED_BACKFILLS).await?;
+    Ok(axum::Json(BackfillPage { backfills }))
+}
+
+/// The backfill `id` if it exists and the principal may see its schedule.
+async fn visible_backfill(state: &AppState, principal: &Principal, id: Uuid) -> Result<Backfill> {
+    let no_such = || Error::NotFound("no such backfill".to_owned());
+    let backfill = sked_db::schedule::get_backfill(&state.pool, id)
+        .await?
+        .ok_or_else(no_such)?;
+    visible(state, principal, backfill.schedule_id)
+        .await
+        .map_err(|_| no_such())?;
+    Ok(backfill)
+}
+
+/// Read a backfill and how far it got.
+#[utoipa::path(
+    get, path = "/api/v1/backfills/{id}", operation_id = "get_backfill", tag = "schedules",
+    params(BackfillId),
+    responses(
+        (status = 200, description = "The backfill", body = Backfill),
+        NoSuchBackfill,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn backfill(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Backfill>> {
+    Ok(axum::Json(visible_backfill(&state, &principal, id).await?))
+}
+
+/// Cancel a running backfill: it starts no more ticks. The occurrences it started run on
+/// (cancel them as tasks or workflows).
+#[utoipa::path(
+    post, path = "/api/v1/backfills/{id}/cancel", operation_id = "cancel_backfill", tag = "schedules",
+    params(BackfillId),
+    responses(
+        (status = 200, description = "The backfill after the cancel", body = Backfill),
+        NoSuchBackfill,
+        (status = 409, description = "`conflict`: the backfill is not running (it ended or was cancelled)", body = ApiError),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn cancel_backfill(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Backfill>> {
+    let before = visible_backfill(&state, &principal, id).await?;
+    if !sked_db::schedule::cancel_backfill(&state.pool, id).await? {
+        return Err(Error::Conflict(format!(
+            "the backfill is not running: it is {}",
+            before.state
+        )));
+    }
+    Ok(axum::Json(visible_backfill(&state, &principal, id).await?))
 }
 
 /// Parameters of `GET /api/v1/cron/preview`.

@@ -315,7 +315,7 @@ impl TaskFilterArgs {
 }
 
 /// A flag's time: RFC 3339, or a duration before now (`90m`, `2h`, `1d`).
-fn time_or_ago(
+pub fn time_or_ago(
     flag: &'static str,
 ) -> impl Fn(&str) -> Result<DateTime<Utc>, String> + Clone + Send + Sync + 'static {
     move |s: &str| {

@@ -1,4 +1,5 @@
-//! `sked schedule …` (create, list, show, pause, resume, run, delete) and `sked cron next`:
+//! `sked schedule …` (create, list, show, pause, resume, run, backfill, delete) and
+//! `sked cron next`:
 //! the cron-schedule commands, which talk to the REST API. Flags are validated here, before
 //! any request; a schedule is named by its id or by its name.
 
@@ -7,12 +8,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sked::client::{Client, ScheduleQuery};
 use sked_types::{
-    CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, SubmitTask, SubmitWorkflow, TaskKind,
+    Backfill, BackfillOrder, CreateSchedule, Schedule, ScheduleDetail, ScheduleRun, StartBackfill,
+    SubmitTask, SubmitWorkflow, TaskKind,
 };
 use uuid::Uuid;
 
 use super::args::{
     ApiArgs, OwnerListArgs, TaskFlags, one_of, parse_json, parse_secs, print_answer, read_text,
+    time_or_ago,
 };
 use super::format::{quote, time, truncate};
 use super::units::ResourceFlags;
@@ -31,6 +34,13 @@ pub enum ScheduleCommand {
     Resume(RefArgs),
     /// Run a schedule's task (or workflow) now, outside its ticks; prints the new id.
     Run(RefArgs),
+    /// Run a schedule for every tick of a past range (ticks that ran already are not run
+    /// again); prints the backfill's id, or follows it with --wait.
+    Backfill(BackfillArgs),
+    /// List a schedule's backfills, newest first.
+    Backfills(BackfillsArgs),
+    /// Cancel a running backfill: it starts no more ticks.
+    CancelBackfill(CancelBackfillArgs),
     /// Delete a schedule and its run history (occurrences it submitted stay).
     Delete(RefArgs),
 }
@@ -161,6 +171,49 @@ pub struct RefArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct BackfillArgs {
+    #[command(flatten)]
+    schedule: RefArgs,
+    /// The first moment of the range: RFC 3339 (2026-03-01T00:00:00Z) or a duration ago (7d).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--from"))]
+    from: chrono::DateTime<chrono::Utc>,
+    /// The last moment of the range (included), not in the future: RFC 3339 or a duration
+    /// ago (default: now).
+    #[arg(long, value_name = "TIME", value_parser = time_or_ago("--to"))]
+    to: Option<chrono::DateTime<chrono::Utc>>,
+    /// Occurrences running at once (default 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1000))]
+    max_active: Option<i32>,
+    /// Run the newest tick first (default: the oldest).
+    #[arg(long)]
+    newest_first: bool,
+    /// Follow the backfill until it ends, printing its progress; exit 1 unless it succeeded.
+    #[arg(long)]
+    wait: bool,
+    /// Print the backfill as JSON (when it started, or when it ended with --wait).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BackfillsArgs {
+    #[command(flatten)]
+    schedule: RefArgs,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CancelBackfillArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The backfill's id.
+    #[arg(value_name = "ID")]
+    id: Uuid,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct CronNextArgs {
     #[command(flatten)]
     api: ApiArgs,
@@ -210,6 +263,24 @@ pub async fn schedule(cmd: ScheduleCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        ScheduleCommand::Backfill(args) => backfill(args).await,
+        ScheduleCommand::Backfills(args) => {
+            let (client, id) = resolve(&args.schedule).await?;
+            let page = client.backfills(id).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string_pretty(&page)?);
+            } else if page.backfills.is_empty() {
+                eprintln!("no backfills");
+            } else {
+                outln!("{}", backfill_table(&page.backfills));
+            }
+            Ok(())
+        }
+        ScheduleCommand::CancelBackfill(args) => {
+            let b = args.api.client()?.cancel_backfill(args.id).await?;
+            outln!("{}: {}", b.id, progress(&b));
+            Ok(())
+        }
         ScheduleCommand::Delete(args) => {
             let (client, id) = resolve(&args).await?;
             let s = client.delete_schedule(id).await?;
@@ -233,6 +304,86 @@ pub async fn cron(cmd: CronCommand) -> anyhow::Result<()> {
         outln!("{} UTC", time(Some(t)));
     }
     Ok(())
+}
+
+/// How often `sked schedule backfill --wait` reads the backfill.
+const BACKFILL_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
+    let (client, id) = resolve(&args.schedule).await?;
+    let request = StartBackfill {
+        from: args.from,
+        to: args.to.unwrap_or_else(chrono::Utc::now),
+        max_active: args.max_active,
+        order: args.newest_first.then_some(BackfillOrder::NewestFirst),
+    };
+    let mut b = client.start_backfill(id, &request).await?;
+    if !args.wait {
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&b)?);
+        } else {
+            outln!("{}", b.id);
+        }
+        return Ok(());
+    }
+    eprintln!("backfill {}: {} ticks", b.id, b.ticks);
+    let mut shown = String::new();
+    while b.state == "running" {
+        let line = progress(&b);
+        if line != shown {
+            eprintln!("{line}");
+            shown = line;
+        }
+        tokio::time::sleep(BACKFILL_POLL).await;
+        b = client.backfill(b.id).await?;
+    }
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&b)?);
+    } else {
+        outln!("{}", progress(&b));
+    }
+    if b.state != "succeeded" {
+        bail!("backfill {} {}", b.id, b.state);
+    }
+    Ok(())
+}
+
+/// A backfill's state and counts on one line.
+fn progress(b: &Backfill) -> String {
+    let mut line = format!(
+        "{}: {} of {} ticks fired, {} had run already; {} running, {} succeeded, {} failed",
+        b.state, b.fired, b.ticks, b.already, b.active, b.succeeded, b.failed
+    );
+    if let Some(next) = b.next_tick {
+        line.push_str(&format!("; next tick {}", time(Some(next))));
+    }
+    if let Some(error) = &b.error {
+        line.push_str(&format!("; {error}"));
+    }
+    line
+}
+
+/// Backfills as a table, one per line.
+fn backfill_table(backfills: &[Backfill]) -> String {
+    let mut out = format!(
+        "{:<36}  {:<9}  {:<19}  {:<19}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}",
+        "ID", "STATE", "FROM (UTC)", "TO (UTC)", "TICKS", "FIRED", "RAN", "OK", "FAILED"
+    );
+    for b in backfills {
+        out.push_str(&format!(
+            "\n{:<36}  {:<9}  {:<19}  {:<19}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}",
+            b.id,
+            b.state,
+            time(Some(b.from)),
+            time(Some(b.to)),
+            b.ticks,
+            b.fired,
+            b.already,
+            b.succeeded,
+            b.failed
+        ));
+    }
+    out
 }
 
 /// `name (id)` of a schedule, as the one-line answers print it.
@@ -524,6 +675,18 @@ pub fn describe(detail: &ScheduleDetail) -> String {
             ));
         }
     }
+    if !detail.backfills.is_empty() {
+        out.push_str("backfills (newest first):\n");
+        for b in &detail.backfills {
+            out.push_str(&format!(
+                "  {} from {} to {}: {}\n",
+                b.id,
+                time(Some(b.from)),
+                time(Some(b.to)),
+                progress(b)
+            ));
+        }
+    }
     out
 }
 
@@ -597,7 +760,9 @@ mod tests {
                 missed_ticks: 0,
                 detail: Some("the previous occurrence was unfinished".into()),
                 recorded_at: tick,
+                backfill_id: None,
             }],
+            backfills: vec![],
         };
         let text = describe(&detail);
         assert!(

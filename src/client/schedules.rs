@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 use sked_types::{
-    CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, UpdateSchedule,
+    Backfill, BackfillPage, CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail,
+    SchedulePage, StartBackfill, UpdateSchedule,
 };
 use uuid::Uuid;
 
@@ -74,6 +75,32 @@ impl Client {
     /// `POST /api/v1/schedules/{id}/run`: the task or workflow it submitted.
     pub async fn run_schedule(&self, id: Uuid) -> Result<RunNow, ClientError> {
         self.post(&format!("/schedules/{id}/run"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /api/v1/schedules/{id}/backfills`: the backfill started.
+    pub async fn start_backfill(
+        &self,
+        id: Uuid,
+        backfill: &StartBackfill,
+    ) -> Result<Backfill, ClientError> {
+        self.post(&format!("/schedules/{id}/backfills"), backfill)
+            .await
+    }
+
+    /// `GET /api/v1/schedules/{id}/backfills`: the schedule's backfills, newest first.
+    pub async fn backfills(&self, id: Uuid) -> Result<BackfillPage, ClientError> {
+        self.get(&format!("/schedules/{id}/backfills")).await
+    }
+
+    /// `GET /api/v1/backfills/{id}`.
+    pub async fn backfill(&self, id: Uuid) -> Result<Backfill, ClientError> {
+        self.get(&format!("/backfills/{id}")).await
+    }
+
+    /// `POST /api/v1/backfills/{id}/cancel`: the backfill after the cancel.
+    pub async fn cancel_backfill(&self, id: Uuid) -> Result<Backfill, ClientError> {
+        self.post(&format!("/backfills/{id}/cancel"), &serde_json::json!({}))
             .await
     }
 

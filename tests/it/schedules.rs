@@ -1186,3 +1186,413 @@ async fn a_scheduled_run_gets_its_tick_in_the_schedules_zone_and_in_utc() {
         err.message()
     );
 }
+
+/// Starts a backfill of schedule `id` at `now`; the error when a rule refuses it.
+async fn backfill(
+    pool: &PgPool,
+    id: Uuid,
+    from: &str,
+    to: &str,
+    max_active: i32,
+    newest_first: bool,
+    now: &str,
+) -> Result<Uuid, sqlx::Error> {
+    sqlx::query_scalar("select sked.schedule_backfill($1, $2, $3, $4, $5, $6)")
+        .bind(id)
+        .bind(at(from))
+        .bind(at(to))
+        .bind(max_active)
+        .bind(newest_first)
+        .bind(at(now))
+        .fetch_one(pool)
+        .await
+}
+
+/// (state, fired, already, active, succeeded, failed, error) of a backfill.
+type Progress = (String, i32, i32, i32, i32, i32, Option<String>);
+
+async fn progress(pool: &PgPool, backfill: Uuid) -> Progress {
+    sqlx::query_as(
+        "select state, fired, already, cardinality(active), succeeded, failed, error
+           from sked.schedule_backfills where id = $1",
+    )
+    .bind(backfill)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The ticks a backfill fired, oldest first, with the SKED_TICK each occurrence got and its
+/// state.
+async fn backfilled(pool: &PgPool, backfill: Uuid) -> Vec<(DateTime<Utc>, String, String)> {
+    sqlx::query_as(
+        "select r.fire_at, t.env ->> 'SKED_TICK', t.state from sked.schedule_runs r
+           join sked.tasks t on t.id = r.task_id
+          where r.backfill_id = $1 order by r.fire_at",
+    )
+    .bind(backfill)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Ends every unfinished occurrence of the backfill as `state`.
+async fn end_occurrences(pool: &PgPool, backfill: Uuid, state: &str) {
+    sqlx::query(
+        "update sked.tasks t set state = $2, attempt = 1, finished_at = now(),
+                error = case when $2 = 'succeeded' then null else 'it broke' end
+          from sked.schedule_runs r
+         where r.backfill_id = $1 and t.id = r.task_id and t.state in ('waiting', 'running')",
+    )
+    .bind(backfill)
+    .bind(state)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_backfill_runs_every_tick_of_a_range_over_dst_changes_at_most_n_at_once() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    // 02:30 in Berlin: on 2026-03-29 the clocks go from 02:00 to 03:00, on 2026-10-25 from
+    // 03:00 back to 02:00.
+    let id: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'nightly', cron => '30 2 * * *',
+             time_zone => 'Europe/Berlin', task => '{"command": ["true"]}',
+             p_now => '2026-01-01T00:00:00Z')"#,
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let now = "2026-11-01T12:00:00Z";
+    let spring = backfill(
+        pool,
+        id,
+        "2026-03-27T00:00:00Z",
+        "2026-03-31T00:00:00Z",
+        2,
+        false,
+        now,
+    )
+    .await
+    .unwrap();
+    // The ticks are those the schedule fires itself.
+    let expected: Vec<DateTime<Utc>> = sqlx::query_scalar(
+        "select t from sked.cron_next_times('30 2 * * *', 'Europe/Berlin', $1, 4) t",
+    )
+    .bind(at("2026-03-27T00:00:00Z"))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(expected.len(), 4);
+
+    // Two at once: the firing duty's call starts two, and no more while they run.
+    fire(pool, now).await;
+    fire(pool, now).await;
+    let first = backfilled(pool, spring).await;
+    assert_eq!(first.len(), 2, "at most max_active at once: {first:?}");
+    assert_eq!(progress(pool, spring).await.0, "running");
+    end_occurrences(pool, spring, "succeeded").await;
+    fire(pool, now).await;
+    end_occurrences(pool, spring, "failed").await;
+    fire(pool, now).await;
+    let all = backfilled(pool, spring).await;
+    let ticks: Vec<DateTime<Utc>> = all.iter().map(|r| r.0).collect();
+    assert_eq!(ticks, expected, "every tick of the range, oldest first");
+    let tick_texts: Vec<&str> = all.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(
+        tick_texts,
+        [
+            "2026-03-27T02:30:00+01:00",
+            "2026-03-28T02:30:00+01:00",
+            "2026-03-29T03:00:00+02:00",
+            "2026-03-30T02:30:00+02:00"
+        ],
+        "each occurrence gets its tick in the schedule's zone"
+    );
+    assert_eq!(
+        progress(pool, spring).await,
+        ("failed".into(), 4, 0, 0, 2, 2, None),
+        "two succeeded, two failed: the backfill ended failed"
+    );
+
+    // Again over a wider range: the ticks that ran are not run again.
+    let again = backfill(
+        pool,
+        id,
+        "2026-03-26T00:00:00Z",
+        "2026-03-31T00:00:00Z",
+        10,
+        false,
+        now,
+    )
+    .await
+    .unwrap();
+    fire(pool, now).await;
+    let fired_again = backfilled(pool, again).await;
+    assert_eq!(
+        fired_again.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [at("2026-03-26T01:30:00Z")],
+        "only the tick no run recorded"
+    );
+    end_occurrences(pool, again, "succeeded").await;
+    fire(pool, now).await;
+    assert_eq!(
+        progress(pool, again).await,
+        ("succeeded".into(), 1, 4, 0, 1, 0, None)
+    );
+    let per_tick: Vec<(DateTime<Utc>, i64)> = sqlx::query_as(
+        "select fire_at, count(*) from sked.schedule_runs where schedule_id = $1
+          group by fire_at having count(*) > 1",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(per_tick.is_empty(), "one run per tick: {per_tick:?}");
+
+    // Autumn, newest first, with a tick the schedule had missed: the missed one runs.
+    sqlx::query(
+        "insert into sked.schedule_runs (schedule_id, fire_at, outcome, missed_ticks, detail)
+         values ($1, '2026-10-24T00:30:00Z', 'missed', 2, '2 ticks missed')",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .unwrap();
+    let autumn = backfill(
+        pool,
+        id,
+        "2026-10-23T12:00:00Z",
+        "2026-10-26T12:00:00Z",
+        1,
+        true,
+        now,
+    )
+    .await
+    .unwrap();
+    let expected: Vec<DateTime<Utc>> = sqlx::query_scalar(
+        "select t from sked.cron_next_times('30 2 * * *', 'Europe/Berlin', $1, 10) t
+          where t <= '2026-10-26T12:00:00Z' order by t desc",
+    )
+    .bind(at("2026-10-23T12:00:00Z"))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    // One at a time: each step starts the next tick once the previous occurrence ended.
+    let mut ran: Vec<DateTime<Utc>> = vec![];
+    for _ in 0..expected.len() + 1 {
+        fire(pool, now).await;
+        let started: Vec<DateTime<Utc>> = backfilled(pool, autumn)
+            .await
+            .into_iter()
+            .map(|r| r.0)
+            .filter(|t| !ran.contains(t))
+            .collect();
+        assert!(started.len() <= 1, "one at a time: {started:?}");
+        ran.extend(started);
+        end_occurrences(pool, autumn, "succeeded").await;
+    }
+    fire(pool, now).await;
+    assert_eq!(
+        ran, expected,
+        "every tick of the range as the schedule fires them, the newest first"
+    );
+    let (outcome, detail): (String, String) = sqlx::query_as(
+        "select outcome, detail from sked.schedule_runs
+          where schedule_id = $1 and fire_at = '2026-10-24T00:30:00Z'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(outcome, "fired", "a missed tick is run by a backfill");
+    assert_eq!(detail, "backfill; before: missed (2 ticks missed)");
+    assert_eq!(progress(pool, autumn).await.0, "succeeded");
+}
+
+#[tokio::test]
+async fn bad_backfills_are_refused_and_change_nothing() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let id = schedule(
+        pool,
+        "0 * * * *",
+        "run_once",
+        "allow",
+        "2026-01-01T00:00:00Z",
+    )
+    .await;
+    let now = "2026-06-01T00:00:00Z";
+    let cases: [(&str, &str, i32, &str, &str); 6] = [
+        (
+            "2026-02-02T00:00:00Z",
+            "2026-02-01T00:00:00Z",
+            1,
+            "schedule_backfills_from_must_not_be_after_to",
+            "is after to",
+        ),
+        (
+            "2026-05-31T00:00:00Z",
+            "2026-06-02T00:00:00Z",
+            1,
+            "schedule_backfills_must_end_in_the_past",
+            "is in the future",
+        ),
+        (
+            "2026-02-01T00:10:00Z",
+            "2026-02-01T00:20:00Z",
+            1,
+            "schedule_backfills_must_cover_a_tick",
+            "has no tick from",
+        ),
+        (
+            "2025-01-01T00:00:00Z",
+            "2026-05-01T00:00:00Z",
+            1,
+            "schedule_backfills_ticks_must_be_1_to_10000",
+            "more than 10000 ticks",
+        ),
+        (
+            "2026-02-01T00:00:00Z",
+            "2026-02-02T00:00:00Z",
+            0,
+            "schedule_backfills_max_active_must_be_1_to_1000",
+            "max_active must be 1 to 1000, not 0",
+        ),
+        (
+            "2026-02-01T00:00:00Z",
+            "2026-02-02T00:00:00Z",
+            1001,
+            "schedule_backfills_max_active_must_be_1_to_1000",
+            "not 1001",
+        ),
+    ];
+    for (from, to, max_active, rule, says) in cases {
+        let err = backfill(pool, id, from, to, max_active, false, now)
+            .await
+            .expect_err("refused");
+        let err = err.as_database_error().expect("a database error");
+        assert_eq!(
+            err.constraint(),
+            Some(rule),
+            "{from} {to} {max_active}: {}",
+            err.message()
+        );
+        assert!(err.message().contains(says), "{}", err.message());
+    }
+    let backfills: i64 = sqlx::query_scalar("select count(*) from sked.schedule_backfills")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(backfills, 0, "nothing was started");
+    let none: Option<Uuid> = sqlx::query_scalar(
+        "select sked.schedule_backfill(sked.uuid_v7(), now() - interval '1 day', now())",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(none, None, "no such schedule");
+}
+
+#[tokio::test]
+async fn a_backfill_that_cannot_submit_fails_alone_and_a_cancelled_one_stops() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    // A broadcast needs a live worker when it is submitted: one is alive when the schedule is
+    // written, and gone when the backfill runs.
+    let worker: Uuid = sqlx::query_scalar(
+        "insert into sked.workers (id, name, host, version, queues, concurrency, lease)
+         values (sked.uuid_v7(), 'w', 'h', '0', '{default}', 4, '30 s') returning id",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let broadcast: Uuid = sqlx::query_scalar(
+        r#"select sked.schedule_create(name => 'everywhere', cron => '0 * * * *',
+             task => '{"command": ["true"], "broadcast": true}')"#,
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::query("delete from sked.workers where id = $1")
+        .bind(worker)
+        .execute(pool)
+        .await
+        .unwrap();
+    let plain = schedule(
+        pool,
+        "0 * * * *",
+        "run_once",
+        "allow",
+        "2026-01-01T00:00:00Z",
+    )
+    .await;
+    let other = schedule(
+        pool,
+        "30 * * * *",
+        "run_once",
+        "allow",
+        "2026-01-01T00:00:00Z",
+    )
+    .await;
+    let now = "2026-06-01T00:00:00Z";
+    let (from, to) = ("2026-05-01T00:00:00Z", "2026-05-01T05:00:00Z");
+    let broken = backfill(pool, broadcast, from, to, 2, false, now)
+        .await
+        .unwrap();
+    let good = backfill(pool, plain, from, to, 2, false, now)
+        .await
+        .unwrap();
+    let cancelled = backfill(pool, other, from, to, 1, false, now)
+        .await
+        .unwrap();
+    fire(pool, now).await;
+    let (state, fired, .., error) = progress(pool, broken).await;
+    assert_eq!((state.as_str(), fired), ("failed", 0));
+    let error = error.expect("the reason");
+    assert!(
+        error.starts_with(
+            "the occurrence of the tick at 2026-05-01 00:00:00+00 could not be submitted: "
+        ) && error.contains("no live worker"),
+        "{error}"
+    );
+    let runs: i64 =
+        sqlx::query_scalar("select count(*) from sked.schedule_runs where schedule_id = $1")
+            .bind(broadcast)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(runs, 0, "the failed step recorded no run");
+    assert_eq!(
+        backfilled(pool, good).await.len(),
+        2,
+        "the other backfills went on"
+    );
+    assert_eq!(backfilled(pool, cancelled).await.len(), 1);
+
+    let stopped: bool = sqlx::query_scalar("select sked.schedule_backfill_cancel($1)")
+        .bind(cancelled)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(stopped);
+    end_occurrences(pool, cancelled, "succeeded").await;
+    fire(pool, now).await;
+    assert_eq!(
+        backfilled(pool, cancelled).await.len(),
+        1,
+        "a cancelled backfill starts no more"
+    );
+    assert_eq!(progress(pool, cancelled).await.0, "cancelled");
+    let again: bool = sqlx::query_scalar("select sked.schedule_backfill_cancel($1)")
+        .bind(cancelled)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(
+        !again,
+        "a backfill that is not running is not cancelled again"
+    );
+}

@@ -1361,3 +1361,305 @@ async fn a_template_holding_the_largest_double_reads_back_in_every_answer() {
     assert_eq!(status, StatusCode::OK, "the schedule reads: {one}");
     assert_eq!(one["task"]["input"], want, "the schedule");
 }
+
+/// The start of the hour `hours` hours before now's.
+fn hour_ago(hours: i64) -> DateTime<Utc> {
+    let now = Utc::now();
+    let hour = now - chrono::Duration::seconds(i64::from(now.timestamp() as i32 % 3600));
+    let hour = hour - chrono::Duration::nanoseconds(i64::from(hour.timestamp_subsec_nanos()));
+    hour - chrono::Duration::hours(hours)
+}
+
+impl Api {
+    /// Follows alice's backfill until it is not running (30 s at most); its last answer.
+    async fn backfill_ended(&self, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, b) = self
+                .get(&format!("/api/v1/backfills/{id}"), &self.alice)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{b}");
+            if b["state"] != "running" {
+                return b;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the backfill should end within 30 s: {b}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_backfill_over_rest_runs_each_past_tick_once_through_a_real_worker() {
+    let api = Api::new().await;
+    let created = create(
+        &api,
+        &api.alice,
+        json!({"name": "hourly", "cron": "0 * * * *", "paused": true,
+               "task": {"command": ["sh", "-c", "echo \"$SKED_TICK_UTC\""]}}),
+    )
+    .await;
+    let id = id_of(&created);
+    let (from, to) = (hour_ago(5), hour_ago(1));
+    let range = json!({"from": from, "to": to, "max_active": 2});
+    let (status, started) = api
+        .post(
+            &format!("/api/v1/schedules/{id}/backfills"),
+            &api.alice,
+            range.clone(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    assert_eq!(started["state"], "running");
+    assert_eq!(started["ticks"], 5);
+    assert_eq!(started["order"], "oldest_first");
+    assert_eq!(time_of(&started["next_tick"]), from);
+    let backfill = started["id"].as_str().unwrap().to_owned();
+
+    // The worker's background upkeep steps the backfill, even of a paused schedule.
+    let worker = support::start_worker(&api.db, support::config(&["default"]));
+    let ended = api.backfill_ended(&backfill).await;
+    assert_eq!(ended["state"], "succeeded", "{ended}");
+    assert_eq!(
+        (
+            &ended["fired"],
+            &ended["already"],
+            &ended["succeeded"],
+            &ended["active"]
+        ),
+        (&json!(5), &json!(0), &json!(5), &json!(0)),
+        "{ended}"
+    );
+    assert!(ended["next_tick"].is_null());
+    let ran: Vec<(DateTime<Utc>, Option<String>)> = sqlx::query_as(
+        "select r.fire_at, t.stdout_tail from sked.schedule_runs r
+           join sked.tasks t on t.id = r.task_id
+          where r.schedule_id = $1 order by r.fire_at",
+    )
+    .bind(id)
+    .fetch_all(&api.db.pool)
+    .await
+    .unwrap();
+    let ticks: Vec<DateTime<Utc>> = (1..=5).rev().map(hour_ago).collect();
+    assert_eq!(ran.iter().map(|r| r.0).collect::<Vec<_>>(), ticks);
+    for (tick, stdout) in &ran {
+        assert_eq!(
+            stdout.as_deref(),
+            Some(format!("{}\n", tick.format("%Y-%m-%dT%H:%M:%SZ")).as_str()),
+            "each occurrence saw its own tick"
+        );
+    }
+    let (_, detail) = api
+        .get(&format!("/api/v1/schedules/{id}"), &api.alice)
+        .await;
+    assert_eq!(detail["backfills"][0]["id"], backfill.as_str(), "{detail}");
+    assert!(
+        detail["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["backfill_id"] == backfill.as_str()),
+        "each run names its backfill: {detail}"
+    );
+
+    // The same range again runs nothing twice.
+    let (status, again) = api
+        .post(
+            &format!("/api/v1/schedules/{id}/backfills"),
+            &api.alice,
+            range,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    let again = api.backfill_ended(again["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (&again["state"], &again["fired"], &again["already"]),
+        (&json!("succeeded"), &json!(0), &json!(5)),
+        "{again}"
+    );
+    assert_eq!(count(&api, "sked.tasks").await, 5, "no tick ran twice");
+    worker.shutdown().await;
+
+    let (_, listed) = api
+        .get(&format!("/api/v1/schedules/{id}/backfills"), &api.alice)
+        .await;
+    assert_eq!(listed["backfills"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(
+        listed["backfills"][1]["id"],
+        backfill.as_str(),
+        "newest first"
+    );
+    let (status, json) = api
+        .post(
+            &format!("/api/v1/backfills/{backfill}/cancel"),
+            &api.alice,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{json}");
+    assert_error(&json, "conflict");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("it is succeeded"),
+        "{json}"
+    );
+
+    // Another owner's schedule and backfills are not there for bob.
+    for (method, uri) in [
+        (Method::POST, format!("/api/v1/schedules/{id}/backfills")),
+        (Method::GET, format!("/api/v1/schedules/{id}/backfills")),
+        (Method::GET, format!("/api/v1/backfills/{backfill}")),
+        (Method::POST, format!("/api/v1/backfills/{backfill}/cancel")),
+    ] {
+        let body = (method == Method::POST).then(|| json!({"from": from, "to": to}));
+        let (status, json) = api.call(method, &uri, &api.bob, body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {json}");
+        assert_error(&json, "not_found");
+    }
+}
+
+#[tokio::test]
+async fn bad_backfill_requests_are_refused_with_the_rule_and_start_nothing() {
+    let api = Api::new().await;
+    let id = id_of(&create(&api, &api.alice, yearly("yearly")).await);
+    let uri = format!("/api/v1/schedules/{id}/backfills");
+    let future = Utc::now() + chrono::Duration::days(400);
+    let cases = [
+        (
+            json!({"from": "2025-01-01T00:00:00Z", "to": future}),
+            422,
+            "is in the future",
+        ),
+        (
+            json!({"from": "2025-02-01T00:00:00Z", "to": "2025-01-01T00:00:00Z"}),
+            422,
+            "is after to",
+        ),
+        (
+            json!({"from": "2025-02-01T00:00:00Z", "to": "2025-03-01T00:00:00Z"}),
+            422,
+            "has no tick from",
+        ),
+        (
+            json!({"from": "2020-01-01T00:00:00Z", "to": "2025-03-01T00:00:00Z", "max_active": 0}),
+            422,
+            "max_active must be 1 to 1000",
+        ),
+        (
+            json!({"from": "2020-01-01T00:00:00Z", "to": "2025-03-01T00:00:00Z", "order": "sideways"}),
+            400,
+            "order",
+        ),
+        (
+            json!({"from": "yesterday", "to": "2025-03-01T00:00:00Z"}),
+            400,
+            "from",
+        ),
+        (json!({"to": "2025-03-01T00:00:00Z"}), 400, "from"),
+        (
+            json!({"from": "2020-01-01T00:00:00Z", "to": "2025-03-01T00:00:00Z", "wait": true}),
+            400,
+            "wait",
+        ),
+    ];
+    for (body, status, says) in cases {
+        let (got, json) = api.post(&uri, &api.alice, body.clone()).await;
+        assert_eq!(got.as_u16(), status, "{body}: {json}");
+        assert!(
+            json["message"].as_str().unwrap().contains(says),
+            "{body}: {json} should say {says:?}"
+        );
+    }
+    assert_eq!(
+        count(&api, "sked.schedule_backfills").await,
+        0,
+        "nothing was started"
+    );
+    let (status, json) = api
+        .post(
+            &format!("/api/v1/schedules/{}/backfills", Uuid::nil()),
+            &api.alice,
+            json!({"from": "2020-01-01T00:00:00Z", "to": "2025-03-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{json}");
+    let (status, _) = api
+        .get(&format!("/api/v1/backfills/{}", Uuid::nil()), &api.alice)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn cli_backfills_a_schedule_and_follows_it_to_the_end() {
+    let api = cli::Api::start().await;
+    api.ok(&[
+        "schedule",
+        "create",
+        "hourly",
+        "--cron",
+        "0 * * * *",
+        "--paused",
+        "--",
+        "true",
+    ])
+    .await;
+    let worker = support::start_worker(&api.db, support::config(&["default"]));
+    let from = hour_ago(3).to_rfc3339();
+    let to = hour_ago(1).to_rfc3339();
+    let out = output(&mut api.sked(&[
+        "schedule",
+        "backfill",
+        "hourly",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--max-active",
+        "3",
+        "--newest-first",
+        "--wait",
+    ]))
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("succeeded: 3 of 3 ticks fired, 0 had run already"),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains(": 3 ticks"), "{out:?}");
+    let listed = api.ok(&["schedule", "backfills", "hourly"]).await;
+    assert!(listed.contains("succeeded"), "{listed}");
+    let shown = api.ok(&["schedule", "show", "hourly"]).await;
+    assert!(shown.contains("backfills (newest first):"), "{shown}");
+
+    // Again: nothing to run, it says so and succeeds.
+    let again = api
+        .ok(&[
+            "schedule", "backfill", "hourly", "--from", &from, "--to", &to, "--wait",
+        ])
+        .await;
+    assert!(
+        again.starts_with("succeeded: 0 of 3 ticks fired, 3 had run already"),
+        "{again}"
+    );
+    worker.shutdown().await;
+
+    let out =
+        output(&mut api.sked(&["schedule", "backfill", "hourly", "--from", "tomorrow"])).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--from must be an RFC 3339 time"),
+        "{out:?}"
+    );
+    let future = (Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let out = output(&mut api.sked(&[
+        "schedule", "backfill", "hourly", "--from", &from, "--to", &future,
+    ]))
+    .await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("is in the future"), "{out:?}");
+}

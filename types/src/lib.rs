@@ -37,8 +37,8 @@ pub use queue::{
     Retention, RetentionChange, WaitingReason,
 };
 pub use schedule::{
-    CreateSchedule, CronPreview, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
-    UpdateSchedule,
+    Backfill, BackfillOrder, BackfillPage, CreateSchedule, CronPreview, RunNow, Schedule,
+    ScheduleDetail, SchedulePage, ScheduleRun, StartBackfill, UpdateSchedule,
 };
 
 /// The state of a task; see `docs/state_machine.md`.

@@ -71,6 +71,10 @@ pub struct ScheduleRun {
     pub missed_ticks: i32,
     pub detail: Option<String>,
     pub recorded_at: DateTime<Utc>,
+    /// The backfill that fired this tick; left out for the schedule's own ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub backfill_id: Option<Uuid>,
 }
 
 /// A schedule with its next fire times and its latest runs (newest first).
@@ -81,6 +85,85 @@ pub struct ScheduleDetail {
     pub schedule: Schedule,
     pub next_fire_times: Vec<DateTime<Utc>>,
     pub runs: Vec<ScheduleRun>,
+    /// The latest backfills of the schedule (at most 10), newest first.
+    #[serde(default)]
+    pub backfills: Vec<Backfill>,
+}
+
+/// In which order a backfill runs its ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillOrder {
+    /// The oldest tick first.
+    #[default]
+    OldestFirst,
+    /// The newest tick first.
+    NewestFirst,
+}
+
+/// A backfill to start (`POST /api/v1/schedules/{id}/backfills`): an occurrence of the
+/// schedule for every tick from `from` to `to` (both included), at most `max_active` running
+/// at once. A tick that has run already (fired by the schedule or by another backfill) is not
+/// run again; one the schedule missed or skipped is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StartBackfill {
+    /// The first moment of the range.
+    pub from: DateTime<Utc>,
+    /// The last moment of the range; not in the future.
+    pub to: DateTime<Utc>,
+    /// Occurrences running at once, 1 to 1000 (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 1000, nullable = false)
+    )]
+    pub max_active: Option<i32>,
+    /// `oldest_first` (default) or `newest_first`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub order: Option<BackfillOrder>,
+}
+
+/// A backfill of a schedule and how far it got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Backfill {
+    pub id: Uuid,
+    pub schedule_id: Uuid,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub order: BackfillOrder,
+    pub max_active: i32,
+    /// `running`, then `succeeded` (every occurrence it started succeeded), `failed` (one did
+    /// not, or one could not be submitted: see `error`) or `cancelled`.
+    pub state: String,
+    /// Ticks in the range.
+    pub ticks: i32,
+    /// Ticks it fired.
+    pub fired: i32,
+    /// Ticks that had run already, not run again.
+    pub already: i32,
+    /// Occurrences running now.
+    pub active: i32,
+    /// Occurrences that succeeded, and that ended otherwise (failed, cancelled).
+    pub succeeded: i32,
+    pub failed: i32,
+    /// The tick it fires next; null once every tick was handled.
+    pub next_tick: Option<DateTime<Utc>>,
+    /// Why it failed, when an occurrence could not be submitted.
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The backfills of a schedule, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BackfillPage {
+    pub backfills: Vec<Backfill>,
 }
 
 /// Declares a body of `POST /api/v1/schedules` or `PATCH /api/v1/schedules/{id}`: its own

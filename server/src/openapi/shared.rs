@@ -42,6 +42,8 @@ path_parameters! {
     WorkflowId: "id" = uuid(), "Workflow id";
     /// `{id}` of the operations on one schedule.
     ScheduleId: "id" = uuid(), "Schedule id";
+    /// `{id}` of the operations on one backfill of a schedule.
+    BackfillId: "id" = uuid(), "Backfill id";
     /// `{id}` of the operations on one service: the id of the task that is the service.
     ServiceId: "id" = uuid(), "The service's task id";
     /// `{name}` of the operations on one queue: a `QueueName`.
@@ -91,6 +93,8 @@ error_answers! {
     NoSuchWorkflow: "404" => "No such workflow, or not the caller's";
     /// 404 of an operation on one schedule, also another owner's.
     NoSuchSchedule: "404" => "No such schedule, or not the caller's";
+    /// 404 of an operation on one backfill, also of another owner's schedule.
+    NoSuchBackfill: "404" => "No such backfill, or not of the caller's schedule";
     /// 404 of an operation on one service, also another owner's.
     NoSuchService: "404" => "No such service, or not the caller's";
 }
