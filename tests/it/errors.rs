@@ -66,8 +66,10 @@ fn sql_files() -> Vec<(String, String)> {
 /// `sked.task_rule_raise` raises) takes the helper's errcode; a rule named in a `raise`
 /// statement takes that statement's.
 async fn raised(pool: &PgPool) -> BTreeMap<String, String> {
-    let names =
-        Regex::new(r"'((?:tasks|workflows|schedules|schedule_backfills|services|task_edges)_[a-z0-9_%]+)'").unwrap();
+    let names = Regex::new(
+        r"'((?:tasks|workflows|schedules|schedule_backfills|services|task_edges)_[a-z0-9_%]+)'",
+    )
+    .unwrap();
     let errcode = Regex::new(r"errcode = '([a-z_0-9A-Z]+)'").unwrap();
     let statement = Regex::new(r"(?sm)raise exception .*?;$").unwrap();
     let helper_call = Regex::new(r"sked\.([a-z_]+_rule_raise)\(\s*$").unwrap();
