@@ -3,7 +3,8 @@
 //! over to a new command and environment and stopped from its page by its owner (and refused
 //! what it cannot take, with the field's label or the server's message); no controls for a
 //! user who does not own it; a workflow pasted in YAML submitted from the Submit page, and its
-//! syntax error said with its line. Screenshots go to `target/test-output/dashboard/`.
+//! syntax error said with its line; a schedule backfilled from its page and followed live.
+//! Screenshots go to `target/test-output/dashboard/`.
 
 use std::time::Duration;
 
@@ -566,6 +567,106 @@ async fn a_workflow_pasted_in_yaml_is_submitted_and_its_page_opens() {
     b.screenshot("workflow-yaml-submitted").await;
 
     // The 422 of the cycle is the only expected console error.
+    let errors: Vec<String> = b
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("422"))
+        .collect();
+    assert_quiet_console(errors);
+    b.close().await;
+    worker.shutdown().await;
+}
+
+/// The start of the hour `hours` hours before now's, in milliseconds since the epoch.
+fn hour_ago_ms(hours: i64) -> i64 {
+    let now = chrono::Utc::now().timestamp_millis();
+    now - now.rem_euclid(3_600_000) - hours * 3_600_000
+}
+
+/// Sets the `datetime-local` field `id` to the moment `ms`, in the browser's own zone.
+async fn fill_local_time(b: &Browser, id: &str, ms: i64) {
+    let text = b
+        .js(&format!(
+            "(d => {{ const p = n => String(n).padStart(2, '0'); \
+             return `${{d.getFullYear()}}-${{p(d.getMonth() + 1)}}-${{p(d.getDate())}}T${{p(d.getHours())}}:${{p(d.getMinutes())}}`; }})(new Date({ms}))"
+        ))
+        .await;
+    fill(b, id, text.as_str().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_is_backfilled_from_its_page_and_its_progress_follows_live() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let id: Uuid = sqlx::query_scalar(
+        r#"insert into sked.schedules (owner, name, cron, task, paused_at)
+           values ('alice', 'hourly', '0 * * * *', '{"command": ["true"]}', now()) returning id"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let worker = support::start_worker(&db, support::config(&["default"]));
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        worker.shutdown().await;
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/schedules/{id}"), &alice).await;
+    b.js("window.__skedNoReload = 1").await;
+    click(&b, "[data-action=backfill]").await;
+    fill_local_time(&b, "backfill-from", hour_ago_ms(3)).await;
+    fill_local_time(&b, "backfill-to", hour_ago_ms(1)).await;
+    fill(&b, "backfill-max-active", "2").await;
+    b.screenshot("schedule-backfill-form").await;
+    click(&b, "[data-action=start-backfill]").await;
+    wait_text(
+        &b,
+        "the start is said",
+        "p.notice",
+        "Backfill started: 3 ticks.",
+    )
+    .await;
+    // The worker runs the three ticks; the row follows without a reload.
+    b.wait("tr[data-backfill][data-state=succeeded]").await;
+    wait_text(
+        &b,
+        "the progress shows",
+        "tr[data-backfill] td.wrap",
+        "3 of 3 ticks fired · 0 running · 3 succeeded · 0 failed",
+    )
+    .await;
+    assert_eq!(b.js("window.__skedNoReload === 1").await, true);
+    let fired: i64 = sqlx::query_scalar(
+        "select count(*) from sked.schedule_runs where schedule_id = $1 and backfill_id is not null",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fired, 3);
+    b.js("document.querySelector('table.schedule-backfills').scrollIntoView()")
+        .await;
+    b.screenshot("schedule-backfill-done").await;
+
+    // A range that ends before it starts: the server's rule is shown in the form.
+    b.js("window.scrollTo(0, 0)").await;
+    click(&b, "[data-action=backfill]").await;
+    fill_local_time(&b, "backfill-from", hour_ago_ms(1)).await;
+    fill_local_time(&b, "backfill-to", hour_ago_ms(3)).await;
+    click(&b, "[data-action=start-backfill]").await;
+    wait_text(
+        &b,
+        "the refusal shows",
+        "form.backfill-form p.error",
+        "is after to",
+    )
+    .await;
+    let backfills: i64 = sqlx::query_scalar("select count(*) from sked.schedule_backfills")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(backfills, 1, "the refused one was not started");
     let errors: Vec<String> = b
         .console_errors()
         .await

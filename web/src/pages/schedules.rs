@@ -3,18 +3,24 @@
 //! The list shows every schedule the token may see (the API does not page them), with its
 //! next tick and what happened at its latest one (`last_tick`). A schedule's page shows its
 //! expression and policies, its next fire times (in its own time zone and the browser's),
-//! its latest runs with their outcome and occurrence, and the actions pause, resume, run now
-//! and delete. Both refetch on `live.schedules` (a schedule was created, changed, fired or
-//! deleted) and on `resync`; relative times follow a 1 s ticker.
+//! its latest runs with their outcome and occurrence, its backfills with their progress, and
+//! the actions pause, resume, run now, backfill (a form: a past range, how many at once, the
+//! order) and delete. Both refetch on `live.schedules` (a schedule was created, changed,
+//! fired or deleted, or a backfill of it went on) and on `resync`; relative times follow a 1 s
+//! ticker.
 
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_params_map};
-use sked_types::{RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun};
+use sked_types::{
+    Backfill, BackfillOrder, RunNow, Schedule, ScheduleDetail, SchedulePage, ScheduleRun,
+    StartBackfill,
+};
 use uuid::Uuid;
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::pages::submit::Field;
 use crate::{api, live, ui};
 
 /// Least time between two refetches caused by live events (a schedule firing every second
@@ -226,6 +232,14 @@ pub fn SchedulePage() -> impl IntoView {
     let deleted = RwSignal::new(false);
     // Whether the template is unfolded; kept across refetches, which redraw the detail.
     let template_open = RwSignal::new(false);
+    // The backfill form: open or not, its fields, and the backfill it started.
+    let backfill_open = RwSignal::new(false);
+    let backfill_from = RwSignal::new(String::new());
+    let backfill_to = RwSignal::new(String::new());
+    let backfill_max = RwSignal::new("1".to_owned());
+    let backfill_newest = RwSignal::new(false);
+    let backfill_error = RwSignal::new(None::<String>);
+    let started = RwSignal::new(None::<Backfill>);
 
     let fetch = move || {
         if let Some(sid) = id.get_untracked() {
@@ -237,6 +251,7 @@ pub fn SchedulePage() -> impl IntoView {
     Effect::new(move |_| {
         id.track();
         ran.set(None);
+        started.set(None);
         action_error.set(None);
         fetch();
     });
@@ -275,6 +290,53 @@ pub fn SchedulePage() -> impl IntoView {
             fetch();
         });
     };
+    let start_backfill = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let Some(sid) = id.get_untracked() else {
+            return;
+        };
+        let request = match backfill_request(
+            &backfill_from.get_untracked(),
+            &backfill_to.get_untracked(),
+            &backfill_max.get_untracked(),
+            backfill_newest.get_untracked(),
+            local_datetime,
+        ) {
+            Ok(request) => request,
+            Err(e) => {
+                backfill_error.set(Some(e));
+                return;
+            }
+        };
+        busy.set(true);
+        backfill_error.set(None);
+        spawn_local(async move {
+            match api::post::<_, Backfill>(&format!("/schedules/{sid}/backfills"), &request).await {
+                Ok(b) => {
+                    started.try_set(Some(b));
+                    backfill_open.try_set(false);
+                }
+                Err(e) => {
+                    backfill_error.try_set(Some(e.message));
+                }
+            }
+            busy.try_set(false);
+            fetch();
+        });
+    };
+    let cancel_backfill = Callback::new(move |backfill: Uuid| {
+        busy.set(true);
+        action_error.set(None);
+        spawn_local(async move {
+            if let Err(e) =
+                api::post_empty::<Backfill>(&format!("/backfills/{backfill}/cancel")).await
+            {
+                action_error.try_set(Some(e.message));
+            }
+            busy.try_set(false);
+            fetch();
+        });
+    });
     let delete = move |_| {
         let Some(sid) = id.get_untracked() else {
             return;
@@ -344,9 +406,43 @@ pub fn SchedulePage() -> impl IntoView {
                     title="Submit one occurrence now, outside the schedule">
                     "Run now"
                 </ui::ActionButton>
+                <ui::ActionButton action="backfill" disabled=busy
+                    on_click=move |_| {
+                        if backfill_to.get_untracked().is_empty() {
+                            backfill_to.set(local_datetime_now());
+                        }
+                        backfill_open.update(|open| *open = !*open)
+                    }
+                    title="Run the schedule for every tick of a past range">
+                    "Backfill"
+                </ui::ActionButton>
                 <ui::ActionButton action="delete" danger=true disabled=busy on_click=delete.clone()>"Delete"</ui::ActionButton>
             </div>
             <ui::ErrorBox message=action_error/>
+            <Show when=move || backfill_open.get()>
+                <form class="form backfill-form panel" on:submit=start_backfill novalidate=true>
+                    <p class="full hint">
+                        "Every tick of the range gets an occurrence with its own tick, at most "
+                        "the given number at once; a tick that has run already is not run again. "
+                        "Times are in your browser's zone (" {ui::time_zone()} ")."
+                    </p>
+                    <Field id="backfill-from" label="From" name="from" kind="datetime-local" value=backfill_from/>
+                    <Field id="backfill-to" label="To (included)" name="to" kind="datetime-local" value=backfill_to/>
+                    <Field id="backfill-max-active" label="At most at once" name="max_active" inputmode="numeric" value=backfill_max hint="1 to 1000"/>
+                    <Field id="backfill-newest-first" label="Newest tick first" name="newest_first" value=backfill_newest/>
+                    <div class="full actions">
+                        <button type="submit" class="primary" data-action="start-backfill" disabled=move || busy.get()>
+                            "Start backfill"
+                        </button>
+                    </div>
+                    <div class="full"><ui::ErrorBox message=backfill_error/></div>
+                </form>
+            </Show>
+            {move || started.get().map(|b| view! {
+                <p class="notice" role="status">
+                    {format!("Backfill started: {} ticks.", b.ticks)}
+                </p>
+            })}
             {move || ran.get().map(|r| view! {
                 <p class="notice" role="status">
                     "Submitted " {if r.task_id.is_some() { "task " } else { "workflow " }}
@@ -357,18 +453,23 @@ pub fn SchedulePage() -> impl IntoView {
                 fetched
                     .data
                     .get()
-                    .map(|d| view! { <Detail detail=d tick=tick template_open=template_open/> })
+                    .map(|d| view! {
+                        <Detail detail=d tick=tick template_open=template_open
+                            cancel_backfill=cancel_backfill busy=busy/>
+                    })
             }}
         </ui::Loaded>
     }
 }
 
-/// The schedule's settings, next fire times and latest runs.
+/// The schedule's settings, next fire times, backfills and latest runs.
 #[component]
 fn Detail(
     detail: ScheduleDetail,
     tick: ReadSignal<u64>,
     template_open: RwSignal<bool>,
+    cancel_backfill: Callback<Uuid>,
+    busy: RwSignal<bool>,
 ) -> impl IntoView {
     let s = detail.schedule;
     let zone = s.time_zone.clone();
@@ -410,6 +511,7 @@ fn Detail(
     let paused = s.paused_at.is_some();
     let runs = detail.runs;
     let no_runs = runs.is_empty();
+    let backfills = detail.backfills;
 
     view! {
         <div class="panel">
@@ -474,6 +576,44 @@ fn Detail(
             }
             .into_any()
         }}
+        {(!backfills.is_empty()).then(|| view! {
+            <h2>"Backfills"</h2>
+            <ui::Table class="schedule-backfills" heads=view! {
+                <th>"Range"</th> <th>"State"</th> <th>"Progress"</th>
+                <th class="hide-narrow">"Started"</th> <th></th>
+            }>
+                {backfills
+                    .into_iter()
+                    .map(|b| {
+                        let running = b.state == "running";
+                        let id = b.id;
+                        let done = b.fired + b.already;
+                        view! {
+                            <tr data-backfill=b.id.to_string() data-state=b.state.clone()>
+                                <td>
+                                    <ui::Time at=b.from/> " → " <ui::Time at=b.to/>
+                                    {(b.order == BackfillOrder::NewestFirst).then(|| view! { <span class="hint">" · newest first"</span> })}
+                                </td>
+                                <td>{outcome_badge(&b.state)}</td>
+                                <td class="wrap">
+                                    <progress max=b.ticks.to_string() value=done.to_string()></progress>
+                                    " " {backfill_progress(&b)}
+                                </td>
+                                <td class="hide-narrow"><ui::Time at=b.created_at/></td>
+                                <td>
+                                    {running.then(|| view! {
+                                        <ui::ActionButton action="cancel-backfill" danger=true disabled=busy
+                                            on_click=move |_| cancel_backfill.run(id)>
+                                            "Cancel"
+                                        </ui::ActionButton>
+                                    })}
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </ui::Table>
+        })}
         <h2>"Recent runs"</h2>
         {if no_runs {
             view! { <ui::Empty>"No runs yet."</ui::Empty> }.into_any()
@@ -505,5 +645,159 @@ fn Detail(
             }
             .into_any()
         }}
+    }
+}
+
+/// A backfill's counts as a line: ticks handled of all, what its occurrences did, the next
+/// tick and why it failed.
+pub fn backfill_progress(b: &Backfill) -> String {
+    let mut line = format!("{} of {} ticks fired", b.fired, b.ticks);
+    if b.already > 0 {
+        line.push_str(&format!(", {} had run already", b.already));
+    }
+    line.push_str(&format!(
+        " · {} running · {} succeeded · {} failed",
+        b.active, b.succeeded, b.failed
+    ));
+    if let Some(next) = b.next_tick {
+        line.push_str(&format!(" · next tick {}", ui::local_time(next)));
+    }
+    if let Some(error) = &b.error {
+        line.push_str(&format!(" · {error}"));
+    }
+    line
+}
+
+/// The request the backfill form's fields make, or what is wrong with them. `from` and `to`
+/// are `datetime-local` texts, read as the browser's local time by `parse`.
+pub fn backfill_request(
+    from: &str,
+    to: &str,
+    max_active: &str,
+    newest_first: bool,
+    parse: impl Fn(&str) -> Option<DateTime<Utc>>,
+) -> Result<StartBackfill, String> {
+    let time = |text: &str, field: &str| {
+        if text.trim().is_empty() {
+            return Err(format!("Give the {field} of the range."));
+        }
+        parse(text.trim()).ok_or_else(|| format!("The {field} is not a date and time: {text}"))
+    };
+    let max_active = match max_active.trim() {
+        "" => None,
+        n => match n.parse::<i32>() {
+            Ok(n) if (1..=1000).contains(&n) => Some(n),
+            _ => {
+                return Err(format!(
+                    "At most at once must be a number from 1 to 1000, not {n}"
+                ));
+            }
+        },
+    };
+    Ok(StartBackfill {
+        from: time(from, "start")?,
+        to: time(to, "end")?,
+        max_active,
+        order: newest_first.then_some(BackfillOrder::NewestFirst),
+    })
+}
+
+/// A `datetime-local` text (`2026-03-01T02:30`) as the browser's local time.
+fn local_datetime(text: &str) -> Option<DateTime<Utc>> {
+    let ms = js_sys::Date::new(&JsValue::from_str(text)).get_time();
+    if ms.is_nan() {
+        return None;
+    }
+    DateTime::from_timestamp_millis(ms as i64)
+}
+
+/// Now as a `datetime-local` text in the browser's local time, to the minute.
+fn local_datetime_now() -> String {
+    let d = js_sys::Date::new_0();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}",
+        d.get_full_year(),
+        d.get_month() + 1,
+        d.get_date(),
+        d.get_hours(),
+        d.get_minutes()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backfill() -> Backfill {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        Backfill {
+            id: Uuid::nil(),
+            schedule_id: Uuid::nil(),
+            from: at("2026-03-01T00:00:00Z"),
+            to: at("2026-03-10T00:00:00Z"),
+            order: BackfillOrder::OldestFirst,
+            max_active: 2,
+            state: "failed".into(),
+            ticks: 10,
+            fired: 6,
+            already: 4,
+            active: 0,
+            succeeded: 5,
+            failed: 1,
+            next_tick: None,
+            error: Some("the occurrence of the tick at … could not be submitted: no".into()),
+            created_at: at("2026-03-11T00:00:00Z"),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_backfills_progress_reads_as_one_line() {
+        assert_eq!(
+            backfill_progress(&backfill()),
+            "6 of 10 ticks fired, 4 had run already · 0 running · 5 succeeded · 1 failed · \
+             the occurrence of the tick at … could not be submitted: no"
+        );
+    }
+
+    #[test]
+    fn the_backfill_form_reads_its_fields_or_says_what_is_wrong() {
+        let parse = |s: &str| format!("{s}:00Z").parse::<DateTime<Utc>>().ok();
+        let request =
+            backfill_request("2026-03-01T02:30", "2026-03-02T00:00", " 4 ", true, parse).unwrap();
+        assert_eq!(
+            request.from,
+            "2026-03-01T02:30:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert_eq!(request.max_active, Some(4));
+        assert_eq!(request.order, Some(BackfillOrder::NewestFirst));
+        let request =
+            backfill_request("2026-03-01T02:30", "2026-03-02T00:00", "", false, parse).unwrap();
+        assert_eq!((request.max_active, request.order), (None, None));
+        for (from, to, max, says) in [
+            ("", "2026-03-02T00:00", "1", "Give the start of the range."),
+            ("2026-03-01T02:30", " ", "1", "Give the end of the range."),
+            (
+                "yesterday",
+                "2026-03-02T00:00",
+                "1",
+                "The start is not a date and time: yesterday",
+            ),
+            (
+                "2026-03-01T02:30",
+                "2026-03-02T00:00",
+                "0",
+                "from 1 to 1000, not 0",
+            ),
+            (
+                "2026-03-01T02:30",
+                "2026-03-02T00:00",
+                "many",
+                "from 1 to 1000, not many",
+            ),
+        ] {
+            let err = backfill_request(from, to, max, false, parse).unwrap_err();
+            assert!(err.contains(says), "{from} {to} {max}: {err}");
+        }
     }
 }
