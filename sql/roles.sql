@@ -83,6 +83,18 @@ create policy workflows_submitter_reads_its_own on sked.workflows
   for select to sked_submitter using (owner = current_user);
 drop policy if exists workflows_submitter_inserts_its_own on sked.workflows;
 create policy workflows_submitter_inserts_its_own on sked.workflows
+  for insert to sked_submitter
+  with check (owner = current_user
+              and (definition_id is null
+                   or exists (select 1 from sked.workflow_definitions d
+                               where d.id = definition_id)));
+
+-- Stored workflow definitions: a submitter reads and adds its own.
+drop policy if exists workflow_definitions_submitter_reads_its_own on sked.workflow_definitions;
+create policy workflow_definitions_submitter_reads_its_own on sked.workflow_definitions
+  for select to sked_submitter using (owner = current_user);
+drop policy if exists workflow_definitions_submitter_inserts_its_own on sked.workflow_definitions;
+create policy workflow_definitions_submitter_inserts_its_own on sked.workflow_definitions
   for insert to sked_submitter with check (owner = current_user);
 
 -- An edge is the submitter's when its child is (the subquery sees its own tasks only); it
@@ -105,7 +117,8 @@ begin
                    'using (exists (select 1 from sked.tasks t where t.id = task_id))',
                    t || '_submitter_reads_its_own', t);
   end loop;
-  foreach t in array array['tasks', 'workflows', 'task_edges', 'task_attempts', 'task_logs'] loop
+  foreach t in array array['tasks', 'workflows', 'task_edges', 'task_attempts', 'task_logs',
+                           'workflow_definitions'] loop
     execute format('drop policy if exists %I on sked.%I', t || '_server_all', t);
     execute format('create policy %I on sked.%I for all to sked_server using (true) '
                    'with check (true)', t || '_server_all', t);
@@ -158,7 +171,8 @@ declare
     'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',
     'task_channel', 'workflow_channel', 'params_placeholder', 'params_used', 'params_fill',
-    'params_fill_array', 'params_apply'];
+    'params_fill_array', 'params_apply', 'workflow_define', 'workflow_run',
+    'definition_rule_raise'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
@@ -222,7 +236,10 @@ begin
   -- The submitter: its own rows (the policies above), submitted through the submit functions
   -- or a plain INSERT, nothing else.
   execute format('grant select, insert (%s) on sked.tasks to sked_submitter', task_columns);
-  grant select, insert (id, owner, name, created_at, notify, params) on sked.workflows to sked_submitter;
+  grant select, insert (id, owner, name, created_at, notify, params, definition_id)
+    on sked.workflows to sked_submitter;
+  grant select, insert (owner, name, version, spec, created_at) on sked.workflow_definitions
+    to sked_submitter;
   grant select, insert on sked.task_edges to sked_submitter;
   grant select on sked.task_attempts, sked.task_logs to sked_submitter;
   -- The view of every attempt, where it reads with the reader's rights (sql/views.sql).
@@ -240,12 +257,13 @@ begin
   grant select on sked.tasks, sked.workflows, sked.task_edges, sked.task_attempts,
                   sked.task_logs, sked.workers, sked.api_tokens, sked.schedules,
                   sked.schedule_runs, sked.schedule_backfills, sked.schedule_ticks, sked.queues,
+                  sked.workflow_definitions,
                   sked.retention_settings, sked.service_exits, sked.event_changes,
                   sked.event_outbox, sked.task_attempt_history, sked.queue_counts,
                   sked.worker_status
      to sked_server;
   execute format('grant insert (%s) on sked.tasks to sked_server', task_columns);
-  grant insert on sked.workflows, sked.task_edges to sked_server;
+  grant insert on sked.workflows, sked.task_edges, sked.workflow_definitions to sked_server;
   grant update, delete on sked.schedules to sked_server;
   grant update on sked.queues to sked_server;
 end

@@ -450,9 +450,13 @@ $$;
 -- chooses which of the tasks that depend on it run; see "Branches" above). Tasks without
 -- parents are `waiting` at once, the others `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
 -- workflow or on itself, and cycles are rejected with check_violation naming the rule, and
--- nothing is inserted. Every task belongs to `owner_`. Returns the workflow's id.
+-- nothing is inserted. Every task belongs to `owner_`. `p_definition` is the stored
+-- definition the spec came from (sked.workflow_run, sql/definitions.sql), which the workflow
+-- names. Returns the workflow's id.
+drop function if exists sked.workflow_submit(jsonb, text, timestamptz);
 create or replace function sked.workflow_submit(
-  spec jsonb, owner_ text default current_user, p_now timestamptz default now())
+  spec jsonb, owner_ text default current_user, p_now timestamptz default now(),
+  p_definition uuid default null)
 returns uuid
 language plpgsql as $$
 declare
@@ -664,10 +668,10 @@ begin
   end if;
 
   -- Its notify is checked by sked.workflows_before_insert_notify (sql/alerts.sql).
-  insert into sked.workflows (id, owner, name, created_at, notify, params)
+  insert into sked.workflows (id, owner, name, created_at, notify, params, definition_id)
   values (wf, owner_, coalesce(spec ->> 'name', ''), p_now,
           case when jsonb_typeof(spec -> 'notify') is distinct from 'null' then spec -> 'notify' end,
-          params);
+          params, p_definition);
 
   -- The tasks, read as sked.tasks_submit reads them, placed in the workflow. The new ids
   -- are handed out in ascending order, so that the tasks sort by id in the order they were

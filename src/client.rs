@@ -277,6 +277,44 @@ impl Client {
         self.post("/workflows", workflow).await
     }
 
+    /// `POST /api/v1/workflow-definitions`: the version kept (a new one, or the latest when
+    /// the spec is the latest's).
+    pub async fn define_workflow(
+        &self,
+        definition: &sked_types::DefineWorkflow,
+    ) -> Result<sked_types::WorkflowDefinition, ClientError> {
+        self.post("/workflow-definitions", definition).await
+    }
+
+    /// `GET /api/v1/workflow-definitions`: the latest version of each definition.
+    pub async fn workflow_definitions(
+        &self,
+    ) -> Result<sked_types::WorkflowDefinitionPage, ClientError> {
+        self.get("/workflow-definitions").await
+    }
+
+    /// `GET /api/v1/workflow-definitions/{name}`: its versions, newest first.
+    pub async fn workflow_definition(
+        &self,
+        name: &str,
+    ) -> Result<sked_types::WorkflowDefinitionPage, ClientError> {
+        self.get(&format!("/workflow-definitions/{}", path_segment(name)))
+            .await
+    }
+
+    /// `POST /api/v1/workflow-definitions/{name}/runs`: the id of the workflow it submitted.
+    pub async fn run_workflow_definition(
+        &self,
+        name: &str,
+        run: &sked_types::RunWorkflowDefinition,
+    ) -> Result<WorkflowSubmitted, ClientError> {
+        self.post(
+            &format!("/workflow-definitions/{}/runs", path_segment(name)),
+            run,
+        )
+        .await
+    }
+
     /// `GET /api/v1/workflows?after=&limit=`.
     pub async fn workflows(
         &self,
@@ -339,4 +377,18 @@ fn snippet(body: &[u8]) -> String {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
     }
+}
+
+/// `text` as one segment of a URL's path: every byte but the unreserved characters of
+/// RFC 3986 percent-encoded.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -8,6 +8,7 @@
 pub mod alert;
 pub mod awaits;
 pub mod bulk;
+pub mod definition;
 pub mod error;
 pub mod history;
 pub mod hosts;
@@ -50,6 +51,10 @@ pub const CONTRACT: &[(&str, &str)] = &[
     ("sql/shards.sql", include_str!("../../sql/shards.sql")),
     ("sql/workers.sql", include_str!("../../sql/workers.sql")),
     ("sql/workflows.sql", include_str!("../../sql/workflows.sql")),
+    (
+        "sql/definitions.sql",
+        include_str!("../../sql/definitions.sql"),
+    ),
     ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/alerts.sql", include_str!("../../sql/alerts.sql")),

@@ -3,13 +3,22 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sked_types::{SubmitWorkflow, Workflow, WorkflowEdge, WorkflowState};
+use sked_types::{DefinitionVersion, SubmitWorkflow, Workflow, WorkflowEdge, WorkflowState};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::Result;
 use crate::task::{TaskRow, submit_fields};
 use crate::text::Text;
+
+/// The columns of a [`WorkflowRow`], of `sked.workflows w` left joined to its definition
+/// `sked.workflow_definitions d`.
+macro_rules! workflow_columns {
+    () => {
+        "w.id, w.owner, w.name, w.state, w.created_at, w.finished_at, w.params,
+         d.name as definition_name, d.version as definition_version"
+    };
+}
 
 /// A row of `sked.workflows`.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -22,6 +31,8 @@ pub struct WorkflowRow {
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub params: Option<serde_json::Value>,
+    pub definition_name: Option<String>,
+    pub definition_version: Option<i32>,
 }
 
 impl WorkflowRow {
@@ -34,6 +45,10 @@ impl WorkflowRow {
             created_at: self.created_at,
             finished_at: self.finished_at,
             params: self.params,
+            definition: self
+                .definition_name
+                .zip(self.definition_version)
+                .map(|(name, version)| DefinitionVersion { name, version }),
         }
     }
 }
@@ -85,9 +100,13 @@ pub async fn submit(db: impl PgExecutor<'_>, w: &SubmitWorkflow, owner: &str) ->
 
 /// One workflow by id.
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowRow>> {
-    Ok(sqlx::query_as(
-        "select id, owner, name, state, created_at, finished_at, params from sked.workflows where id = $1",
-    )
+    Ok(sqlx::query_as(concat!(
+        "select ",
+        workflow_columns!(),
+        " from sked.workflows w
+           left join sked.workflow_definitions d on d.id = w.definition_id
+          where w.id = $1"
+    ))
     .bind(id)
     .fetch_optional(crate::on(pool))
     .await?)
@@ -105,19 +124,23 @@ pub struct ListFilter {
 
 /// Workflows newest first (ids are time-ordered), one page at a time by keyset on the id.
 pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<WorkflowRow>> {
-    let mut q = sqlx::QueryBuilder::new(
-        "select id, owner, name, state, created_at, finished_at, params from sked.workflows where true",
-    );
+    let mut q = sqlx::QueryBuilder::new(concat!(
+        "select ",
+        workflow_columns!(),
+        " from sked.workflows w
+           left join sked.workflow_definitions d on d.id = w.definition_id
+          where true"
+    ));
     if let Some(owner) = &f.owner {
-        q.push(" and owner = ").push_bind(owner);
+        q.push(" and w.owner = ").push_bind(owner);
     }
     if let Some(state) = f.state {
-        q.push(" and state = ").push_bind(state.as_str());
+        q.push(" and w.state = ").push_bind(state.as_str());
     }
     if let Some(after) = f.after {
-        q.push(" and id < ").push_bind(after);
+        q.push(" and w.id < ").push_bind(after);
     }
-    q.push(" order by id desc limit ").push_bind(f.limit);
+    q.push(" order by w.id desc limit ").push_bind(f.limit);
     Ok(q.build_query_as().fetch_all(crate::on(pool)).await?)
 }
 

@@ -36,6 +36,7 @@ mod alerts;
 mod awaits;
 mod bulk;
 mod coalesce;
+mod definitions;
 mod error;
 mod events;
 mod extract;

@@ -25,15 +25,17 @@ use utoipa_axum::routes;
 
 use sked_types::time_zones;
 
-use crate::{AppState, alerts, bulk, queues, schedules, services, system, tasks, workflows};
+use crate::{
+    AppState, alerts, bulk, definitions, queues, schedules, services, system, tasks, workflows,
+};
 
 mod shared;
 
 use shared::error_response;
 pub(crate) use shared::{
-    AdminOnly, BackfillId, NoSuchBackfill, NoSuchSchedule, NoSuchService, NoSuchTask,
-    NoSuchWorkflow, OwnerForbidden, QueueNamed, QueueRefusals, QuotaExceeded, ScheduleId,
-    ServiceId, TaskId, WorkflowId,
+    AdminOnly, BackfillId, DefinitionName, NoSuchBackfill, NoSuchDefinition, NoSuchSchedule,
+    NoSuchService, NoSuchTask, NoSuchWorkflow, OwnerForbidden, QueueNamed, QueueRefusals,
+    QuotaExceeded, ScheduleId, ServiceId, TaskId, WorkflowId,
 };
 
 #[derive(OpenApi)]
@@ -54,7 +56,7 @@ pub(crate) use shared::{
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, list, follow, cancel, retry and resubmit tasks"),
-        (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows"),
+        (name = "workflows", description = "Submit, list, read, cancel and re-run DAG workflows; keep workflow definitions by name and version and run them"),
         (name = "schedules", description = "Cron schedules: create, list, read, change, pause, resume, run now, backfill, delete; preview an expression"),
         (name = "services", description = "Long-running services: list, read with their copies, change (rolling update, scaling); stop by cancelling the task"),
         (name = "system", description = "The overview, workers, queues, the caller, health and this document"),
@@ -84,6 +86,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(workflows::detail))
         .routes(routes!(workflows::cancel))
         .routes(routes!(workflows::retry))
+        .routes(routes!(definitions::list, definitions::define).layer(large_bodies()))
+        .routes(routes!(definitions::versions))
+        .routes(routes!(definitions::run))
         .routes(routes!(schedules::list, schedules::create))
         .routes(routes!(
             schedules::detail,
@@ -321,11 +326,12 @@ fn task_rules(schemas: &mut serde_json::Value) {
     });
     // A workflow's parameters: names that are identifiers
     // (`workflows_param_names_must_be_identifiers`), values stored as jsonb.
-    schemas["SubmitWorkflow"]["properties"]["params"] = json!({"oneOf": [
-        {"type": "null"},
-        {"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-         "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
-    ]});
+    let params = json!({"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                        "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}});
+    schemas["SubmitWorkflow"]["properties"]["params"] =
+        json!({"oneOf": [{"type": "null"}, params.clone()]});
+    // A run's parameters, over its definition's own.
+    schemas["RunWorkflowDefinition"]["properties"]["params"] = params;
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
         // Any JSON value, null (no input) included: not a `oneOf` with null, which null
@@ -840,6 +846,7 @@ mod tests {
             [
                 "resubmit_task",
                 "run_schedule",
+                "run_workflow_definition",
                 "submit_task",
                 "submit_task_batch",
                 "submit_workflow",

@@ -11,7 +11,8 @@ use serde::Serialize;
 use sked_types::secrets::{mask_env, mask_template_env};
 use sked_types::service::{Service, ServiceList};
 use sked_types::{
-    Schedule, ScheduleDetail, SchedulePage, Task, TaskDetail, TaskPage, WorkflowDetail,
+    Schedule, ScheduleDetail, SchedulePage, Task, TaskDetail, TaskPage, WorkflowDefinition,
+    WorkflowDefinitionPage, WorkflowDetail,
 };
 
 /// An answer that shows environments, masked by [`Masked::mask`].
@@ -74,6 +75,19 @@ impl Masked for Schedule {
         {
             mask_template_env(template);
         }
+    }
+}
+
+impl Masked for WorkflowDefinition {
+    /// The environments of its spec's tasks.
+    fn mask(&mut self) {
+        mask_template_env(&mut self.spec);
+    }
+}
+
+impl Masked for WorkflowDefinitionPage {
+    fn mask(&mut self) {
+        self.definitions.iter_mut().for_each(Masked::mask);
     }
 }
 

@@ -1,16 +1,20 @@
 //! The workflow commands of the `sked` binary: `sked submit -f FILE` reads a workflow from a
-//! YAML or JSON file, and `sked workflow list|show|cancel|retry` act on workflows through the
-//! REST API. A module of the `sked` binary.
+//! YAML or JSON file, `sked workflow list|show|cancel|retry` act on workflows through the
+//! REST API, and `sked workflow define|definitions|run` keep workflow definitions by name and
+//! version and run them. A module of the `sked` binary.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
 use sked_types::workflow_spec::{SpecFormat, parse_spec};
-use sked_types::{SubmitWorkflow, WorkflowChange, WorkflowDetail};
+use sked_types::{
+    DefineWorkflow, RunWorkflowDefinition, SubmitWorkflow, WorkflowChange, WorkflowDefinition,
+    WorkflowDetail,
+};
 use uuid::Uuid;
 
-use super::args::{ApiArgs, ShowArgs, print_answer, read_text};
+use super::args::{ApiArgs, ShowArgs, parse_env, parse_json, print_answer, read_text};
 use super::format::{time, truncate, what};
 
 #[derive(Debug, clap::Subcommand)]
@@ -23,6 +27,61 @@ pub enum WorkflowCommand {
     Cancel(IdArgs),
     /// Re-run a workflow from its failed or cancelled tasks.
     Retry(IdArgs),
+    /// Keep a workflow file (YAML or JSON, as `sked submit -f` reads it) under a name: a new
+    /// version unless it is the latest version's spec; prints the version.
+    Define(DefineArgs),
+    /// List stored workflow definitions (the latest version of each), or every version of one.
+    Definitions(DefinitionsArgs),
+    /// Run a stored workflow definition (its latest version, or --version); prints the new
+    /// workflow's id.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DefineArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The definition's name: a letter or digit, then letters, digits, `_`, `.` and `-`.
+    name: String,
+    /// The workflow file (`-`: stdin).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: std::path::PathBuf,
+    /// Keep it for this owner (admin tokens only).
+    #[arg(long)]
+    owner: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DefinitionsArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Every version of this definition, newest first.
+    name: Option<String>,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(disable_version_flag = true)]
+pub struct RunArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The definition's name.
+    name: String,
+    /// The version to run (default: the latest).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    version: Option<i32>,
+    /// A parameter over the definition's own, its value as JSON when it reads as JSON
+    /// (`--param day=2026-03-01`, `--param n=3`); repeat for more.
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_env)]
+    params: Vec<(String, String)>,
+    /// Parameters as one JSON object (the --param flags go over it).
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    params_json: Option<serde_json::Value>,
+    /// Run the definition of this owner (admin tokens only).
+    #[arg(long)]
+    owner: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,7 +117,92 @@ pub async fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
             print_change(&change);
             Ok(())
         }
+        WorkflowCommand::Define(args) => {
+            let spec = read_spec(&args.file)?;
+            let request = DefineWorkflow {
+                name: args.name,
+                spec,
+                owner: args.owner,
+            };
+            let d = args.api.client()?.define_workflow(&request).await?;
+            outln!("{} version {}", d.name, d.version);
+            Ok(())
+        }
+        WorkflowCommand::Definitions(args) => {
+            let client = args.api.client()?;
+            let page = match &args.name {
+                Some(name) => client.workflow_definition(name).await?,
+                None => client.workflow_definitions().await?,
+            };
+            if args.json {
+                outln!("{}", serde_json::to_string_pretty(&page)?);
+            } else if page.definitions.is_empty() {
+                eprintln!("no workflow definitions");
+            } else {
+                outln!("{}", definitions_table(&page.definitions));
+            }
+            Ok(())
+        }
+        WorkflowCommand::Run(args) => {
+            let params = run_params(args.params_json, &args.params)?;
+            let run = RunWorkflowDefinition {
+                version: args.version,
+                params,
+                owner: args.owner,
+            };
+            let submitted = args
+                .api
+                .client()?
+                .run_workflow_definition(&args.name, &run)
+                .await?;
+            outln!("{}", submitted.id);
+            Ok(())
+        }
     }
+}
+
+/// The parameters of `sked workflow run`: `--params-json`, then each `--param` over it, its
+/// value as JSON when it reads as JSON, else as text.
+fn run_params(
+    json: Option<serde_json::Value>,
+    params: &[(String, String)],
+) -> anyhow::Result<Option<serde_json::Map<String, serde_json::Value>>> {
+    let mut out = match json {
+        None => None,
+        Some(serde_json::Value::Object(map)) => Some(map),
+        Some(other) => anyhow::bail!("--params-json must be a JSON object, not {other}"),
+    };
+    for (name, value) in params {
+        let value = serde_json::from_str(value)
+            .unwrap_or_else(|_| serde_json::Value::String(value.clone()));
+        out.get_or_insert_with(Default::default)
+            .insert(name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// Definitions as a table, one version per line.
+fn definitions_table(definitions: &[WorkflowDefinition]) -> String {
+    let mut out = format!(
+        "{:<30}  {:>7}  {:<12}  {:<19}  TASKS",
+        "NAME", "VERSION", "OWNER", "CREATED"
+    );
+    for d in definitions {
+        let tasks = d
+            .spec
+            .get("tasks")
+            .and_then(|t| t.as_array())
+            .map_or(0, Vec::len);
+        out.push_str(&format!(
+            "\n{:<30}  {:>7}  {:<12}  {:<19}  {}",
+            truncate(&d.name, 30),
+            d.version,
+            truncate(&d.owner, 12),
+            time(Some(d.created_at)),
+            tasks
+        ));
+    }
+    out
 }
 
 /// Reads a workflow file: JSON when its name ends in `.json`, else YAML (`-`: YAML or JSON
@@ -134,6 +278,12 @@ pub fn describe(detail: &WorkflowDetail) -> String {
     }
     out.push_str(&format!("{:<10} {}\n", "state:", w.state));
     out.push_str(&format!("{:<10} {}\n", "owner:", w.owner));
+    if let Some(d) = &w.definition {
+        out.push_str(&format!(
+            "{:<10} {} version {}\n",
+            "defined:", d.name, d.version
+        ));
+    }
     out.push_str(&format!(
         "{:<10} {}\n",
         "created:",

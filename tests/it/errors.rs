@@ -67,7 +67,7 @@ fn sql_files() -> Vec<(String, String)> {
 /// statement takes that statement's.
 async fn raised(pool: &PgPool) -> BTreeMap<String, String> {
     let names = Regex::new(
-        r"'((?:tasks|workflows|schedules|schedule_backfills|services|task_edges)_[a-z0-9_%]+)'",
+        r"'((?:tasks|workflows|workflow_definitions|schedules|schedule_backfills|services|task_edges)_[a-z0-9_%]+)'",
     )
     .unwrap();
     let errcode = Regex::new(r"errcode = '([a-z_0-9A-Z]+)'").unwrap();
@@ -162,7 +162,8 @@ async fn constraints(pool: &PgPool) -> BTreeMap<String, String> {
           where contype in ('c', 'u', 'x')
             and conrelid in ('sked.tasks'::regclass, 'sked.workflows'::regclass,
                              'sked.task_edges'::regclass, 'sked.schedules'::regclass,
-                             'sked.schedule_backfills'::regclass)",
+                             'sked.schedule_backfills'::regclass,
+                             'sked.workflow_definitions'::regclass)",
     )
     .fetch_all(pool)
     .await

@@ -13,6 +13,7 @@ mod dashboard;
 mod dashboard_api;
 mod dashboard_controls;
 mod dashboard_oncall;
+mod definitions;
 mod delayed;
 mod deploy;
 mod errors;

@@ -739,8 +739,9 @@ pub struct StateChange {
 
 mod workflow;
 pub use workflow::{
-    SubmitWorkflow, TriggerRule, Workflow, WorkflowChange, WorkflowDetail, WorkflowEdge,
-    WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
+    DefineWorkflow, DefinitionVersion, RunWorkflowDefinition, SubmitWorkflow, TriggerRule,
+    Workflow, WorkflowChange, WorkflowDefinition, WorkflowDefinitionPage, WorkflowDetail,
+    WorkflowEdge, WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
 };
 
 #[cfg(test)]

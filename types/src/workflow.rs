@@ -197,6 +197,84 @@ pub struct Workflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub params: Option<serde_json::Value>,
+    /// The stored definition and version it was run from; left out when it was submitted as
+    /// a spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub definition: Option<DefinitionVersion>,
+}
+
+/// A version of a stored workflow definition, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DefinitionVersion {
+    pub name: String,
+    pub version: i32,
+}
+
+/// A body of `POST /api/v1/workflow-definitions`: a workflow spec to keep under a name. It is
+/// checked as a submission of it would be; a spec that differs from the latest version's
+/// becomes the next version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DefineWorkflow {
+    /// A letter or digit, then up to 127 letters, digits, `_`, `.` and `-`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    )]
+    pub name: String,
+    /// The workflow, as `POST /api/v1/workflows` takes it, without `owner`; its `params` are
+    /// the defaults a run's parameters go over.
+    pub spec: SubmitWorkflow,
+    /// The definition's owner (admin tokens only); the token's owner by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub owner: Option<String>,
+}
+
+/// One version of a stored workflow definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowDefinition {
+    pub id: Uuid,
+    pub owner: String,
+    pub name: String,
+    /// 1 for the first version, one more for each spec that differed from the latest.
+    pub version: i32,
+    /// The spec as `sked.workflow_submit` takes it (durations as Postgres intervals).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub spec: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Stored workflow definitions: the latest version of each name, or every version of one
+/// name, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkflowDefinitionPage {
+    pub definitions: Vec<WorkflowDefinition>,
+}
+
+/// A body of `POST /api/v1/workflow-definitions/{name}/runs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunWorkflowDefinition {
+    /// The version to run; the latest when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, nullable = false))]
+    pub version: Option<i32>,
+    /// Parameters over the definition's own (`{{ params.NAME }}`, `SKED_PARAMS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, nullable = false))]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The owner of the definition to run, who owns the workflow (admin tokens only); the
+    /// token's owner by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub owner: Option<String>,
 }
 
 /// An edge of a workflow: `task` runs after `depends_on`.

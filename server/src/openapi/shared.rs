@@ -42,12 +42,22 @@ path_parameters! {
     WorkflowId: "id" = uuid(), "Workflow id";
     /// `{id}` of the operations on one schedule.
     ScheduleId: "id" = uuid(), "Schedule id";
+    /// `{name}` of the operations on one stored workflow definition.
+    DefinitionName: "name" = definition_name(), "Workflow definition name";
     /// `{id}` of the operations on one backfill of a schedule.
     BackfillId: "id" = uuid(), "Backfill id";
     /// `{id}` of the operations on one service: the id of the task that is the service.
     ServiceId: "id" = uuid(), "The service's task id";
     /// `{name}` of the operations on one queue: a `QueueName`.
     QueueNamed: "name" = Ref::from_schema_name("QueueName"), "Queue name";
+}
+
+/// The schema of a workflow definition's name (`workflow_definitions_name_must_be_a_name`).
+fn definition_name() -> RefOr<schema::Schema> {
+    schema::ObjectBuilder::new()
+        .schema_type(schema::Type::String)
+        .pattern(Some("^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))
+        .into()
 }
 
 /// The schema of an id: a string of format `uuid`.
@@ -93,6 +103,8 @@ error_answers! {
     NoSuchWorkflow: "404" => "No such workflow, or not the caller's";
     /// 404 of an operation on one schedule, also another owner's.
     NoSuchSchedule: "404" => "No such schedule, or not the caller's";
+    /// 404 of an operation on one stored workflow definition, also another owner's.
+    NoSuchDefinition: "404" => "No such workflow definition (or version) of the owner";
     /// 404 of an operation on one backfill, also of another owner's schedule.
     NoSuchBackfill: "404" => "No such backfill, or not of the caller's schedule";
     /// 404 of an operation on one service, also another owner's.
