@@ -171,8 +171,8 @@ declare
     'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',
     'task_channel', 'workflow_channel', 'params_placeholder', 'params_used', 'params_fill',
-    'params_fill_array', 'params_apply', 'workflow_define', 'workflow_run',
-    'definition_rule_raise'];
+    'params_fill_array', 'params_apply', 'map_max_default', 'map_max_limit',
+    'workflow_define', 'workflow_run', 'definition_rule_raise'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',

@@ -34,6 +34,15 @@ language sql immutable parallel safe as $$
   select next_run_at > p_now - interval '1 second'
 $$;
 
+-- The parent whose shards the claim spreads over workers (sked.shard_claimable, the spread of
+-- sked.tasks_start): a shard's parent, but not a map's (a map's instances, whose number a
+-- parent's output decides, are claimed as fast as workers take them; see "Maps" below).
+-- Inlined into the claim's scans: the claim asks it with the row's columns.
+create or replace function sked.shard_spread_of(shard_of uuid, map_over text) returns uuid
+language sql immutable parallel safe as $$
+  select case when map_over is null then shard_of end
+$$;
+
 -- May worker `p_worker` claim this due shard now? Only its own worker may claim a pinned
 -- shard; a new shard is passed over by a worker that runs another shard of the same parent.
 -- The claim asks this only for shard rows.
@@ -58,18 +67,20 @@ begin
 end
 $$;
 
--- sked.shards_insert(p_parents, p_ids, p_indexes, p_totals, p_pinned): inserts the shards these arrays
--- describe, one per element, in their order. A shard is its parent's row (every column; any
--- new field comes along) with its own id, name (`<parent name>[index]`), state (blocked
--- while the parent has unfinished DAG parents, else waiting), place under the parent
--- (children 1, shard_of, shard_total, shard_index) and pinned worker, without the parent's
--- idempotency key and replicas. Its insert is made here from the table's columns, at every
+-- sked.shards_insert(p_parents, p_ids, p_indexes, p_totals, p_pinned, p_inputs): inserts the
+-- shards these arrays describe, one per element, in their order. A shard is its parent's row
+-- (every column; any new field comes along) with its own id, name (`<parent name>[index]`),
+-- state (blocked while the parent has unfinished DAG parents, else waiting), place under the
+-- parent (children 1, shard_of, shard_total, shard_index) and pinned worker, without the
+-- parent's idempotency key and replicas. A shard given an input (p_inputs, null for none: an
+-- instance of a map, with its element) has it instead of the parent's, and no DAG parents. Its insert is made here from the table's columns, at every
 -- migrate: a statement that names each column, far cheaper per shard than a row rewritten
 -- through JSON, and in PL/pgSQL, which keeps its plan for the session.
 do $do$
 declare
   own constant text[] := array['id', 'name', 'state', 'children', 'shard_of', 'shard_total',
-                               'shard_index', 'pinned_worker', 'idempotency_key', 'replicas'];
+                               'shard_index', 'pinned_worker', 'idempotency_key', 'replicas',
+                               'input', 'parents'];
   -- The other columns, in the table's order: the parent's.
   rest constant text[] := array(
     select a.attname::text from pg_attribute a
@@ -77,10 +88,11 @@ declare
        and a.attname::text <> all (own)
      order by a.attnum);
 begin
+  drop function if exists sked.shards_insert(uuid[], uuid[], integer[], integer[], uuid[]);
   execute format($f$
     create or replace function sked.shards_insert(
       p_parents uuid[], p_ids uuid[], p_indexes integer[], p_totals integer[],
-      p_pinned uuid[])
+      p_pinned uuid[], p_inputs jsonb[])
     returns void
     language plpgsql volatile as $b$
     begin
@@ -90,9 +102,10 @@ begin
       insert into sked.tasks (%s)
       select s.id, p.name || '[' || s.idx || ']',
              case when p.parents_pending > 0 then 'blocked' else 'waiting' end, 1, p.id,
-             s.total, s.idx, s.pinned, null, null, %s
-        from unnest(p_parents, p_ids, p_indexes, p_totals, p_pinned) with ordinality
-               as s(parent, id, idx, total, pinned, ord)
+             s.total, s.idx, s.pinned, null, null, coalesce(s.input, p.input),
+             case when s.input is null then p.parents else 0 end, %s
+        from unnest(p_parents, p_ids, p_indexes, p_totals, p_pinned, p_inputs) with ordinality
+               as s(parent, id, idx, total, pinned, input, ord)
         join parent p on p.id = s.parent
        order by s.ord;
     end
@@ -174,7 +187,7 @@ begin
     into shard_parents, shard_ids, shard_indexes, shard_totals_each, shard_pins
     from planned l;
   perform sked.shards_insert(shard_parents, shard_ids, shard_indexes, shard_totals_each,
-                             shard_pins);
+                             shard_pins, null);
 
   with plan as (
     select * from unnest(shard_parents, shard_ids) as s(parent, id)
@@ -322,5 +335,178 @@ begin
     return null;
   end if;
   return sked.tasks_settle(ended, p_now);
+end
+$$;
+
+-- Maps (docs/workflows.md, "Map"). A workflow task with `map_over` ("<parent>.<path>") is a
+-- sharded task whose number of shards, its instances, is the length of the JSON array at
+-- that path of its parent's output: decided when the map is released (becomes waiting), in
+-- the transaction that finishes its last parent, by sked.maps_expand. An instance has its
+-- element as input (stdin; the worker also sets SKED_MAP_ITEM and SKED_MAP_INDEX) and no DAG
+-- parents; the map waits for its instances with the trigger rule `shards` (all must succeed)
+-- or `map_all_done` (all must finish), and then takes their outputs (sked.shards_output).
+-- Instances are claimed like any task: the claim's spread of new shards over workers
+-- (sked.shard_claimable) is for sharded and broadcast work, not for a map's instances.
+
+-- The most instances a map may have when its map_max does not say.
+create or replace function sked.map_max_default() returns integer
+language sql immutable parallel safe as $$
+  select 10000
+$$;
+
+-- The most instances a map may have, whatever its map_max says.
+create or replace function sked.map_max_limit() returns integer
+language sql immutable parallel safe as $$
+  select 100000
+$$;
+
+-- The largest element, as JSON text, that an instance gets (it is also in its environment).
+create or replace function sked.map_item_max_bytes() returns integer
+language sql immutable parallel safe as $$
+  select 65536
+$$;
+
+-- Why the map over `map_over` cannot expand (null when it can): its parent `parent` (null:
+-- no task it depends on is named so), which ended `parent_state`, has `items` at the path,
+-- and the map may have `map_max` instances. Every case ends the map upstream_failed with
+-- this as its error; the elements' sizes are checked by sked.maps_expand.
+create or replace function sked.map_items_error(
+  map_over text, parent text, parent_state text, parent_output jsonb, items jsonb,
+  map_max integer)
+returns text
+language sql immutable parallel safe as $$
+  select case
+    when parent is null then
+      'not run: the map over ' || quote_literal(map_over) || ' depends on no task of that name'
+    when parent_state <> 'succeeded' then
+      'not run: the map over ' || quote_literal(map_over) || ' needs the output of '
+      || quote_literal(parent) || ', which ended ' || parent_state
+    when parent_output is null then
+      'not run: the map over ' || quote_literal(map_over) || ' needs an array, but '
+      || quote_literal(parent) || ' wrote no output'
+    when items is null then
+      'not run: the map over ' || quote_literal(map_over) || ' needs an array, but the output of '
+      || quote_literal(parent) || ' has nothing at that path'
+    when jsonb_typeof(items) <> 'array' then
+      'not run: the map over ' || quote_literal(map_over) || ' needs an array, but the output of '
+      || quote_literal(parent) || ' has ' || case jsonb_typeof(items) when 'object' then 'an object'
+                                                else 'a ' || jsonb_typeof(items) end
+      || ' there: ' || left(items::text, 200)
+    when jsonb_array_length(items) > map_max then
+      'not run: the map over ' || quote_literal(map_over) || ' has '
+      || jsonb_array_length(items) || ' elements, more than its cap (map_max ' || map_max || ')'
+  end
+$$;
+
+-- Expands the maps `p_ids` that were just released (state waiting, not expanded yet), set-
+-- based over all of them: each gets one instance per element of its array, inserted by
+-- sked.shards_insert, and waits for them (blocked, trigger rule `shards` or `map_all_done`).
+-- A map whose array is empty succeeds at once with the output []; one whose array cannot be
+-- taken (sked.map_items_error, or an element over sked.map_item_max_bytes()) ends
+-- upstream_failed saying why. Only these maps change: an output a task wrote fails its own
+-- map, never the statement. Returns the maps that ended (the caller settles them).
+create or replace function sked.maps_expand(p_ids uuid[], p_now timestamptz)
+returns uuid[]
+language plpgsql
+set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
+set jit = off
+as $$
+declare
+  ended uuid[];
+  expanding uuid[];
+  totals integer[];
+  i_parents uuid[];
+  i_ids uuid[];
+  i_indexes integer[];
+  i_totals integer[];
+  i_inputs jsonb[];
+begin
+  create temp table if not exists map_plan (
+    id uuid primary key, items jsonb, error text, total integer
+  ) on commit drop;
+  truncate map_plan;
+  -- The map's parent is the task it depends on whose name is the longest that map_over is,
+  -- or begins with followed by a dot; the rest, split at dots, is the path.
+  insert into map_plan (id, items, error, total)
+  select m.id, j.items, j.error,
+         case when j.error is null then jsonb_array_length(j.items) end
+    from sked.tasks m
+    left join lateral (
+      select p.name, p.state, p.output from sked.task_edges e
+        join sked.tasks p on p.id = e.depends_on
+       where e.task_id = m.id
+         and (m.map_over = p.name or starts_with(m.map_over, p.name || '.'))
+       order by length(p.name) desc limit 1
+    ) p on true
+    cross join lateral (
+      select case when m.map_over = p.name then p.output
+                  else p.output #> string_to_array(substr(m.map_over, length(p.name) + 2), '.')
+             end as items
+    ) x
+    cross join lateral (
+      select x.items,
+             sked.map_items_error(m.map_over, p.name, p.state, p.output, x.items,
+                                  coalesce(m.map_max, sked.map_max_default())) as error
+    ) j
+   where m.id = any(p_ids) and m.state = 'waiting' and m.map_over is not null
+     and m.shard_of is null;
+  -- An element too large for an instance fails the map too.
+  update map_plan l
+     set error = 'not run: element ' || (b.i - 1) || ' of the map over '
+                 || quote_literal(b.map_over) || ' takes ' || b.size
+                 || ' bytes as JSON, more than an instance takes ('
+                 || sked.map_item_max_bytes() || ')',
+         total = null
+    from (select k.id, m.map_over, x.i, x.size
+            from map_plan k
+            join sked.tasks m on m.id = k.id
+            cross join lateral (
+              select e.i, octet_length(e.v::text) as size
+                from jsonb_array_elements(k.items) with ordinality as e(v, i)
+               where octet_length(e.v::text) > sked.map_item_max_bytes()
+               order by e.i limit 1) x
+           where k.error is null) b
+   where l.id = b.id;
+
+  -- Ended at once: refused (upstream_failed), or no element (succeeded with []).
+  with ended_maps as (
+    update sked.tasks m
+       set state = case when l.error is null then 'succeeded' else 'upstream_failed' end,
+           trigger_rule = case when l.error is not null then m.trigger_rule
+                               when m.map_trigger_rule = 'all_done' then 'map_all_done'
+                               else 'shards' end,
+           finished_at = p_now, error = l.error,
+           output = case when l.error is null then '[]'::jsonb end
+      from map_plan l
+     where m.id = l.id and m.state = 'waiting' and (l.error is not null or l.total = 0)
+    returning m.id
+  )
+  select array_agg(e.id) into ended from ended_maps e;
+
+  select array_agg(l.id order by l.id), array_agg(l.total order by l.id)
+    into expanding, totals
+    from map_plan l where l.error is null and l.total > 0;
+  if expanding is null then
+    return coalesce(ended, '{}');
+  end if;
+  select array_agg(l.id order by l.id, e.i), array_agg(sked.uuid_v7() order by l.id, e.i),
+         array_agg((e.i - 1)::integer order by l.id, e.i),
+         array_agg(l.total order by l.id, e.i), array_agg(e.v order by l.id, e.i)
+    into i_parents, i_ids, i_indexes, i_totals, i_inputs
+    from map_plan l cross join lateral jsonb_array_elements(l.items) with ordinality as e(v, i)
+   where l.id = any(expanding);
+  perform sked.shards_insert(i_parents, i_ids, i_indexes, i_totals,
+                             array_fill(null::uuid, array[cardinality(i_ids)]), i_inputs);
+  insert into sked.task_edges (task_id, depends_on)
+  select p, i from unnest(i_parents, i_ids) as x(p, i);
+  -- The maps wait for their instances (their own DAG parents are all done).
+  update sked.tasks m
+     set state = 'blocked', shard_total = c.total,
+         trigger_rule = case when m.map_trigger_rule = 'all_done' then 'map_all_done'
+                             else 'shards' end,
+         parents = m.parents + c.total, parents_pending = c.total
+    from unnest(expanding, totals) as c(id, total)
+   where m.id = c.id and m.state = 'waiting';
+  return coalesce(ended, '{}');
 end
 $$;

@@ -488,7 +488,7 @@ $$;
 --                                   `task` at its place in a workflow: its row with the
 --                                   columns of its place (id, state, created_at, workflow_id,
 --                                   name, trigger_rule, parents, children, parents_pending,
---                                   branch)
+--                                   branch, map_over, map_max, map_trigger_rule)
 --                                   given; a row constructor that the planner inlines, far
 --                                   cheaper per task than rewriting the row through JSON;
 --   sked.tasks_insert(rows, whole)  the insert of new task rows that every way in ends in.
@@ -527,7 +527,7 @@ declare
   -- The columns of a task's place that a submission sets besides its fields' columns.
   placed constant text[] := array[
     'id', 'state', 'created_at', 'workflow_id', 'name', 'trigger_rule', 'parents', 'children',
-    'parents_pending', 'branch'];
+    'parents_pending', 'branch', 'map_over', 'map_max', 'map_trigger_rule'];
   -- The columns sked.task_new takes.
   given constant text[] := array['id', 'owner', 'next_run_at', 'shard_total'];
   -- The table's columns in order (name, type, default), and for each field its column and
@@ -832,7 +832,7 @@ declare
 begin
   update sked.tasks set state = 'cancelled', finished_at = p_now, error = 'cancelled before it ran'
    where id = p_id and sked.state_waits_to_run(state)
-  returning state, children > 0 or workflow_id is not null, trigger_rule = 'shards'
+  returning state, children > 0 or workflow_id is not null, trigger_rule in ('shards', 'map_all_done')
     into result, settles, sharded;
   if found then
     if sharded then
@@ -879,7 +879,7 @@ declare
   sharded boolean;
   queues text;
 begin
-  select state, trigger_rule = 'shards' into result, sharded from sked.tasks where id = p_id for update;
+  select state, trigger_rule in ('shards', 'map_all_done') into result, sharded from sked.tasks where id = p_id for update;
   if sharded and result in ('succeeded', 'cancelled', 'upstream_failed', 'skipped') then
     queues := sked.tasks_rerun(sked.shards_to_rerun(p_id), p_now);
     if queues is not null then

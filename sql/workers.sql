@@ -173,7 +173,8 @@ $$;
 -- Shards (docs/shards.md) obey two more rules, which only shard rows pay for: a pinned shard
 -- is claimed by its own worker only, and while shards are new (sked.shard_is_new) a worker
 -- that runs a shard of the parent passes over its other shards, and one claim takes at most
--- one of them (the lowest index it locked; the others it locked stay as they were).
+-- one of them (the lowest index it locked; the others it locked stay as they were). A map's
+-- instances are shards without these rules (sked.shard_spread_of).
 --
 -- Placement (docs/runtime.md), which only tasks with requests pay for: the scan passes over
 -- a task whose request exceeds the free capacity, so a big task never blocks smaller ones
@@ -292,14 +293,16 @@ begin
         select c.pick
           from unnest(queues, allowances) as q(name, allowance)
           cross join lateral (
-            select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+            select sked.claim_pick_of(t.id, t.priority, t.next_run_at,
+                                      sked.shard_spread_of(t.shard_of, t.map_over), t.shard_index,
                                       t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb,
                                       p_now) as pick,
                    t.priority, t.next_run_at, t.id
               from sked.tasks t
              where sked.state_is_claimable(t.state) and t.queue = q.name
                and t.next_run_at <= p_now and t.attempt < t.max_attempts
-               and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+               and sked.task_claimable_by(t.labels, sked.shard_spread_of(t.shard_of, t.map_over),
+                                          t.pinned_worker, t.next_run_at,
                                           t.cpu_millis, t.memory_mb, p_worker, p_labels,
                                           p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
              order by t.priority desc, t.next_run_at, t.id
@@ -323,7 +326,8 @@ begin
       select c.pick
         from unnest(highs, lows, after_run_at, after_id) as r(high, low, run_at, id)
         cross join lateral (
-          select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+          select sked.claim_pick_of(t.id, t.priority, t.next_run_at,
+                                    sked.shard_spread_of(t.shard_of, t.map_over), t.shard_index,
                                     t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb,
                                     p_now) as pick
             from sked.tasks t
@@ -331,7 +335,8 @@ begin
              and t.priority <= r.high and t.priority >= r.low
              and (t.next_run_at, t.id) > (r.run_at, r.id)
              and t.next_run_at <= p_now and t.attempt < t.max_attempts
-             and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+             and sked.task_claimable_by(t.labels, sked.shard_spread_of(t.shard_of, t.map_over),
+                                        t.pinned_worker, t.next_run_at,
                                         t.cpu_millis, t.memory_mb, p_worker, p_labels,
                                         p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
            order by t.priority desc, t.next_run_at, t.id
@@ -342,12 +347,14 @@ begin
   else
     return query
     select * from sked.tasks_start(array(
-      select sked.claim_pick_of(t.id, t.priority, t.next_run_at, t.shard_of, t.shard_index,
+      select sked.claim_pick_of(t.id, t.priority, t.next_run_at,
+                                sked.shard_spread_of(t.shard_of, t.map_over), t.shard_index,
                                 t.cpu_millis, t.memory_mb, p_cpu_millis, p_memory_mb, p_now)
         from sked.tasks t
        where sked.state_is_claimable(t.state) and t.queue = any(p_queues)
          and t.next_run_at <= p_now and t.attempt < t.max_attempts
-         and sked.task_claimable_by(t.labels, t.shard_of, t.pinned_worker, t.next_run_at,
+         and sked.task_claimable_by(t.labels, sked.shard_spread_of(t.shard_of, t.map_over),
+                                    t.pinned_worker, t.next_run_at,
                                     t.cpu_millis, t.memory_mb, p_worker, p_labels,
                                     p_cpu_millis, p_memory_mb, whole_cpu, whole_mem, p_now)
        order by t.priority desc, t.next_run_at, t.id

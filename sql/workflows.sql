@@ -20,6 +20,8 @@
 --   shards       the parent of a sharded task (docs/shards.md), whose parents are its
 --                shards: as all_success, but it runs nothing, so it succeeds instead of
 --                running when every shard succeeded.
+--   map_all_done a map whose instances may fail (map_trigger_rule all_done; see "Maps" in
+--                sql/shards.sql): as all_done, but it succeeds instead of running.
 -- Returns 'blocked' while the rule cannot be decided yet.
 create or replace function sked.task_trigger_state(
   trigger_rule text, pending integer, failed boolean, skipped boolean)
@@ -38,6 +40,8 @@ language sql immutable parallel safe as $$
     when 'shards' then
       case when failed then 'upstream_failed' when skipped then 'skipped'
            when pending > 0 then 'blocked' else 'succeeded' end
+    when 'map_all_done' then
+      case when pending > 0 then 'blocked' else 'succeeded' end
   end
 $$;
 
@@ -158,6 +162,7 @@ declare
   level_queues text;
   queues text;
   succeeded uuid[];
+  maps uuid[];
 begin
   select array_agg(distinct t.workflow_id) into workflows
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
@@ -193,21 +198,33 @@ begin
                                                            c.failed, c.skipped, c.unchosen_by)
                                      not in ('blocked', 'waiting') then p_now end,
              next_run_at = greatest(t.next_run_at, p_now),
-             error = coalesce(c.failed_shard, sked.task_child_error(
+             error = coalesce(case when t.trigger_rule = 'shards' then c.failed_shard end,
+                              sked.task_child_error(
                        sked.task_child_state(t.trigger_rule, t.parents_pending - c.n, c.failed,
                                              c.skipped, c.unchosen_by),
                        t.trigger_rule, c.unchosen_by))
         from per_child c join locked l on l.id = c.id
        where t.id = c.id and t.state = 'blocked'
-      returning t.id, t.state, t.queue, t.workflow_id
+      returning t.id, t.state, t.queue, t.workflow_id, t.map_over, t.shard_of
     )
     select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
            string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
            array_agg(distinct d.workflow_id) filter (where d.workflow_id is not null
                                                       and d.state not in ('blocked', 'waiting')),
-           array_agg(d.id) filter (where d.state = 'succeeded')
-      into done, level_queues, level_workflows, succeeded
+           array_agg(d.id) filter (where d.state = 'succeeded'),
+           array_agg(d.id) filter (where d.state = 'waiting' and d.map_over is not null
+                                     and d.shard_of is null)
+      into done, level_queues, level_workflows, succeeded, maps
       from changed d;
+    -- Maps released here expand into their instances (sql/shards.sql, "Maps"); those that
+    -- end at once (no element, or an array that cannot be taken) settle with this level.
+    if maps is not null then
+      maps := sked.maps_expand(maps, p_now);
+      done := array_cat(done, maps);
+      level_workflows := array_cat(level_workflows, array(
+        select t.workflow_id from sked.tasks t
+         where t.id = any(maps) and t.workflow_id is not null));
+    end if;
     -- Parents of shards that succeeded take their shards' outputs. Read by a later statement
     -- than the one that locked them: its snapshot includes the outputs of shards finished by
     -- transactions that committed while this one waited for the lock.
@@ -286,6 +303,7 @@ declare
   ended uuid[];
   queues text;
   more text;
+  maps uuid[];
 begin
   with recursive closure (id) as (
     select unnest(p_ids)
@@ -354,12 +372,18 @@ begin
       from parents p
      where t.id = p.id
        and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
-    returning t.id, t.state, t.queue
+    returning t.id, t.state, t.queue, t.map_over, t.shard_of
   )
   select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
-         string_agg(distinct d.queue, ',') filter (where d.state = 'waiting')
-    into ended, queues
+         string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
+         array_agg(d.id) filter (where d.state = 'waiting' and d.map_over is not null
+                                   and d.shard_of is null)
+    into ended, queues, maps
     from changed d;
+  -- A map that has not expanded and runs again expands now, its parents being done.
+  if maps is not null then
+    ended := array_cat(ended, sked.maps_expand(maps, p_now));
+  end if;
   if ended is not null then
     more := sked.tasks_settle(ended, p_now);
     queues := concat_ws(',', queues, more);
@@ -371,12 +395,13 @@ $$;
 -- The keys of a workflow's task: the fields of a task (sked.task_fields()) but an
 -- idempotency key (a workflow is submitted once, whole) and those of a service (which never
 -- finishes, so its children would never run), and its place: name, depends_on, trigger_rule,
--- branch.
+-- branch, and for a map map_over, map_max and map_trigger_rule.
 create or replace function sked.workflow_task_keys() returns text[]
 language sql immutable parallel safe as $$
   select array(select f from unnest(sked.task_fields()) f
                 where f not in ('idempotency_key', 'replicas', 'restart_policy', 'health_check'))
-         || array['name', 'depends_on', 'trigger_rule', 'branch']
+         || array['name', 'depends_on', 'trigger_rule', 'branch', 'map_over', 'map_max',
+                  'map_trigger_rule']
 $$;
 
 -- Parameters (docs/workflows.md, "Parameters"). A workflow's `params` object (kept once, on
@@ -524,14 +549,16 @@ begin
   create temp table if not exists workflow_nodes (
     ord integer primary key, name text, named boolean, unknown_key text, depends_on text[],
     depends_on_ok boolean, trigger_rule text, other_owner boolean, branch jsonb,
-    sharded boolean, kind text, indegree integer not null default 0,
+    sharded boolean, kind text, map_over jsonb, map_max jsonb, map_trigger_rule jsonb,
+    map_parent text, indegree integer not null default 0,
     children integer not null default 0
   ) on commit drop;
   create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
   create index if not exists workflow_arcs_by_parent on workflow_arcs (parent);
   truncate workflow_nodes, workflow_arcs;
   insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
-                              trigger_rule, other_owner, branch, sharded, kind)
+                              trigger_rule, other_owner, branch, sharded, kind, map_over,
+                              map_max, map_trigger_rule)
   select r.ord, r.elem ->> 'name',
          jsonb_typeof(r.elem) = 'object' and jsonb_typeof(r.elem -> 'name') = 'string'
            and r.elem ->> 'name' <> '',
@@ -553,7 +580,9 @@ begin
          r.elem -> 'owner' is distinct from to_jsonb(owner_) and r.elem ? 'owner',
          coalesce(r.elem -> 'branch', 'false'),
          jsonb_typeof(r.elem -> 'shards') = 'number' or r.elem -> 'broadcast' = 'true',
-         coalesce(r.elem ->> 'kind', 'command')
+         coalesce(r.elem ->> 'kind', 'command'),
+         nullif(r.elem -> 'map_over', 'null'), nullif(r.elem -> 'map_max', 'null'),
+         nullif(r.elem -> 'map_trigger_rule', 'null')
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
   get diagnostics n = row_count;
   analyze workflow_nodes;
@@ -605,6 +634,60 @@ begin
     perform sked.workflow_rule_raise('workflows_branch_must_not_be_sharded',
       format('task %L is a branch and sharded; a branch is one task, whose output chooses its children',
              bad.name));
+  end if;
+  -- Maps (sql/shards.sql, "Maps"): map_over names a task it depends on, the longest name
+  -- that map_over is or begins with followed by a dot.
+  update workflow_nodes w
+     set map_parent = (select d from unnest(w.depends_on) d
+                        where w.map_over #>> '{}' = d or starts_with(w.map_over #>> '{}', d || '.')
+                        order by length(d) desc limit 1)
+   where jsonb_typeof(w.map_over) = 'string';
+  select w.name, w.map_over into bad from workflow_nodes w
+   where w.map_over is not null and w.map_parent is null order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_map_over_must_name_a_parent',
+      case when jsonb_typeof(bad.map_over) <> 'string' then
+        format('map_over of task %L must be a string, "<task>" or "<task>.<key>...", naming a task it depends on, not %s',
+               bad.name, left(bad.map_over::text, 200))
+      else format('task %L maps over %s, which does not begin with the name of a task it depends on (it depends on: %s)',
+                  bad.name, left(bad.map_over::text, 200),
+                  coalesce((select string_agg(format('%L', d), ', ' order by d)
+                              from workflow_nodes x cross join unnest(x.depends_on) d
+                             where x.name = bad.name), 'none'))
+      end);
+  end if;
+  select w.name into bad from workflow_nodes w
+   where w.map_over is null and (w.map_max is not null or w.map_trigger_rule is not null)
+   order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_map_settings_need_map_over',
+      format('task %L has map_max or map_trigger_rule but no map_over', bad.name));
+  end if;
+  select w.name, w.map_max into bad from workflow_nodes w
+   where w.map_max is not null
+     and not (jsonb_typeof(w.map_max) = 'number' and (w.map_max #>> '{}') ~ '^[0-9]{1,6}$'
+              and (w.map_max #>> '{}')::integer between 1 and sked.map_max_limit())
+   order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_map_max_must_be_1_to_100000',
+      format('map_max of task %L must be a whole number from 1 to %s, not %s',
+             bad.name, sked.map_max_limit(), left(bad.map_max::text, 200)));
+  end if;
+  select w.name, w.map_trigger_rule into bad from workflow_nodes w
+   where w.map_trigger_rule is not null
+     and w.map_trigger_rule not in ('"all_success"', '"all_done"')
+   order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_map_trigger_rule_is_known',
+      format('task %L has the map_trigger_rule %s (expected all_success or all_done)',
+             bad.name, left(bad.map_trigger_rule::text, 200)));
+  end if;
+  select w.name, w.sharded into bad from workflow_nodes w
+   where w.map_over is not null and (w.sharded or w.branch = 'true') order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_map_must_not_be_sharded_or_a_branch',
+      format('task %L maps over an array and is %s; a map''s instances are its shards, one per element',
+             bad.name, case when bad.sharded then 'sharded (shards or broadcast)' else 'a branch' end));
   end if;
   select w.name into bad from workflow_nodes w where w.name = any(w.depends_on) order by w.ord limit 1;
   if found then
@@ -692,7 +775,11 @@ begin
            created_at => p_now, workflow_id => wf, name => w.name,
            trigger_rule => w.trigger_rule, parents => coalesce(a.parents, 0),
            children => w.children, parents_pending => coalesce(a.parents, 0),
-           branch => w.branch = 'true')
+           branch => w.branch = 'true', map_over => w.map_over #>> '{}',
+           map_max => case when w.map_over is not null
+                           then coalesce((w.map_max #>> '{}')::integer, sked.map_max_default()) end,
+           map_trigger_rule => case when w.map_over is not null
+                                    then coalesce(w.map_trigger_rule #>> '{}', 'all_success') end)
          order by g.ord)
     into made
     from (select unnest(made) as task, generate_series(1, cardinality(made)) as ord) g

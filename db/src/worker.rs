@@ -107,6 +107,10 @@ pub struct Claimed {
     /// A shard's position and the number of shards of its task (see `docs/shards.md`).
     pub shard_index: Option<i32>,
     pub shard_total: Option<i32>,
+    /// An instance of a map: its input is its element (`SKED_MAP_ITEM`, `SKED_MAP_INDEX`;
+    /// see "Map" in `docs/workflows.md`).
+    #[sqlx(default)]
+    pub map_instance: bool,
     /// Requested CPU (millicores) and memory (MB), also the task's limits; the cap on its
     /// stdout and stderr bytes; the user it runs as (see `docs/runtime.md`).
     pub cpu_millis: Option<i32>,
@@ -228,6 +232,7 @@ pub async fn claim_after(
                 c.artifact_url, c.artifact_sha256, c.input, c.env, c.timeout, c.output_path,
                 c.shard_index, c.shard_total, c.cpu_millis, c.memory_mb, c.max_output_bytes,
                 c.run_as, c.priority, c.preemptible, c.next_run_at,
+                c.map_over is not null and c.shard_of is not null as map_instance,
                 case when c.parents > 0 and c.kind = 'command'
                      then sked.task_parent_outputs(c.id) end as parent_outputs,
                 case when c.workflow_id is not null and c.kind = 'command'

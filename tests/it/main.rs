@@ -25,6 +25,7 @@ mod isolation;
 mod listing;
 mod log_format;
 mod many_workers;
+mod maps;
 mod metrics;
 mod openapi_contract;
 mod otlp;

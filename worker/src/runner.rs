@@ -157,6 +157,11 @@ pub(crate) async fn run_command(
     if let (Some(index), Some(total)) = (task.shard_index, task.shard_total) {
         env.insert("SKED_SHARD_INDEX".into(), index.to_string());
         env.insert("SKED_SHARD_TOTAL".into(), total.to_string());
+        if task.map_instance {
+            let item = task.input.as_ref().unwrap_or(&serde_json::Value::Null);
+            env.insert("SKED_MAP_ITEM".into(), item.to_string());
+            env.insert("SKED_MAP_INDEX".into(), index.to_string());
+        }
     }
     env.insert(
         "SKED_OUTPUT".into(),
