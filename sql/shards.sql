@@ -489,12 +489,16 @@ begin
   if expanding is null then
     return coalesce(ended, '{}');
   end if;
-  select array_agg(l.id order by l.id, e.i), array_agg(sked.uuid_v7() order by l.id, e.i),
-         array_agg((e.i - 1)::integer order by l.id, e.i),
+  select array_agg(l.id order by l.id, e.i), array_agg((e.i - 1)::integer order by l.id, e.i),
          array_agg(l.total order by l.id, e.i), array_agg(e.v order by l.id, e.i)
-    into i_parents, i_ids, i_indexes, i_totals, i_inputs
+    into i_parents, i_indexes, i_totals, i_inputs
     from map_plan l cross join lateral jsonb_array_elements(l.items) with ordinality as e(v, i)
    where l.id = any(expanding);
+  -- Ids in ascending order, so that a map's instances sort by id in the order of their
+  -- elements (time-ordered ids made in the same millisecond are not ordered).
+  i_ids := array(select u.id from (select sked.uuid_v7() as id
+                                     from generate_series(1, cardinality(i_parents))) u
+                  order by u.id);
   perform sked.shards_insert(i_parents, i_ids, i_indexes, i_totals,
                              array_fill(null::uuid, array[cardinality(i_ids)]), i_inputs);
   insert into sked.task_edges (task_id, depends_on)

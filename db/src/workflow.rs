@@ -71,6 +71,15 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
             if t.branch {
                 fields.insert("branch".into(), json!(true));
             }
+            if let Some(over) = &t.map_over {
+                fields.insert("map_over".into(), json!(over));
+            }
+            if let Some(max) = t.map_max {
+                fields.insert("map_max".into(), json!(max));
+            }
+            if let Some(rule) = t.map_trigger_rule {
+                fields.insert("map_trigger_rule".into(), json!(rule));
+            }
             Ok(serde_json::Value::Object(fields))
         })
         .collect::<Result<Vec<_>>>()?;

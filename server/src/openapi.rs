@@ -916,6 +916,10 @@ mod tests {
             }
         }
         assert!(!fields("WorkflowTask").contains(&"idempotency_key".to_owned()));
+        for key in ["branch", "map_over", "map_max", "map_trigger_rule"] {
+            assert!(fields("WorkflowTask").contains(&key.to_owned()), "{key}");
+            assert!(!fields("SubmitTask").contains(&key.to_owned()), "{key}");
+        }
         assert_eq!(
             schemas["WorkflowTask"]["properties"]["kind"]["oneOf"][1]["enum"],
             json!(["command", "noop", "sleep"])

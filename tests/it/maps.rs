@@ -746,3 +746,160 @@ async fn a_parent_whose_name_has_dots_is_matched_whole_and_a_number_picks_an_ele
     .await;
     assert_eq!(claim_all(&db.pool, now).await, vec!["m[0]", "m[1]"]);
 }
+
+async fn call(
+    router: &axum::Router,
+    method: axum::http::Method,
+    uri: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (axum::http::StatusCode, Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(body.map_or_else(axum::body::Body::empty, |b| {
+            axum::body::Body::from(b.to_string())
+        }))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn rest_and_cli_submit_maps_and_list_their_instances() {
+    use axum::http::{Method, StatusCode};
+    let db = TestDb::new().await;
+    let router = sked_server::router(db.pool.clone());
+    let alice = sked_db::token::create(&db.pool, "alice", sked_db::token::Role::User, "t")
+        .await
+        .unwrap();
+    let spec = json!({"tasks": [
+        {"name": "extract", "command": ["true"]},
+        {"name": "m", "command": ["true"], "depends_on": ["extract"], "map_over": "extract.rows",
+         "map_max": 5, "map_trigger_rule": "all_done"},
+    ]});
+    let (status, body) = call(
+        &router,
+        Method::POST,
+        "/api/v1/workflows",
+        &alice,
+        Some(spec),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let wf: Uuid = body["id"].as_str().unwrap().parse().unwrap();
+    let (over, max, rule): (Option<String>, Option<i32>, Option<String>) = sqlx::query_as(
+        "select map_over, map_max, map_trigger_rule from sked.tasks where workflow_id = $1 and name = 'm'",
+    )
+    .bind(wf)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (over.as_deref(), max, rule.as_deref()),
+        (Some("extract.rows"), Some(5), Some("all_done"))
+    );
+    let now = soon();
+    claim_all(&db.pool, now).await;
+    finish_as(
+        &db.pool,
+        wf,
+        "extract",
+        "succeeded",
+        Some(json!({"rows": ["a", "b"]})),
+        now,
+    )
+    .await;
+    let (status, detail) = call(
+        &router,
+        Method::GET,
+        &format!("/api/v1/workflows/{wf}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    let names: Vec<&str> = detail["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["extract", "m", "m[0]", "m[1]"],
+        "each instance is listed"
+    );
+
+    for (spec, says) in [
+        (
+            json!({"tasks": [{"name": "a", "command": ["true"]},
+                             {"name": "m", "command": ["true"], "depends_on": ["a"], "map_over": "b"}]}),
+            "task 'm' maps over \"b\", which does not begin with the name of a task it depends on (it depends on: 'a')",
+        ),
+        (
+            json!({"tasks": [{"name": "a", "command": ["true"]},
+                             {"name": "m", "command": ["true"], "depends_on": ["a"], "map_over": "a",
+                              "map_max": 0}]}),
+            "map_max of task 'm' must be a whole number from 1 to 100000",
+        ),
+    ] {
+        let (status, body) = call(
+            &router,
+            Method::POST,
+            "/api/v1/workflows",
+            &alice,
+            Some(spec),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["message"].as_str().unwrap().contains(says), "{body}");
+    }
+    let (status, body) = call(
+        &router,
+        Method::POST,
+        "/api/v1/workflows",
+        &alice,
+        Some(
+            json!({"tasks": [{"name": "a", "command": ["true"], "map_trigger_rule": "sometimes"}]}),
+        ),
+    )
+    .await;
+    assert!(status.is_client_error(), "{body}");
+
+    // The CLI reads the same keys from YAML.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_on_drop = stop.clone().drop_guard();
+    tokio::spawn(sked_server::serve(db.pool.clone(), listener, stop));
+    let file = std::env::temp_dir().join(format!("sked-map-{}.yaml", Uuid::new_v4().simple()));
+    std::fs::write(
+        &file,
+        "tasks:\n  - name: extract\n    command: [\"true\"]\n  - name: per-row\n    command: [\"true\"]\n    depends_on: [extract]\n    map_over: extract.rows\n    map_max: 100\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sked"))
+        .args(["submit", "-f", file.to_str().unwrap()])
+        .env("SKED_URL", &url)
+        .env("SKED_TOKEN", &alice)
+        .env_remove("DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "{out:?}");
+    let id: Uuid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let over: Option<String> = column(&db.pool, id, "per-row", "map_over").await;
+    assert_eq!(over.as_deref(), Some("extract.rows"));
+}

@@ -739,8 +739,9 @@ pub struct StateChange {
 
 mod workflow;
 pub use workflow::{
-    DefineWorkflow, DefinitionVersion, RunWorkflowDefinition, SubmitWorkflow, TriggerRule,
-    Workflow, WorkflowChange, WorkflowDefinition, WorkflowDefinitionPage, WorkflowDetail,
+    DefineWorkflow, DefinitionVersion, MapTriggerRule, RunWorkflowDefinition, SubmitWorkflow,
+    TriggerRule, Workflow, WorkflowChange, WorkflowDefinition, WorkflowDefinitionPage,
+    WorkflowDetail,
     WorkflowEdge, WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
 };
 

@@ -27,6 +27,19 @@ pub enum TriggerRule {
     NoneFailed,
 }
 
+/// The rule of a map across its instances (see `docs/workflows.md`, "Map").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum MapTriggerRule {
+    /// Every instance must succeed (the default); one that failed fails the map.
+    #[default]
+    AllSuccess,
+    /// The map succeeds once every instance finished, however it ended (its output holds
+    /// null for an instance that did not succeed).
+    AllDone,
+}
+
 /// One task of a workflow: the keys of a task submission plus its name, the names of the
 /// tasks it depends on, and its trigger rule. Unknown keys are rejected.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,12 +58,26 @@ pub struct WorkflowTask {
     /// others end `skipped` (see `docs/workflows.md`, "Branches").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub branch: bool,
+    /// A map: the task runs once per element of the JSON array at `<parent>.<path>` of the
+    /// output of `<parent>`, a task it depends on (`<parent>` alone: the output itself); the
+    /// path is object keys separated by dots (see `docs/workflows.md`, "Map").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub map_over: Option<String>,
+    /// A map's cap on its instances (default 10000): an array with more elements fails it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100000))]
+    pub map_max: Option<i32>,
+    /// A map's rule across its instances (default `all_success`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map_trigger_rule: Option<MapTriggerRule>,
     #[serde(flatten)]
     pub task: SubmitTask,
 }
 
 impl<'de> Deserialize<'de> for WorkflowTask {
-    /// `name`, `depends_on`, `trigger_rule` and `branch` are taken out and the rest must be a valid
+    /// `name`, `depends_on`, `trigger_rule`, `branch` and the map's keys are taken out and the
+    /// rest must be a valid
     /// [`SubmitTask`] (whose unknown fields are rejected, which `#[serde(flatten)]` would not
     /// do).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -85,6 +112,30 @@ impl<'de> Deserialize<'de> for WorkflowTask {
                 )));
             }
         };
+        let map_over = match map.remove("map_over") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(over)) => Some(over),
+            Some(_) => {
+                return Err(D::Error::custom(format!(
+                    "task {name:?}: `map_over` must be a string, \"<task>\" or \"<task>.<key>...\""
+                )));
+            }
+        };
+        let map_max = match map.remove("map_max") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v).map_err(|e| {
+                D::Error::custom(format!(
+                    "task {name:?}: `map_max` must be a whole number ({e})"
+                ))
+            })?),
+        };
+        let map_trigger_rule = match map.remove("map_trigger_rule") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(
+                serde_json::from_value(v)
+                    .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?,
+            ),
+        };
         let task = crate::strict::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
         Ok(WorkflowTask {
@@ -92,6 +143,9 @@ impl<'de> Deserialize<'de> for WorkflowTask {
             depends_on,
             trigger_rule,
             branch,
+            map_over,
+            map_max,
+            map_trigger_rule,
             task,
         })
     }
@@ -339,6 +393,45 @@ mod tests {
             serde_json::from_value::<WorkflowTask>(serde_json::json!({"command": ["true"]}))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_map_names_what_it_maps_over_its_cap_and_its_rule() {
+        let task: WorkflowTask = serde_json::from_value(serde_json::json!({
+            "name": "m", "depends_on": ["extract"], "map_over": "extract.rows", "map_max": 50,
+            "map_trigger_rule": "all_done", "command": ["true"]
+        }))
+        .unwrap();
+        assert_eq!(task.map_over.as_deref(), Some("extract.rows"));
+        assert_eq!(task.map_max, Some(50));
+        assert_eq!(task.map_trigger_rule, Some(MapTriggerRule::AllDone));
+        let written = serde_json::to_value(&task).unwrap();
+        assert_eq!(written["map_trigger_rule"], "all_done");
+        let plain: WorkflowTask =
+            serde_json::from_value(serde_json::json!({"name": "p", "command": ["true"]})).unwrap();
+        let written = serde_json::to_value(&plain).unwrap();
+        assert!(written.get("map_over").is_none() && written.get("map_max").is_none());
+        for (bad, says) in [
+            (
+                serde_json::json!({"map_over": 1}),
+                "`map_over` must be a string",
+            ),
+            (
+                serde_json::json!({"map_max": "x"}),
+                "`map_max` must be a whole number",
+            ),
+            (
+                serde_json::json!({"map_trigger_rule": "one_failed"}),
+                "unknown variant",
+            ),
+        ] {
+            let mut spec = serde_json::json!({"name": "m", "command": ["true"]});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(bad.as_object().unwrap().clone());
+            let err = serde_json::from_value::<WorkflowTask>(spec).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
     }
 
     #[test]
