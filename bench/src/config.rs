@@ -166,6 +166,10 @@ pub struct Cli {
     /// Worker concurrency in W6.
     #[arg(long, default_value_t = 2_000)]
     pub w6_concurrency: usize,
+    /// W6 as a map: the root outputs an array of `--w6-children` elements and one task maps
+    /// over it (noop instances) before the sink.
+    #[arg(long)]
+    pub w6_map: bool,
     /// Schedules firing every second in W7.
     #[arg(long, default_value_t = 1_000)]
     pub w7_schedules: usize,
@@ -312,6 +316,7 @@ pub struct Config {
     pub w5_concurrency: usize,
     pub w6_children: usize,
     pub w6_concurrency: usize,
+    pub w6_map: bool,
     pub w7_schedules: usize,
     pub w7_duration: Duration,
     pub w7_concurrency: usize,
@@ -562,6 +567,7 @@ impl Cli {
             w5_concurrency: self.w5_concurrency,
             w6_children: self.w6_children,
             w6_concurrency: self.w6_concurrency,
+            w6_map: self.w6_map,
             w7_schedules: self.w7_schedules,
             w7_duration: Duration::from_secs_f64(self.w7_secs),
             w7_concurrency: self.w7_concurrency,

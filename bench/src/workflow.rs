@@ -2,6 +2,11 @@
 //! and one sink that depends on every child (fan-out, then fan-in), run by one real
 //! `sked-worker`. Timed from the submission to the sink's finish; the database's own times
 //! show where it went (submission, release of the children, the drain, the fan-in).
+//!
+//! With `--w6-map` the children are a map's instances instead: the root (a shell command)
+//! writes an array of `--w6-children` numbers to `$SKED_OUTPUT`, a noop task maps over it,
+//! and the sink depends on the map; timed from the root's finish (the expansion is part of
+//! it) to the sink's.
 
 use std::time::Duration;
 
@@ -30,6 +35,20 @@ fn spec(children: usize) -> serde_json::Value {
     json!({"name": "w6-fan-out-fan-in", "tasks": tasks})
 }
 
+/// The map workflow: `root` (writes `[0, …, N-1]`) → `m` (a noop map over it) → `sink`.
+fn map_spec(children: usize) -> serde_json::Value {
+    let script = format!(
+        "{{ printf '['; seq -s, 0 {} | tr -d '\\n'; printf ']'; }} > \"$SKED_OUTPUT\"",
+        children - 1
+    );
+    json!({"name": "w6-map", "tasks": [
+        {"name": "root", "command": ["sh", "-c", script]},
+        {"name": "m", "kind": "noop", "depends_on": ["root"], "map_over": "root",
+         "map_max": children},
+        {"name": "sink", "kind": "noop", "depends_on": ["m"]},
+    ]})
+}
+
 pub async fn run(cfg: &Config) -> Result<Vec<Sample>> {
     pg::with_db(&cfg.database_url, "w6", async |db| {
         let mut worker = WorkerProcess::spawn(&cfg.worker_bin, &db.url, cfg.w6_concurrency)?;
@@ -47,7 +66,7 @@ async fn measure(cfg: &Config, db: &BenchDb, worker: &mut WorkerProcess) -> Resu
         .wait_registered(&db.pool, Duration::from_secs(30))
         .await?;
     let n = cfg.w6_children;
-    let spec = spec(n);
+    let spec = if cfg.w6_map { map_spec(n) } else { spec(n) };
     // The worker is idle and waiting: the clock runs from the submission.
     let started = Instant::now();
     let id: uuid::Uuid = sqlx::query_scalar("select sked.workflow_submit($1)")
@@ -78,6 +97,9 @@ async fn measure(cfg: &Config, db: &BenchDb, worker: &mut WorkerProcess) -> Resu
         }
     }
     let wall = started.elapsed().as_secs_f64();
+    if cfg.w6_map {
+        return map_samples(cfg, db, id, wall).await;
+    }
 
     // Times from the database clock: created_at is the submitting transaction's start.
     let (tasks, succeeded, attempts, span, released, drained, fan_in): (
@@ -156,6 +178,86 @@ async fn measure(cfg: &Config, db: &BenchDb, worker: &mut WorkerProcess) -> Resu
         Sample::new(
             W,
             "fan-in: last child finished → sink started",
+            "ms",
+            fan_in * 1000.0,
+            None,
+        ),
+    ])
+}
+
+/// The figures of the map variant: every task succeeded on its first attempt (the map itself
+/// runs nothing), and the times from the root's finish.
+async fn map_samples(cfg: &Config, db: &BenchDb, id: uuid::Uuid, wall: f64) -> Result<Vec<Sample>> {
+    let n = cfg.w6_children;
+    let (tasks, succeeded, attempts, root_to_sink, expanded, drained, fan_in): (
+        i64,
+        i64,
+        i64,
+        f64,
+        f64,
+        f64,
+        f64,
+    ) = sqlx::query_as(
+        "with t as (select * from sked.tasks where workflow_id = $1),
+              root as (select * from t where name = 'root'),
+              sink as (select * from t where name = 'sink'),
+              kids as (select * from t where shard_of is not null)
+         select (select count(*) from t),
+                (select count(*) from t where state = 'succeeded'),
+                (select coalesce(sum(attempt), 0) from t)::bigint,
+                extract(epoch from (select finished_at from sink)
+                                   - (select finished_at from root))::float8,
+                extract(epoch from (select min(started_at) from kids)
+                                   - (select finished_at from root))::float8,
+                extract(epoch from (select max(finished_at) - min(started_at) from kids))::float8,
+                extract(epoch from (select started_at from sink)
+                                   - (select max(finished_at) from kids))::float8",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
+    if tasks != n as i64 + 3 || succeeded != tasks || attempts != tasks - 1 {
+        bail!(
+            "{W}: expected {} tasks succeeded, all but the map on their first attempt, found \
+             {succeeded} of {tasks} succeeded with {attempts} attempts",
+            n + 3
+        );
+    }
+    Ok(vec![
+        Sample::new(
+            W,
+            format!(
+                "map of {n} noop instances, c={}: root finished → sink finished",
+                cfg.w6_concurrency
+            ),
+            "s",
+            root_to_sink,
+            Target::at_most(TARGET_SECS),
+        ),
+        Sample::new(
+            W,
+            "map: submit → sink finished (wall, the root's command included)",
+            "s",
+            wall,
+            None,
+        ),
+        Sample::new(
+            W,
+            "map: root finished → first instance started (the expansion)",
+            "ms",
+            expanded * 1000.0,
+            None,
+        ),
+        Sample::new(
+            W,
+            "map: instances, first started → last finished",
+            "ms",
+            drained * 1000.0,
+            None,
+        ),
+        Sample::new(
+            W,
+            "map: last instance finished → sink started",
             "ms",
             fan_in * 1000.0,
             None,
