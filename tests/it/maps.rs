@@ -903,3 +903,27 @@ async fn rest_and_cli_submit_maps_and_list_their_instances() {
     let over: Option<String> = column(&db.pool, id, "per-row", "map_over").await;
     assert_eq!(over.as_deref(), Some("extract.rows"));
 }
+
+#[tokio::test]
+async fn retrying_an_all_done_map_reruns_its_failed_instances_and_takes_their_outputs_again() {
+    let db = TestDb::new().await;
+    let now = soon();
+    let extra = json!({"map_trigger_rule": "all_done"});
+    let wf = extract_writes(&db.pool, "extract", extra, json!(["a", "b"]), now).await;
+    claim_all(&db.pool, now).await;
+    finish_as(&db.pool, wf, "m[0]", "succeeded", Some(json!(0)), now).await;
+    finish_as(&db.pool, wf, "m[1]", "failed", None, now).await;
+    assert_eq!(states(&db.pool, wf).await["m"], "succeeded");
+    let m = task_id(&db.pool, wf, "m").await;
+    let after: String = sqlx::query_scalar("select sked.task_retry($1, $2)")
+        .bind(m)
+        .bind(now)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(after, "blocked");
+    assert_eq!(claim_all(&db.pool, now).await, vec!["m[1]", "sink"]);
+    finish_as(&db.pool, wf, "m[1]", "succeeded", Some(json!(1)), now).await;
+    let out: Option<Value> = column(&db.pool, wf, "m", "output").await;
+    assert_eq!(out, Some(json!([0, 1])));
+}
