@@ -85,6 +85,6 @@ begin
       case when jsonb_typeof(d.spec -> 'params') = 'object' then d.spec -> 'params' else '{}' end
       || p_params);
   end if;
-  return sked.workflow_submit(spec, p_owner, p_now, d.id);
+  return sked.workflow_submit_from(spec, p_owner, d.id, p_now);
 end
 $$;

@@ -166,7 +166,8 @@ declare
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
-    'task_submit', 'tasks_submit', 'workflow_submit', 'tasks_from_json', 'tasks_insert',
+    'task_submit', 'tasks_submit', 'workflow_submit', 'workflow_submit_from', 'tasks_from_json',
+    'tasks_insert',
     'task_copy', 'task_fields', 'task_nonfield_columns', 'task_submitted_columns',
     'task_new', 'task_placed', 'task_boolean_refuse', 'task_json_refuse', 'workflow_task_keys',
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',

@@ -475,13 +475,21 @@ $$;
 -- chooses which of the tasks that depend on it run; see "Branches" above). Tasks without
 -- parents are `waiting` at once, the others `blocked`. Unknown keys, a missing or repeated name, a dependency on a task not in the
 -- workflow or on itself, and cycles are rejected with check_violation naming the rule, and
--- nothing is inserted. Every task belongs to `owner_`. `p_definition` is the stored
--- definition the spec came from (sked.workflow_run, sql/definitions.sql), which the workflow
--- names. Returns the workflow's id.
-drop function if exists sked.workflow_submit(jsonb, text, timestamptz);
+-- nothing is inserted. Every task belongs to `owner_`. Returns the workflow's id.
+drop function if exists sked.workflow_submit(jsonb, text, timestamptz, uuid);
 create or replace function sked.workflow_submit(
-  spec jsonb, owner_ text default current_user, p_now timestamptz default now(),
-  p_definition uuid default null)
+  spec jsonb, owner_ text default current_user, p_now timestamptz default now())
+returns uuid
+language plpgsql as $$
+begin
+  return sked.workflow_submit_from(spec, owner_, null::uuid, p_now);
+end
+$$;
+
+-- sked.workflow_submit of a spec that came from the stored definition `p_definition`
+-- (sked.workflow_run, sql/definitions.sql), which the workflow names; null for none.
+create or replace function sked.workflow_submit_from(
+  spec jsonb, owner_ text, p_definition uuid, p_now timestamptz default now())
 returns uuid
 language plpgsql as $$
 declare

@@ -31,7 +31,10 @@ pub struct WorkflowRow {
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub params: Option<serde_json::Value>,
+    /// The definition it was run from (`sked.workflow_definitions`, joined).
+    #[sqlx(default)]
     pub definition_name: Option<String>,
+    #[sqlx(default)]
     pub definition_version: Option<i32>,
 }
 

@@ -243,8 +243,8 @@ async fn a_submitter_defines_and_runs_its_own_definitions_only() {
     login
         .assert_refused(
             &format!(
-                "select sked.workflow_submit('{{\"tasks\": [{{\"name\": \"a\", \"command\": [\"true\"]}}]}}', \
-                 current_user, now(), '{alices}')"
+                "select sked.workflow_submit_from('{{\"tasks\": [{{\"name\": \"a\", \"command\": [\"true\"]}}]}}', \
+                 current_user, '{alices}')"
             ),
             "row-level security",
             "a workflow of its own cannot claim another owner's definition",
