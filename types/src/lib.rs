@@ -741,8 +741,7 @@ mod workflow;
 pub use workflow::{
     DefineWorkflow, DefinitionVersion, MapTriggerRule, RunWorkflowDefinition, SubmitWorkflow,
     TriggerRule, Workflow, WorkflowChange, WorkflowDefinition, WorkflowDefinitionPage,
-    WorkflowDetail,
-    WorkflowEdge, WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
+    WorkflowDetail, WorkflowEdge, WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
 };
 
 #[cfg(test)]
