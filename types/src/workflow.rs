@@ -123,7 +123,8 @@ impl<'de> Deserialize<'de> for WorkflowTask {
         };
         let map_max = match map.remove("map_max") {
             None | Some(serde_json::Value::Null) => None,
-            Some(v) => Some(serde_json::from_value(v).map_err(|e| {
+            // As every integer of a request: a float without a fraction is the integer.
+            Some(v) => Some(crate::strict::from_value(v).map_err(|e| {
                 D::Error::custom(format!(
                     "task {name:?}: `map_max` must be a whole number ({e})"
                 ))
@@ -405,6 +406,12 @@ mod tests {
         assert_eq!(task.map_over.as_deref(), Some("extract.rows"));
         assert_eq!(task.map_max, Some(50));
         assert_eq!(task.map_trigger_rule, Some(MapTriggerRule::AllDone));
+        let whole: WorkflowTask = serde_json::from_value(serde_json::json!({
+            "name": "m", "depends_on": ["extract"], "map_over": "extract", "map_max": 219.0,
+            "command": ["true"]
+        }))
+        .expect("a float without a fraction is the integer, as JSON Schema reads it");
+        assert_eq!(whole.map_max, Some(219));
         let written = serde_json::to_value(&task).unwrap();
         assert_eq!(written["map_trigger_rule"], "all_done");
         let plain: WorkflowTask =
