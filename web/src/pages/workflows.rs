@@ -5,7 +5,9 @@
 //!
 //! A workflow's page draws its tasks as a graph laid out in Rust ([`layout`]): layers left to
 //! right, boxes coloured by state (`data-task-id`, `data-state`), a click opens the task.
-//! Workflows of more than [`MAX_GRAPH_TASKS`] tasks show the table only. Live task events
+//! The shards of a sharded task (a map's instances) fold into its box, with their count by
+//! state ([`layout::collapse`]). Workflows of more than [`MAX_GRAPH_TASKS`] boxes show the
+//! table only. Live task events
 //! patch the states in place; a change of the workflow's own state, a task the page does
 //! not know and `resync` refetch it. Actions: cancel the workflow, re-run it from its failed
 //! tasks, retry one failed task.
@@ -325,12 +327,23 @@ impl Node {
     }
 }
 
+/// What decides the graph's layout (see [`Nodes::shape`]).
+#[derive(Debug, Clone, PartialEq)]
+struct Shape {
+    ids: Vec<Uuid>,
+    edges: Vec<(usize, usize)>,
+    shard_of: Vec<Option<usize>>,
+}
+
 /// The workflow's tasks, their index by id, and the graph's shape as (parent, child) indices.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Nodes {
     list: Vec<Node>,
     index: HashMap<Uuid, usize>,
     edges: Vec<(usize, usize)>,
+    /// The index of each task's parent when it is a shard (a map's instance) of a task of the
+    /// workflow.
+    shard_of: Vec<Option<usize>>,
 }
 
 impl Nodes {
@@ -344,12 +357,28 @@ impl Nodes {
                 list[child].parents.push(parent);
             }
         }
-        Nodes { list, index, edges }
+        let shard_of = detail
+            .tasks
+            .iter()
+            .map(|t| t.shard_of.and_then(|p| index.get(&p).copied()))
+            .collect();
+        Nodes {
+            list,
+            index,
+            edges,
+            shard_of,
+        }
     }
 
-    /// The ids and edges, which decide the graph's layout.
-    fn shape(&self) -> (Vec<Uuid>, Vec<(usize, usize)>) {
-        (self.list.iter().map(|n| n.id).collect(), self.edges.clone())
+    /// The ids, edges and shards' parents, which decide the graph's layout.
+    fn shape(&self) -> Shape {
+        Shape {
+            ids: self.list.iter().map(|n| n.id).collect(),
+            edges: self.edges.clone(),
+            shard_of: (0..self.list.len())
+                .map(|i| self.shard_of.get(i).copied().flatten())
+                .collect(),
+        }
     }
 
     fn count(&self, state: TaskState) -> usize {
@@ -683,14 +712,23 @@ fn ActionBar(shown: Shown, outcome: Outcome) -> impl IntoView {
 #[component]
 fn GraphView(nodes: RwSignal<Nodes>) -> impl IntoView {
     let shape = Memo::new(move |_| nodes.with(Nodes::shape));
+    // The sharded tasks whose shards are drawn one by one.
+    let expanded = RwSignal::new(std::collections::HashSet::<Uuid>::new());
     let graph = Memo::new(move |_| {
-        shape.with(|(ids, edges)| {
-            (!ids.is_empty() && ids.len() <= MAX_GRAPH_TASKS)
-                .then(|| Arc::new(layout::layout(ids.len(), edges)))
+        shape.with(|s| {
+            expanded.with(|open| {
+                let c = layout::collapse(&s.shard_of, &s.edges, |p| {
+                    s.ids.get(p).is_some_and(|id| open.contains(id))
+                });
+                (!c.tasks.is_empty() && c.tasks.len() <= MAX_GRAPH_TASKS).then(|| {
+                    let l = layout::layout(c.tasks.len(), &c.edges);
+                    Arc::new((c, l))
+                })
+            })
         })
     });
     move || match graph.get() {
-        Some(g) => view! { <Graph layout=g nodes=nodes/> }.into_any(),
+        Some(g) => view! { <Graph drawn=g nodes=nodes expanded=expanded/> }.into_any(),
         None => {
             let n = nodes.with(|ns| ns.list.len());
             if n == 0 {
@@ -900,6 +938,7 @@ mod tests {
             list,
             index,
             edges: Vec::new(),
+            shard_of: Vec::new(),
         }
     }
 

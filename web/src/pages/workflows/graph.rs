@@ -3,15 +3,22 @@
 //! and opens the task when clicked or on Enter. A branch's box carries a "branch" tag and,
 //! once it has succeeded, the children it chose after its state; the edges to the children it
 //! did not choose are faint (`edge-unchosen`).
+//!
+//! A sharded task (a map, whose instances are its shards) is one box tagged "shards" with
+//! the count of its shards by state (`data-node`, `data-instances`); its control draws up to
+//! [`INLINE_MAX`] shards in the graph ("show"/"hide"), or opens the task list filtered by
+//! `shard_of` when there are more ("list").
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use leptos::html;
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 use sked_types::TaskState;
+use uuid::Uuid;
 
-use super::layout::{Layout, NODE_H, NODE_W};
+use super::layout::{Collapsed, INLINE_MAX, Layout, NODE_H, NODE_W};
 use super::{Node, Nodes};
 
 /// Characters of a task's name that fit in its box.
@@ -20,6 +27,8 @@ const NAME_CHARS: usize = 22;
 const BRANCH_NAME_CHARS: usize = 16;
 /// Characters of a caption that fit in a box.
 const CAPTION_CHARS: usize = 26;
+/// Characters of a sharded task's counts that fit beside its control.
+const COUNTS_CHARS: usize = 19;
 /// The smallest and largest zoom of the graph.
 const MIN_ZOOM: f64 = 0.2;
 const MAX_ZOOM: f64 = 2.5;
@@ -29,8 +38,13 @@ const FIT_MIN_ZOOM: f64 = 0.55;
 
 /// The graph: a scrollable SVG with zoom buttons.
 #[component]
-pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoView {
+pub(super) fn Graph(
+    drawn: Arc<(Collapsed, Layout)>,
+    nodes: RwSignal<Nodes>,
+    expanded: RwSignal<HashSet<Uuid>>,
+) -> impl IntoView {
     let navigate = use_navigate();
+    let (collapsed, layout) = (&drawn.0, &drawn.1);
     // `None`: fit the page's width (within [FIT_MIN_ZOOM, 1]); else a fixed scale.
     let zoom = RwSignal::new(None::<f64>);
     let wrap = NodeRef::<html::Div>::new();
@@ -68,7 +82,7 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
         .edges
         .iter()
         .map(|e| {
-            let (parent, child) = (e.parent, e.child);
+            let (parent, child) = (collapsed.tasks[e.parent], collapsed.tasks[e.child]);
             let class = move || {
                 nodes.with(|ns| {
                     if ns.unchosen(parent, child) {
@@ -99,7 +113,9 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
         .nodes
         .iter()
         .map(|b| {
-            let i = b.index;
+            let i = collapsed.tasks[b.index];
+            let members = Arc::new(collapsed.members[b.index].clone());
+            let is_open = collapsed.expanded[b.index];
             let node = move || nodes.with(|ns| ns.list.get(i).cloned());
             let Some(first) = nodes.with_untracked(|ns| ns.list.get(i).cloned()) else {
                 return ().into_any();
@@ -118,9 +134,27 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                         .unwrap_or_default()
                 })
             };
+            let sharded = !members.is_empty();
+            let total = members.len();
+            let counts = {
+                let members = members.clone();
+                move || {
+                    nodes.with(|ns| {
+                        let states = members
+                            .iter()
+                            .filter_map(|&m| ns.list.get(m).map(|n| n.state));
+                        counts_label(total, &count_states(states))
+                    })
+                }
+            };
+            let counts_title = counts.clone();
+            let counts_data = counts.clone();
             let title = move || {
                 node().map(|n| {
                     let mut t = format!("{} — {}", n.name, n.caption());
+                    if sharded {
+                        t.push_str(&format!("\n{}", counts_title()));
+                    }
                     if let Some(branch) = n.branch_label() {
                         t.push_str(&format!("\n{branch}"));
                     }
@@ -136,7 +170,7 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
             let branch = first.branch;
             let label = shorten(
                 &first.name,
-                if branch {
+                if branch || sharded {
                     BRANCH_NAME_CHARS
                 } else {
                     NAME_CHARS
@@ -147,16 +181,88 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                 move || navigate(&format!("/tasks/{id}"), Default::default())
             };
             let open_key = open.clone();
+            let list_href = format!("/tasks?shard_of={id}");
+            let control = sharded.then(|| {
+                let (action, text) = if total > INLINE_MAX {
+                    ("shards-list", "list ↗")
+                } else if is_open {
+                    ("shards-hide", "hide")
+                } else {
+                    ("shards-show", "show")
+                };
+                let navigate = navigate.clone();
+                let href = list_href.clone();
+                let go = move || {
+                    if total > INLINE_MAX {
+                        navigate(&href, Default::default());
+                    } else {
+                        expanded.update(|open| {
+                            if !open.remove(&id) {
+                                open.insert(id);
+                            }
+                        });
+                    }
+                };
+                let go_key = go.clone();
+                let role = if total > INLINE_MAX { "link" } else { "button" };
+                view! {
+                    <text
+                        class="node-control"
+                        x=NODE_W - 8.0
+                        y="32"
+                        text-anchor="end"
+                        tabindex="0"
+                        role=role
+                        data-action=action
+                        data-href=(total > INLINE_MAX).then(|| list_href.clone())
+                        on:click=move |ev| {
+                            ev.stop_propagation();
+                            go()
+                        }
+                        on:keydown=move |ev| {
+                            if ev.key() == "Enter" {
+                                ev.stop_propagation();
+                                go_key()
+                            }
+                        }
+                    >
+                        <title>
+                            {if total > INLINE_MAX {
+                                "List the shards".to_owned()
+                            } else if is_open {
+                                "Fold the shards into this box".to_owned()
+                            } else {
+                                format!("Draw the {total} shards")
+                            }}
+                        </title>
+                        {text}
+                    </text>
+                }
+            });
+            let caption_line = move || {
+                if sharded {
+                    // `30 · 28 succeeded · 2 failed`: the tag says they are shards.
+                    let unit = if total == 1 { " shard" } else { " shards" };
+                    shorten(&counts().replacen(unit, "", 1), COUNTS_CHARS)
+                } else {
+                    caption()
+                }
+            };
             view! {
                 <g
                     class=move || {
                         if branch {
                             format!("node branch state-{}", state())
+                        } else if sharded {
+                            format!("node sharded state-{}", state())
                         } else {
                             format!("node state-{}", state())
                         }
                     }
                     data-task-id=id.to_string()
+                    data-node=first.name.clone()
+                    data-instances=sharded.then(|| total.to_string())
+                    data-counts=move || sharded.then(&counts_data)
                     data-state=state
                     transform=format!("translate({:.1},{:.1})", b.x, b.y)
                     tabindex="0"
@@ -174,7 +280,11 @@ pub(super) fn Graph(layout: Arc<Layout>, nodes: RwSignal<Nodes>) -> impl IntoVie
                     {branch.then(|| view! {
                         <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"branch"</text>
                     })}
-                    <text class="caption" x="10" y="32">{caption}</text>
+                    {sharded.then(|| view! {
+                        <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"shards"</text>
+                    })}
+                    <text class="caption" x="10" y="32">{caption_line}</text>
+                    {control}
                 </g>
             }
             .into_any()
@@ -221,6 +331,36 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// The count of each state among `states`, most first (ties in the order of [`TaskState`]).
+fn count_states(states: impl Iterator<Item = TaskState>) -> Vec<(TaskState, usize)> {
+    let mut counts: Vec<(TaskState, usize)> = Vec::new();
+    for s in states {
+        match counts.iter_mut().find(|(t, _)| *t == s) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((s, 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then((a.0 as u8).cmp(&(b.0 as u8))));
+    counts
+}
+
+/// `30 shards · 28 succeeded · 2 failed`.
+fn counts_label(total: usize, counts: &[(TaskState, usize)]) -> String {
+    let mut label = format!(
+        "{} {}",
+        crate::ui::count(total as i64),
+        if total == 1 { "shard" } else { "shards" }
+    );
+    for (state, n) in counts {
+        label.push_str(&format!(
+            " · {} {}",
+            crate::ui::count(*n as i64),
+            state.as_str().replace('_', " ")
+        ));
+    }
+    label
+}
+
 /// The second line of a task's box: its caption, and after it the children a branch chose
 /// (`succeeded → load_full`).
 fn box_caption(n: &Node) -> String {
@@ -260,5 +400,25 @@ mod tests {
             "succeeded → load_everythi…"
         );
         assert_eq!(shorten("short", CAPTION_CHARS), "short");
+    }
+
+    #[test]
+    fn a_sharded_box_counts_its_shards_by_state() {
+        use TaskState::*;
+        let mut states = vec![Succeeded; 9_990];
+        states.extend([Failed; 10]);
+        states.push(Running);
+        let counts = count_states(states.into_iter());
+        assert_eq!(counts, vec![(Succeeded, 9_990), (Failed, 10), (Running, 1)]);
+        assert_eq!(
+            counts_label(10_001, &counts),
+            "10,001 shards · 9,990 succeeded · 10 failed · 1 running"
+        );
+        let ties = count_states([Failed, Succeeded, UpstreamFailed].into_iter());
+        assert_eq!(
+            counts_label(3, &ties),
+            "3 shards · 1 succeeded · 1 failed · 1 upstream failed"
+        );
+        assert_eq!(counts_label(1, &[]), "1 shard");
     }
 }

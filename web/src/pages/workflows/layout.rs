@@ -395,6 +395,72 @@ impl Graph {
     }
 }
 
+/// Shards drawn in the graph one by one when their group is expanded; a group of more opens
+/// the task list filtered by `shard_of` instead.
+pub const INLINE_MAX: usize = 20;
+
+/// What the graph draws once the shards of each sharded task (a map's instances, a sharded
+/// task's shards) are folded into their parent's box.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Collapsed {
+    /// The task each item of the graph draws, in input order.
+    pub tasks: Vec<usize>,
+    /// For each item, the shards of its task (empty for a task without shards), whether they
+    /// are folded into it or drawn on their own.
+    pub members: Vec<Vec<usize>>,
+    /// Whether an item's shards are drawn on their own.
+    pub expanded: Vec<bool>,
+    /// The edges between items: each edge of the input from or to a folded shard becomes an
+    /// edge from or to its parent's item; the ones left inside an item and repeats are dropped.
+    pub edges: Vec<(usize, usize)>,
+}
+
+/// Folds every shard (`shard_of[i]`: the index of its parent) into its parent, unless
+/// `expanded(parent)` and the parent has at most [`INLINE_MAX`] shards. A shard whose parent
+/// is out of range, itself, or itself a shard, stays on its own.
+pub fn collapse(
+    shard_of: &[Option<usize>],
+    edges: &[(usize, usize)],
+    expanded: impl Fn(usize) -> bool,
+) -> Collapsed {
+    let n = shard_of.len();
+    let parent_of = |i: usize| {
+        shard_of[i].filter(|&p| p < n && p != i && shard_of[p].is_none_or(|q| q >= n || q == p))
+    };
+    let mut members = vec![Vec::new(); n];
+    for i in 0..n {
+        if let Some(p) = parent_of(i) {
+            members[p].push(i);
+        }
+    }
+    let open: Vec<bool> = (0..n)
+        .map(|p| !members[p].is_empty() && members[p].len() <= INLINE_MAX && expanded(p))
+        .collect();
+    let folded = |i: usize| parent_of(i).is_some_and(|p| !open[p]);
+    let mut out = Collapsed::default();
+    let mut item = vec![usize::MAX; n];
+    for i in (0..n).filter(|&i| !folded(i)) {
+        item[i] = out.tasks.len();
+        out.tasks.push(i);
+        out.members.push(std::mem::take(&mut members[i]));
+        out.expanded.push(open[i]);
+    }
+    for i in (0..n).filter(|&i| folded(i)) {
+        item[i] = parent_of(i).map_or(usize::MAX, |p| item[p]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for &(a, b) in edges {
+        if a >= n || b >= n {
+            continue;
+        }
+        let pair = (item[a], item[b]);
+        if pair.0 != pair.1 && seen.insert(pair) {
+            out.edges.push(pair);
+        }
+    }
+    out
+}
+
 /// Pairs `i < j` with `v[i] > v[j]` (merge sort; sorts `v`).
 fn inversions(v: &mut [usize]) -> usize {
     let n = v.len();
@@ -499,5 +565,63 @@ mod tests {
             (l.nodes[0].y - mid).abs() < NODE_H,
             "the root is level with the middle of its children"
         );
+    }
+
+    /// root -> m (3 instances, each an edge instance -> m) -> sink.
+    fn map_of_three() -> (Vec<Option<usize>>, Vec<(usize, usize)>) {
+        // 0 root, 1 m, 2..=4 m[0..3], 5 sink.
+        let shard_of = vec![None, None, Some(1), Some(1), Some(1), None];
+        let edges = vec![(0, 1), (2, 1), (3, 1), (4, 1), (1, 5)];
+        (shard_of, edges)
+    }
+
+    #[test]
+    fn a_map_collapses_into_one_box_with_its_instances() {
+        let (shard_of, edges) = map_of_three();
+        let c = collapse(&shard_of, &edges, |_| false);
+        assert_eq!(c.tasks, vec![0, 1, 5], "root, the map, the sink");
+        assert_eq!(c.members, vec![vec![], vec![2, 3, 4], vec![]]);
+        assert_eq!(c.expanded, vec![false, false, false]);
+        assert_eq!(
+            c.edges,
+            vec![(0, 1), (1, 2)],
+            "instance edges fold into the map"
+        );
+        let l = layout(c.tasks.len(), &c.edges);
+        assert_eq!(l.nodes.len(), 3);
+        assert_eq!(l.edges.len(), 2);
+    }
+
+    #[test]
+    fn a_small_group_expands_inline_and_a_large_one_does_not() {
+        let (shard_of, edges) = map_of_three();
+        let c = collapse(&shard_of, &edges, |p| p == 1);
+        assert_eq!(c.tasks, vec![0, 1, 2, 3, 4, 5], "the instances are drawn");
+        assert_eq!(c.expanded, vec![false, true, false, false, false, false]);
+        assert_eq!(c.members[1], vec![2, 3, 4]);
+        assert_eq!(c.edges, vec![(0, 1), (2, 1), (3, 1), (4, 1), (1, 5)]);
+
+        // 30 instances: expanding leaves them folded.
+        let mut shard_of = vec![None, None];
+        let mut edges = vec![(0, 1)];
+        for i in 0..30 {
+            shard_of.push(Some(1));
+            edges.push((2 + i, 1));
+        }
+        let c = collapse(&shard_of, &edges, |_| true);
+        assert_eq!(c.tasks, vec![0, 1]);
+        assert_eq!(c.members[1].len(), 30);
+        assert_eq!(c.expanded, vec![false, false]);
+        assert_eq!(c.edges, vec![(0, 1)]);
+    }
+
+    #[test]
+    fn shards_of_unknown_or_nested_parents_stay_on_their_own() {
+        // 1 is a shard of a task not in the workflow, 2 of itself, 3 of the shard 4.
+        let shard_of = vec![None, Some(9), Some(2), Some(4), Some(0)];
+        let c = collapse(&shard_of, &[(3, 0)], |_| false);
+        assert_eq!(c.tasks, vec![0, 1, 2, 3]);
+        assert_eq!(c.members[0], vec![4]);
+        assert_eq!(c.edges, vec![(3, 0)]);
     }
 }
