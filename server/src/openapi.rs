@@ -222,10 +222,12 @@ fn other_rules(doc: &mut serde_json::Value) {
         properties.remove("owner");
     }
     template["description"] = json!(
-        "A schedule's workflow: a workflow submission without `owner` (the schedule's owner \
-         owns each occurrence)."
+        "A schedule's workflow, or a stored definition's: a workflow submission without \
+         `owner` (the schedule's or the definition's owner owns each occurrence)."
     );
     schemas["WorkflowTemplate"] = template;
+    schemas["DefineWorkflow"]["properties"]["spec"] =
+        json!({"$ref": "#/components/schemas/WorkflowTemplate"});
     let workflow =
         json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/WorkflowTemplate"}]});
     for schedule in ["CreateSchedule", "UpdateSchedule"] {

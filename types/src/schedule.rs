@@ -116,14 +116,10 @@ pub struct StartBackfill {
     pub to: DateTime<Utc>,
     /// Occurrences running at once, 1 to 1000 (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(minimum = 1, maximum = 1000, nullable = false)
-    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub max_active: Option<i32>,
     /// `oldest_first` (default) or `newest_first`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub order: Option<BackfillOrder>,
 }
 
