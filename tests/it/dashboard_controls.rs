@@ -677,3 +677,117 @@ async fn a_schedule_is_backfilled_from_its_page_and_its_progress_follows_live() 
     b.close().await;
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_is_one_box_with_its_count_that_lists_or_draws_its_instances() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let worker = support::start_worker(&db, support::config(&["default"]));
+    // extract → m (a map over 30 rows) and s (a map over 3) → sink.
+    let rows: Vec<i32> = (0..30).collect();
+    let output = json!({"rows": rows, "few": ["a", "b", "c"]}).to_string();
+    let spec = json!({"name": "mapped", "tasks": [
+        {"name": "extract", "command": ["sh", "-c", format!("echo '{output}'")]},
+        {"name": "m", "command": ["true"], "depends_on": ["extract"], "map_over": "extract.rows"},
+        {"name": "s", "command": ["true"], "depends_on": ["extract"], "map_over": "extract.few"},
+        {"name": "sink", "command": ["true"], "depends_on": ["m", "s"]},
+    ]});
+    let wf: Uuid = sqlx::query_scalar("select sked.workflow_submit($1, 'alice')")
+        .bind(spec)
+        .fetch_one(&db.pool)
+        .await
+        .expect("a valid workflow is accepted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let state: String = sqlx::query_scalar("select state from sked.workflows where id = $1")
+            .bind(wf)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if state != "running" {
+            assert_eq!(state, "succeeded");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workflow finishes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let map_id: Uuid =
+        sqlx::query_scalar("select id from sked.tasks where workflow_id = $1 and name = 'm'")
+            .bind(wf)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/workflows/{wf}"), &alice).await;
+    b.wait("h1 [data-state=succeeded]").await;
+
+    // One box per map, with the count of its instances by state; none for the instances.
+    b.wait("g.node[data-node=m][data-instances='30']").await;
+    let boxes = b
+        .js("document.querySelectorAll('svg.dag g.node').length")
+        .await;
+    assert_eq!(
+        boxes, 4,
+        "extract, m, s and sink: the instances fold into their maps"
+    );
+    let counts = b
+        .js("document.querySelector('g.node[data-node=m]').getAttribute('data-counts')")
+        .await;
+    assert_eq!(counts, "30 shards · 30 succeeded");
+    let tag = b
+        .js("document.querySelector('g.node[data-node=m] text.tag').textContent")
+        .await;
+    assert_eq!(tag, "shards");
+    let edges = b
+        .js("document.querySelectorAll('svg.dag path.edge').length")
+        .await;
+    assert_eq!(edges, 4, "extract → m, s and m, s → sink");
+    b.screenshot("workflow-map-folded").await;
+
+    // Three instances are drawn in the graph on request, and folded again.
+    click_js(&b, "g.node[data-node=s] [data-action=shards-show]").await;
+    b.wait_js(
+        "the instances of s are drawn",
+        "document.querySelectorAll('g.node[data-node^=\"s[\"]').length === 3",
+    )
+    .await;
+    b.screenshot("workflow-map-expanded").await;
+    click_js(&b, "g.node[data-node=s] [data-action=shards-hide]").await;
+    b.wait_js(
+        "the instances of s fold again",
+        "document.querySelectorAll('g.node[data-node^=\"s[\"]').length === 0",
+    )
+    .await;
+
+    // Thirty are listed on the tasks page instead.
+    let href = b
+        .js("document.querySelector('g.node[data-node=m] [data-action=shards-list]').getAttribute('data-href')")
+        .await;
+    assert_eq!(href, format!("/tasks?shard_of={map_id}"));
+    click_js(&b, "g.node[data-node=m] [data-action=shards-list]").await;
+    b.wait_js(
+        "the task list filtered by shard_of opens",
+        &format!("location.pathname === '/tasks' && location.search.includes('shard_of={map_id}')"),
+    )
+    .await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+}
+
+/// Clicks the element `css` matches with a DOM event (an SVG element's click target may be
+/// its box, which a WebDriver click would hit instead).
+async fn click_js(b: &Browser, css: &str) {
+    b.wait(css).await;
+    b.js(&format!(
+        "(e => {{ e.dispatchEvent(new MouseEvent('click', {{bubbles: true}})); return true; }})(document.querySelector({}))",
+        json!(css)
+    ))
+    .await;
+}
