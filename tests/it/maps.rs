@@ -5,7 +5,6 @@
 //! array, the rule across instances, hostile outputs in one finish batch, retries and
 //! re-runs, the claim taking instances at full speed, and the submission rules.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -15,73 +14,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::support::{config, insert, start_worker, task_id};
-
-async fn submit(pool: &PgPool, spec: Value) -> Uuid {
-    sqlx::query_scalar("select sked.workflow_submit($1, 'alice')")
-        .bind(spec)
-        .fetch_one(pool)
-        .await
-        .expect("a valid workflow is accepted")
-}
-
-async fn states(pool: &PgPool, workflow: Uuid) -> HashMap<String, String> {
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("select name, state from sked.tasks where workflow_id = $1")
-            .bind(workflow)
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    rows.into_iter().collect()
-}
-
-async fn workflow_state(pool: &PgPool, workflow: Uuid) -> String {
-    sqlx::query_scalar("select state from sked.workflows where id = $1")
-        .bind(workflow)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-/// Claims every due task at `now` as one worker and returns their names, sorted.
-async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
-    let mut names: Vec<String> = sqlx::query_scalar(
-        "select coalesce(name, id::text) from sked.tasks_claim(gen_random_uuid(), '{default}', '{}', 1000, '1 minute', $1)",
-    )
-    .bind(now)
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    names.sort();
-    names
-}
-
-/// Finishes the running attempt of the named task with `outcome` and `output` at `now`;
-/// returns the state it ended in.
-async fn finish_as(
-    pool: &PgPool,
-    workflow: Uuid,
-    name: &str,
-    outcome: &str,
-    output: Option<Value>,
-    now: DateTime<Utc>,
-) -> String {
-    let changed: Vec<(Uuid, String)> = sqlx::query_as(
-        "select f.* from sked.tasks t,
-                sked.tasks_finish(array[t.id], array[t.attempt], array[$3], array[0], array[null],
-                                  array[null], array[null], array[null], array[$4::jsonb], $5) f
-          where t.workflow_id = $1 and t.name = $2",
-    )
-    .bind(workflow)
-    .bind(name)
-    .bind(outcome)
-    .bind(output)
-    .bind(now)
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    assert_eq!(changed.len(), 1, "task {name} was running and is finished");
-    changed.into_iter().next().unwrap().1
-}
+use crate::workflows::{
+    assert_refused, claim_all, finish_as, map as pairs, states, submit, workflow_state,
+};
 
 async fn column<T>(pool: &PgPool, workflow: Uuid, name: &str, col: &str) -> T
 where
@@ -130,12 +65,6 @@ async fn extract_writes(
 /// A moment after the tasks a test submits became due (they are due at the database's now).
 fn soon() -> DateTime<Utc> {
     Utc::now() + chrono::Duration::seconds(5)
-}
-
-fn pairs(p: &[(&str, &str)]) -> HashMap<String, String> {
-    p.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 #[tokio::test]
@@ -616,27 +545,6 @@ async fn hostile_outputs_in_one_finish_batch_fail_only_their_own_maps() {
             (json!({"a.b": "c"}), "waiting".to_string()),
         ]
     );
-}
-
-async fn assert_refused(pool: &PgPool, spec: &Value, rule: &str, says: &str) {
-    let err = sqlx::query_scalar::<_, Uuid>("select sked.workflow_submit($1, 'alice')")
-        .bind(spec)
-        .fetch_one(pool)
-        .await
-        .expect_err("a bad workflow is rejected");
-    let db_err = err.as_database_error().expect("a database error");
-    assert_eq!(db_err.code().as_deref(), Some("23514"), "{spec}: {db_err}");
-    assert_eq!(db_err.constraint(), Some(rule), "{spec}: {db_err}");
-    assert!(
-        db_err.message().contains(says),
-        "the message of {rule} says {says:?}: {}",
-        db_err.message()
-    );
-    let n: i64 = sqlx::query_scalar("select count(*) from sked.tasks")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(n, 0, "a rejected workflow ({rule}) inserts nothing");
 }
 
 #[tokio::test]

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::support::{config, start_worker, task_id};
 
 /// Submits a workflow spec with `sked.workflow_submit`; returns its id.
-async fn submit(pool: &PgPool, spec: Value) -> Uuid {
+pub(crate) async fn submit(pool: &PgPool, spec: Value) -> Uuid {
     sqlx::query_scalar("select sked.workflow_submit($1, 'alice')")
         .bind(spec)
         .fetch_one(pool)
@@ -29,7 +29,7 @@ async fn submit(pool: &PgPool, spec: Value) -> Uuid {
 }
 
 /// The states of a workflow's tasks by name.
-async fn states(pool: &PgPool, workflow: Uuid) -> HashMap<String, String> {
+pub(crate) async fn states(pool: &PgPool, workflow: Uuid) -> HashMap<String, String> {
     let rows: Vec<(String, String)> =
         sqlx::query_as("select name, state from sked.tasks where workflow_id = $1")
             .bind(workflow)
@@ -39,7 +39,7 @@ async fn states(pool: &PgPool, workflow: Uuid) -> HashMap<String, String> {
     rows.into_iter().collect()
 }
 
-async fn workflow_state(pool: &PgPool, workflow: Uuid) -> String {
+pub(crate) async fn workflow_state(pool: &PgPool, workflow: Uuid) -> String {
     sqlx::query_scalar("select state from sked.workflows where id = $1")
         .bind(workflow)
         .fetch_one(pool)
@@ -47,10 +47,11 @@ async fn workflow_state(pool: &PgPool, workflow: Uuid) -> String {
         .unwrap()
 }
 
-/// Claims every due task at `now` (as one worker would) and returns their names.
-async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
+/// Claims every due task at `now` (as one worker would) and returns their names (the id of
+/// one without a name), sorted.
+pub(crate) async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> Vec<String> {
     let mut names: Vec<String> = sqlx::query_scalar(
-        "select name from sked.tasks_claim(gen_random_uuid(), '{default}', '{}', 1000, '1 minute', $1)",
+        "select coalesce(name, id::text) from sked.tasks_claim(gen_random_uuid(), '{default}', '{}', 1000, '1 minute', $1)",
     )
     .bind(now)
     .fetch_all(pool)
@@ -67,7 +68,7 @@ async fn finish(pool: &PgPool, workflow: Uuid, name: &str, outcome: &str, now: D
 
 /// Finishes the running attempt of the named task with `outcome` and `output` at `now`;
 /// returns the state it ended in.
-async fn finish_as(
+pub(crate) async fn finish_as(
     pool: &PgPool,
     workflow: Uuid,
     name: &str,
@@ -93,14 +94,14 @@ async fn finish_as(
     changed.into_iter().next().unwrap().1
 }
 
-fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(crate) fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-async fn counts(pool: &PgPool) -> (i64, i64, i64) {
+pub(crate) async fn counts(pool: &PgPool) -> (i64, i64, i64) {
     sqlx::query_as(
         "select (select count(*) from sked.tasks), (select count(*) from sked.workflows),
                 (select count(*) from sked.task_edges)",
@@ -175,7 +176,7 @@ async fn bad_workflows_are_rejected_with_the_rule_and_nothing_is_inserted() {
 
 /// Asserts that `sked.workflow_submit` refuses `spec` with check_violation naming `rule`, a
 /// message that contains `says`, and nothing inserted.
-async fn assert_refused(pool: &PgPool, spec: &Value, rule: &str, says: &str) {
+pub(crate) async fn assert_refused(pool: &PgPool, spec: &Value, rule: &str, says: &str) {
     let err = sqlx::query_scalar::<_, Uuid>("select sked.workflow_submit($1, 'alice')")
         .bind(spec)
         .fetch_one(pool)
