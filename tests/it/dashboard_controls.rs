@@ -3,7 +3,8 @@
 //! over to a new command and environment and stopped from its page by its owner (and refused
 //! what it cannot take, with the field's label or the server's message); no controls for a
 //! user who does not own it; a workflow pasted in YAML submitted from the Submit page, and its
-//! syntax error said with its line; a schedule backfilled from its page and followed live.
+//! syntax error said with its line; a schedule backfilled from its page and followed live; a
+//! map drawn as one box with its instances counted, shown or listed.
 //! Screenshots go to `target/test-output/dashboard/`.
 
 use std::time::Duration;
@@ -743,7 +744,7 @@ async fn a_map_is_one_box_with_its_count_that_lists_or_draws_its_instances() {
     let tag = b
         .js("document.querySelector('g.node[data-node=m] text.tag').textContent")
         .await;
-    assert_eq!(tag, "shards");
+    assert_eq!(tag, "map", "a map's box says it is a map");
     let edges = b
         .js("document.querySelectorAll('svg.dag path.edge').length")
         .await;

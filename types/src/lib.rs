@@ -298,6 +298,11 @@ pub struct Task {
     /// The parent of a shard.
     #[serde(default)]
     pub shard_of: Option<Uuid>,
+    /// A map of a workflow (its shards are its instances, one per element): what it maps over,
+    /// `<parent>.<path>` (see `docs/workflows.md`, "Map"). Left out for other tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub map_over: Option<String>,
     /// A broadcast: one shard per live worker.
     #[serde(default)]
     pub broadcast: bool,

@@ -242,6 +242,8 @@ struct Node {
     /// The names of the children a branch chose, read from its output (`None` while it has
     /// none, or for a task that is not a branch).
     chosen: Option<Vec<String>>,
+    /// A map: its shards are its instances, one per element of a parent's output.
+    map: bool,
     cancel_requested: bool,
     /// Indices of its parents in the workflow's tasks.
     parents: Vec<usize>,
@@ -278,6 +280,7 @@ impl Node {
                 .branch
                 .then(|| t.output.as_ref().and_then(branch_next))
                 .flatten(),
+            map: t.map_over.is_some(),
             cancel_requested: t.cancel_requested_at.is_some(),
             parents: Vec::new(),
         }
@@ -929,6 +932,7 @@ mod tests {
                 trigger_rule: "all_success".into(),
                 branch: false,
                 chosen: None,
+                map: false,
                 cancel_requested: false,
                 parents: Vec::new(),
             })

@@ -4,10 +4,10 @@
 //! once it has succeeded, the children it chose after its state; the edges to the children it
 //! did not choose are faint (`edge-unchosen`).
 //!
-//! A sharded task (a map, whose instances are its shards) is one box tagged "shards" with
-//! the count of its shards by state (`data-node`, `data-instances`); its control draws up to
-//! [`INLINE_MAX`] shards in the graph ("show"/"hide"), or opens the task list filtered by
-//! `shard_of` when there are more ("list").
+//! A sharded task is one box tagged "shards" (a map, whose instances are its shards: "map")
+//! with the count of its shards by state (`data-node`, `data-instances`); its control draws
+//! up to [`INLINE_MAX`] shards in the graph ("show"/"hide"), or opens the task list filtered
+//! by `shard_of` when there are more ("list").
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -281,7 +281,9 @@ pub(super) fn Graph(
                         <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"branch"</text>
                     })}
                     {sharded.then(|| view! {
-                        <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"shards"</text>
+                        <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">
+                            {if first.map { "map" } else { "shards" }}
+                        </text>
                     })}
                     <text class="caption" x="10" y="32">{caption_line}</text>
                     {control}
@@ -389,6 +391,7 @@ mod tests {
             trigger_rule: "all_success".into(),
             branch: true,
             chosen: Some(vec!["load_full".into()]),
+            map: false,
             cancel_requested: false,
             parents: Vec::new(),
         };
