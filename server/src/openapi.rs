@@ -333,7 +333,8 @@ fn task_rules(schemas: &mut serde_json::Value) {
     schemas["SubmitWorkflow"]["properties"]["params"] =
         json!({"oneOf": [{"type": "null"}, params.clone()]});
     // A run's parameters, over its definition's own.
-    schemas["RunWorkflowDefinition"]["properties"]["params"] = params;
+    schemas["RunWorkflowDefinition"]["properties"]["params"] =
+        json!({"oneOf": [{"type": "null"}, params]});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
         // Any JSON value, null (no input) included: not a `oneOf` with null, which null

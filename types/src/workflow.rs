@@ -285,7 +285,6 @@ pub struct DefineWorkflow {
     pub spec: SubmitWorkflow,
     /// The definition's owner (admin tokens only); the token's owner by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub owner: Option<String>,
 }
 
@@ -319,16 +318,15 @@ pub struct WorkflowDefinitionPage {
 pub struct RunWorkflowDefinition {
     /// The version to run; the latest when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, nullable = false))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub version: Option<i32>,
     /// Parameters over the definition's own (`{{ params.NAME }}`, `SKED_PARAMS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, nullable = false))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The owner of the definition to run, who owns the workflow (admin tokens only); the
     /// token's owner by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub owner: Option<String>,
 }
 
