@@ -87,7 +87,11 @@ create policy workflows_submitter_inserts_its_own on sked.workflows
   with check (owner = current_user
               and (definition_id is null
                    or exists (select 1 from sked.workflow_definitions d
-                               where d.id = definition_id)));
+                               where d.id = definition_id))
+              -- A sub-workflow of its own sub-workflow task only (sql/subworkflows.sql).
+              and (parent_task_id is null
+                   or exists (select 1 from sked.tasks t
+                               where t.id = parent_task_id and t.kind = 'workflow')));
 
 -- Stored workflow definitions: a submitter reads and adds its own.
 drop policy if exists workflow_definitions_submitter_reads_its_own on sked.workflow_definitions;
@@ -156,13 +160,14 @@ declare
     'tasks_prune_expired', 'artifacts_prune', 'retention_set', 'queue_set_retention',
     'idempotency_keys_prune', 'alert_target_set', 'alert_target_delete', 'alert_targets_list',
     'queue_set_notify', 'finishes_fold', 'finish_rollups_prune', 'finishes_history',
-    'finishes_queues', 'task_search_estimate'];
+    'finishes_queues', 'task_search_estimate', 'task_spawn'];
   -- Functions a submitter and the server call that run as the owner: they check themselves
   -- that the caller may read the rows they name (sked.caller_may_read), as they lock them:
   -- awaiting, the idempotency keys a submission takes (called by sked.tasks_insert) and the
   -- delays it notes (by sked.tasks_from_json and sked.task_submit), of new tasks only.
+  -- And the start of the sub-workflows of a workflow just submitted (sql/subworkflows.sql).
   await_calls text[] := array['task_await', 'workflow_await', 'idempotency_keys_claim',
-                              'delays_from_commit_note'];
+                              'delays_from_commit_note', 'subworkflows_submitted'];
   -- Functions that run with the caller's rights, so that row-level security forces a
   -- submitter's owner: the submit functions and what they call.
   submit_calls text[] := array[
@@ -173,7 +178,7 @@ declare
     'workflow_rule_raise', 'uuid_v7', 'task_edge_crosses_owners', 'json_numbers_fit_doubles',
     'task_channel', 'workflow_channel', 'params_placeholder', 'params_used', 'params_fill',
     'params_fill_array', 'params_apply', 'map_max_default', 'map_max_limit',
-    'workflow_define', 'workflow_run', 'definition_rule_raise'];
+    'workflow_define', 'workflow_run', 'definition_rule_raise', 'subworkflow_error'];
   -- The server's functions that run with its rights: resubmitting (it names the owner) and
   -- pure helpers it calls within queries, which must stay inlinable.
   server_own_rights text[] := array['task_resubmit', 'task_resubmittable', 'queue_burst',
@@ -237,7 +242,8 @@ begin
   -- The submitter: its own rows (the policies above), submitted through the submit functions
   -- or a plain INSERT, nothing else.
   execute format('grant select, insert (%s) on sked.tasks to sked_submitter', task_columns);
-  grant select, insert (id, owner, name, created_at, notify, params, definition_id)
+  grant select, insert (id, owner, name, created_at, notify, params, definition_id,
+                        parent_task_id)
     on sked.workflows to sked_submitter;
   grant select, insert (owner, name, version, spec, created_at) on sked.workflow_definitions
     to sked_submitter;

@@ -527,7 +527,7 @@ declare
   -- The columns of a task's place that a submission sets besides its fields' columns.
   placed constant text[] := array[
     'id', 'state', 'created_at', 'workflow_id', 'name', 'trigger_rule', 'parents', 'children',
-    'parents_pending', 'branch', 'map_over', 'map_max', 'map_trigger_rule'];
+    'parents_pending', 'branch', 'map_over', 'map_max', 'map_trigger_rule', 'subworkflow'];
   -- The columns sked.task_new takes.
   given constant text[] := array['id', 'owner', 'next_run_at', 'shard_total'];
   -- The table's columns in order (name, type, default), and for each field its column and
@@ -827,16 +827,22 @@ declare
   result text;
   settles boolean;
   sharded boolean;
+  sub boolean;
   running text;
   queues text;
 begin
   update sked.tasks set state = 'cancelled', finished_at = p_now, error = 'cancelled before it ran'
    where id = p_id and sked.state_waits_to_run(state)
-  returning state, children > 0 or workflow_id is not null, trigger_rule in ('shards', 'map_all_done')
-    into result, settles, sharded;
+  returning state, children > 0 or workflow_id is not null, trigger_rule in ('shards', 'map_all_done'),
+            kind = 'workflow'
+    into result, settles, sharded, sub;
   if found then
     if sharded then
       running := sked.shards_cancel(p_id, p_now);
+    end if;
+    -- A sub-workflow task's sub-workflow is cancelled with it (sql/subworkflows.sql).
+    if sub then
+      perform sked.subworkflows_cancel(array[p_id], p_now);
     end if;
     -- Its children follow their trigger rules, and its workflow may be finished now.
     if settles then

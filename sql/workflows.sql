@@ -163,6 +163,7 @@ declare
   queues text;
   succeeded uuid[];
   maps uuid[];
+  subs uuid[];
 begin
   select array_agg(distinct t.workflow_id) into workflows
     from sked.tasks t where t.id = any(p_ids) and t.workflow_id is not null;
@@ -205,7 +206,7 @@ begin
                        t.trigger_rule, c.unchosen_by))
         from per_child c join locked l on l.id = c.id
        where t.id = c.id and t.state = 'blocked'
-      returning t.id, t.state, t.queue, t.workflow_id, t.map_over, t.shard_of
+      returning t.id, t.state, t.queue, t.workflow_id, t.map_over, t.shard_of, t.kind
     )
     select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
            string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
@@ -213,8 +214,9 @@ begin
                                                       and d.state not in ('blocked', 'waiting')),
            array_agg(d.id) filter (where d.state = 'succeeded'),
            array_agg(d.id) filter (where d.state = 'waiting' and d.map_over is not null
-                                     and d.shard_of is null)
-      into done, level_queues, level_workflows, succeeded, maps
+                                     and d.shard_of is null),
+           array_agg(d.id) filter (where d.state = 'waiting' and d.kind = 'workflow')
+      into done, level_queues, level_workflows, succeeded, maps, subs
       from changed d;
     -- Maps released here expand into their instances (sql/shards.sql, "Maps"); those that
     -- end at once (no element, or an array that cannot be taken) settle with this level.
@@ -224,6 +226,14 @@ begin
       level_workflows := array_cat(level_workflows, array(
         select t.workflow_id from sked.tasks t
          where t.id = any(maps) and t.workflow_id is not null));
+    end if;
+    -- Sub-workflow tasks released here start their sub-workflows (sql/subworkflows.sql);
+    -- those that cannot start fail and settle with this level.
+    if subs is not null then
+      subs := sked.subworkflows_start(subs, p_now);
+      done := array_cat(done, subs);
+      level_workflows := array_cat(level_workflows, array(
+        select t.workflow_id from sked.tasks t where t.id = any(subs)));
     end if;
     -- Parents of shards that succeeded take their shards' outputs. Read by a later statement
     -- than the one that locked them: its snapshot includes the outputs of shards finished by
@@ -249,6 +259,8 @@ language plpgsql
 set enable_seqscan = off -- see the planner note at the top of sql/workers.sql
 set jit = off
 as $$
+declare
+  subs uuid[];
 begin
   if coalesce(cardinality(p_ids), 0) = 0 then
     return;
@@ -257,6 +269,7 @@ begin
    where w.id = any(p_ids) and w.state = 'running'
    order by w.id
    for update;
+  with ended as (
   update sked.workflows w
      set finished_at = p_now,
          state = case
@@ -268,7 +281,14 @@ begin
            else 'succeeded' end
    where w.id = any(p_ids) and w.state = 'running'
      and not exists (select 1 from sked.tasks t
-                      where t.workflow_id = w.id and sked.state_is_unfinished(t.state));
+                      where t.workflow_id = w.id and sked.state_is_unfinished(t.state))
+  returning w.id, w.parent_task_id
+  )
+  select array_agg(e.id) filter (where e.parent_task_id is not null) into subs from ended e;
+  -- A sub-workflow that ended ends the task that ran it (sql/subworkflows.sql).
+  if subs is not null then
+    perform sked.subworkflows_end(subs, p_now);
+  end if;
 end
 $$;
 
@@ -304,6 +324,7 @@ declare
   queues text;
   more text;
   maps uuid[];
+  subs uuid[];
 begin
   with recursive closure (id) as (
     select unnest(p_ids)
@@ -372,17 +393,23 @@ begin
       from parents p
      where t.id = p.id
        and t.state in ('succeeded', 'failed', 'cancelled', 'upstream_failed', 'skipped')
-    returning t.id, t.state, t.queue, t.map_over, t.shard_of
+    returning t.id, t.state, t.queue, t.map_over, t.shard_of, t.kind
   )
   select array_agg(d.id) filter (where d.state not in ('blocked', 'waiting')),
          string_agg(distinct d.queue, ',') filter (where d.state = 'waiting'),
          array_agg(d.id) filter (where d.state = 'waiting' and d.map_over is not null
-                                   and d.shard_of is null)
-    into ended, queues, maps
+                                   and d.shard_of is null),
+         array_agg(d.id) filter (where d.state = 'waiting' and d.kind = 'workflow')
+    into ended, queues, maps, subs
     from changed d;
   -- A map that has not expanded and runs again expands now, its parents being done.
   if maps is not null then
     ended := array_cat(ended, sked.maps_expand(maps, p_now));
+  end if;
+  -- A sub-workflow task runs its sub-workflow again: from where it failed, when it failed
+  -- or was cancelled (sql/subworkflows.sql).
+  if subs is not null then
+    ended := array_cat(ended, sked.subworkflows_start(subs, p_now));
   end if;
   if ended is not null then
     more := sked.tasks_settle(ended, p_now);
@@ -395,13 +422,14 @@ $$;
 -- The keys of a workflow's task: the fields of a task (sked.task_fields()) but an
 -- idempotency key (a workflow is submitted once, whole) and those of a service (which never
 -- finishes, so its children would never run), and its place: name, depends_on, trigger_rule,
--- branch, and for a map map_over, map_max and map_trigger_rule.
+-- branch, for a map map_over, map_max and map_trigger_rule, and for a sub-workflow task its
+-- workflow (sql/subworkflows.sql).
 create or replace function sked.workflow_task_keys() returns text[]
 language sql immutable parallel safe as $$
   select array(select f from unnest(sked.task_fields()) f
                 where f not in ('idempotency_key', 'replicas', 'restart_policy', 'health_check'))
          || array['name', 'depends_on', 'trigger_rule', 'branch', 'map_over', 'map_max',
-                  'map_trigger_rule']
+                  'map_trigger_rule', 'workflow']
 $$;
 
 -- Parameters (docs/workflows.md, "Parameters"). A workflow's `params` object (kept once, on
@@ -501,6 +529,12 @@ declare
   frontier integer[];
   made sked.tasks[];
   ids uuid[];
+  sub_ids uuid[];
+  sub_names text[];
+  sub_bodies jsonb[];
+  roots uuid[];
+  problem text;
+  i integer;
 begin
   if jsonb_typeof(spec) is distinct from 'object'
      or jsonb_typeof(spec -> 'tasks') is distinct from 'array'
@@ -536,7 +570,11 @@ begin
     cross join lateral (
       select e #>> '{}' as arg from jsonb_array_elements(
         case when jsonb_typeof(t.elem -> 'command') = 'array' then t.elem -> 'command' else '[]' end
-        || case when jsonb_typeof(t.elem -> 'args') = 'array' then t.elem -> 'args' else '[]' end) e
+        || case when jsonb_typeof(t.elem -> 'args') = 'array' then t.elem -> 'args' else '[]' end
+        -- A sub-workflow's string parameters (sql/subworkflows.sql).
+        || case when jsonb_typeof(t.elem -> 'workflow' -> 'params') = 'object'
+                then (select coalesce(jsonb_agg(v), '[]') from jsonb_each(t.elem -> 'workflow' -> 'params') x(k, v))
+                else '[]' end) e
        where jsonb_typeof(e) = 'string') a
     cross join lateral unnest(sked.params_used(a.arg)) as u(name)
    where not coalesce(params ? u.name, false)
@@ -558,7 +596,7 @@ begin
     ord integer primary key, name text, named boolean, unknown_key text, depends_on text[],
     depends_on_ok boolean, trigger_rule text, other_owner boolean, branch jsonb,
     sharded boolean, kind text, map_over jsonb, map_max jsonb, map_trigger_rule jsonb,
-    map_parent text, indegree integer not null default 0,
+    map_parent text, subworkflow jsonb, other_keys text, indegree integer not null default 0,
     children integer not null default 0
   ) on commit drop;
   create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
@@ -566,7 +604,7 @@ begin
   truncate workflow_nodes, workflow_arcs;
   insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
                               trigger_rule, other_owner, branch, sharded, kind, map_over,
-                              map_max, map_trigger_rule)
+                              map_max, map_trigger_rule, subworkflow, other_keys)
   select r.ord, r.elem ->> 'name',
          jsonb_typeof(r.elem) = 'object' and jsonb_typeof(r.elem -> 'name') = 'string'
            and r.elem ->> 'name' <> '',
@@ -590,7 +628,10 @@ begin
          jsonb_typeof(r.elem -> 'shards') = 'number' or r.elem -> 'broadcast' = 'true',
          coalesce(r.elem ->> 'kind', 'command'),
          nullif(r.elem -> 'map_over', 'null'), nullif(r.elem -> 'map_max', 'null'),
-         nullif(r.elem -> 'map_trigger_rule', 'null')
+         nullif(r.elem -> 'map_trigger_rule', 'null'), nullif(r.elem -> 'workflow', 'null'),
+         case when jsonb_typeof(r.elem) = 'object' then
+           (select string_agg(format('%L', k), ', ' order by k) from jsonb_object_keys(r.elem) k
+             where k not in ('name', 'depends_on', 'trigger_rule', 'workflow')) end
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
   get diagnostics n = row_count;
   analyze workflow_nodes;
@@ -697,6 +738,15 @@ begin
       format('task %L maps over an array and is %s; a map''s instances are its shards, one per element',
              bad.name, case when bad.sharded then 'sharded (shards or broadcast)' else 'a branch' end));
   end if;
+  -- Sub-workflow tasks (sql/subworkflows.sql) run their workflow and nothing else; their
+  -- bodies are checked once the tasks are in (sked.subworkflow_error).
+  select w.name, w.other_keys into bad from workflow_nodes w
+   where w.subworkflow is not null and w.other_keys is not null order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_subworkflow_task_takes_only_its_place',
+      format('task %L runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only, not %s',
+             bad.name, bad.other_keys));
+  end if;
   select w.name into bad from workflow_nodes w where w.name = any(w.depends_on) order by w.ord limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_task_must_not_depend_on_itself',
@@ -759,10 +809,13 @@ begin
   end if;
 
   -- Its notify is checked by sked.workflows_before_insert_notify (sql/alerts.sql).
-  insert into sked.workflows (id, owner, name, created_at, notify, params, definition_id)
+  -- A sub-workflow names its task (set by sked.subworkflows_start for this insert only).
+  insert into sked.workflows (id, owner, name, created_at, notify, params, definition_id,
+                              parent_task_id)
   values (wf, owner_, coalesce(spec ->> 'name', ''), p_now,
           case when jsonb_typeof(spec -> 'notify') is distinct from 'null' then spec -> 'notify' end,
-          params, p_definition);
+          params, p_definition, nullif(current_setting('sked.subworkflow_of', true), '')::uuid);
+  perform set_config('sked.subworkflow_of', '', true);
 
   -- The tasks, read as sked.tasks_submit reads them, placed in the workflow. The new ids
   -- are handed out in ascending order, so that the tasks sort by id in the order they were
@@ -771,9 +824,12 @@ begin
   -- when it is inserted. (Set-returning functions of a select list run in step: `ord` is
   -- each task's place in `made`.)
   made := sked.tasks_from_json(
-    case when params is null then spec -> 'tasks'
-         else (select jsonb_agg(sked.params_apply(t.elem, params) order by t.ord)
-                 from jsonb_array_elements(spec -> 'tasks') with ordinality as t(elem, ord)) end,
+    (select jsonb_agg(case when w.subworkflow is not null
+                           then jsonb_build_object('kind', 'workflow')
+                           when params is null then t.elem
+                           else sked.params_apply(t.elem, params) end order by t.ord)
+       from jsonb_array_elements(spec -> 'tasks') with ordinality as t(elem, ord)
+       join workflow_nodes w on w.ord = t.ord),
     owner_, p_now);
   ids := array(select t.id from unnest(made) t order by t.id);
   insert into sked.task_edges (task_id, depends_on)
@@ -787,7 +843,8 @@ begin
            map_max => case when w.map_over is not null
                            then coalesce((w.map_max #>> '{}')::integer, sked.map_max_default()) end,
            map_trigger_rule => case when w.map_over is not null
-                                    then coalesce(w.map_trigger_rule #>> '{}', 'all_success') end)
+                                    then coalesce(w.map_trigger_rule #>> '{}', 'all_success') end,
+           subworkflow => w.subworkflow)
          order by g.ord)
     into made
     from (select unnest(made) as task, generate_series(1, cardinality(made)) as ord) g
@@ -795,6 +852,24 @@ begin
     left join (select a.child, count(*)::integer as parents from workflow_arcs a
                 group by a.child) a on a.child = g.ord;
   perform sked.tasks_insert(made);
+
+  -- Sub-workflow tasks: each body is checked (a trial submission, which fills the temporary
+  -- tables again: read them first), then those without parents start.
+  select array_agg(ids[w.ord] order by w.ord), array_agg(w.name order by w.ord),
+         array_agg(w.subworkflow order by w.ord),
+         array_agg(ids[w.ord] order by w.ord) filter (where w.depends_on = '{}')
+    into sub_ids, sub_names, sub_bodies, roots
+    from workflow_nodes w where w.subworkflow is not null;
+  for i in 1 .. coalesce(cardinality(sub_ids), 0) loop
+    problem := sked.subworkflow_error(sub_bodies[i], owner_, p_now);
+    if problem is not null then
+      perform sked.workflow_rule_raise('workflows_subworkflow_must_be_valid',
+        format('the sub-workflow of task %L: %s', sub_names[i], problem));
+    end if;
+  end loop;
+  if roots is not null then
+    perform sked.subworkflows_submitted(roots, p_now);
+  end if;
   return wf;
 end
 $$;
@@ -821,6 +896,7 @@ set jit = off
 as $$
 declare
   ended uuid[];
+  subs uuid[];
   running text;
   result text;
 begin
@@ -828,9 +904,14 @@ begin
     update sked.tasks t
        set state = 'cancelled', finished_at = p_now, error = 'cancelled with its workflow'
      where t.workflow_id = p_id and sked.state_waits_to_run(t.state)
-    returning t.id
+    returning t.id, t.kind
   )
-  select array_agg(c.id) into ended from cancelled c;
+  select array_agg(c.id), array_agg(c.id) filter (where c.kind = 'workflow')
+    into ended, subs from cancelled c;
+  -- The sub-workflows of its sub-workflow tasks are cancelled with it.
+  if subs is not null then
+    perform sked.subworkflows_cancel(subs, p_now);
+  end if;
   with requested as (
     update sked.tasks t set cancel_requested_at = coalesce(t.cancel_requested_at, p_now)
      where t.workflow_id = p_id and t.state = 'running'

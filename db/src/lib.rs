@@ -55,6 +55,10 @@ pub const CONTRACT: &[(&str, &str)] = &[
         "sql/definitions.sql",
         include_str!("../../sql/definitions.sql"),
     ),
+    (
+        "sql/subworkflows.sql",
+        include_str!("../../sql/subworkflows.sql"),
+    ),
     ("sql/services.sql", include_str!("../../sql/services.sql")),
     ("sql/schedules.sql", include_str!("../../sql/schedules.sql")),
     ("sql/alerts.sql", include_str!("../../sql/alerts.sql")),

@@ -3,7 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sked_types::{DefinitionVersion, SubmitWorkflow, Workflow, WorkflowEdge, WorkflowState};
+use sked_types::{
+    DefinitionVersion, ParentTask, SubWorkflow, SubWorkflowRun, SubmitWorkflow, Workflow,
+    WorkflowEdge, WorkflowState, WorkflowTask,
+};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -12,11 +15,22 @@ use crate::task::{TaskRow, submit_fields};
 use crate::text::Text;
 
 /// The columns of a [`WorkflowRow`], of `sked.workflows w` left joined to its definition
-/// `sked.workflow_definitions d`.
+/// `sked.workflow_definitions d` and, for a sub-workflow, the task that runs it
+/// `sked.tasks p`.
 macro_rules! workflow_columns {
     () => {
         "w.id, w.owner, w.name, w.state, w.created_at, w.finished_at, w.params,
-         d.name as definition_name, d.version as definition_version"
+         d.name as definition_name, d.version as definition_version,
+         p.id as parent_task, p.workflow_id as parent_workflow"
+    };
+}
+
+/// The joins of [`workflow_columns`].
+macro_rules! workflow_joins {
+    () => {
+        " from sked.workflows w
+           left join sked.workflow_definitions d on d.id = w.definition_id
+           left join sked.tasks p on p.id = w.parent_task_id and p.owner = w.owner"
     };
 }
 
@@ -36,6 +50,11 @@ pub struct WorkflowRow {
     pub definition_name: Option<String>,
     #[sqlx(default)]
     pub definition_version: Option<i32>,
+    /// A sub-workflow's task and that task's workflow (`sked.tasks`, joined).
+    #[sqlx(default)]
+    pub parent_task: Option<Uuid>,
+    #[sqlx(default)]
+    pub parent_workflow: Option<Uuid>,
 }
 
 impl WorkflowRow {
@@ -52,6 +71,10 @@ impl WorkflowRow {
                 .definition_name
                 .zip(self.definition_version)
                 .map(|(name, version)| DefinitionVersion { name, version }),
+            parent: self
+                .parent_task
+                .zip(self.parent_workflow)
+                .map(|(task, workflow)| ParentTask { task, workflow }),
         }
     }
 }
@@ -59,8 +82,47 @@ impl WorkflowRow {
 /// The JSON spec `sked.workflow_submit` takes for this request: each task as
 /// `sked.tasks_submit` reads it ([`crate::task::submit_json`]) plus its name, parents and rule.
 pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
-    let tasks = w
-        .tasks
+    let mut spec = json!({ "tasks": tasks_json(&w.tasks)? });
+    if let Some(name) = &w.name {
+        spec["name"] = json!(name);
+    }
+    if let Some(notify) = &w.notify {
+        spec["notify"] = notify.clone();
+    }
+    if let Some(params) = &w.params {
+        spec["params"] = serde_json::Value::Object(params.clone());
+    }
+    Ok(spec)
+}
+
+/// A sub-workflow task's `workflow` as the SQL contract takes it: a definition by name, or
+/// a spec whose tasks are read as [`spec_json`] reads a workflow's.
+pub fn subworkflow_json(sub: &SubWorkflow) -> Result<serde_json::Value> {
+    let mut body = serde_json::Map::new();
+    if let Some(definition) = &sub.definition {
+        body.insert("definition".into(), json!(definition));
+    }
+    if let Some(version) = sub.version {
+        body.insert("version".into(), json!(version));
+    }
+    if let Some(name) = &sub.name {
+        body.insert("name".into(), json!(name));
+    }
+    if !sub.tasks.is_empty() || sub.definition.is_none() {
+        body.insert("tasks".into(), tasks_json(&sub.tasks)?);
+    }
+    if let Some(notify) = &sub.notify {
+        body.insert("notify".into(), notify.clone());
+    }
+    if let Some(params) = &sub.params {
+        body.insert("params".into(), serde_json::Value::Object(params.clone()));
+    }
+    Ok(serde_json::Value::Object(body))
+}
+
+/// The tasks of a workflow spec, as `sked.workflow_submit` reads them.
+fn tasks_json(tasks: &[WorkflowTask]) -> Result<serde_json::Value> {
+    let tasks = tasks
         .iter()
         .map(|t| {
             let mut fields = submit_fields(&t.task)?;
@@ -83,20 +145,13 @@ pub fn spec_json(w: &SubmitWorkflow) -> Result<serde_json::Value> {
             if let Some(rule) = t.map_trigger_rule {
                 fields.insert("map_trigger_rule".into(), json!(rule));
             }
+            if let Some(sub) = &t.workflow {
+                fields.insert("workflow".into(), subworkflow_json(sub)?);
+            }
             Ok(serde_json::Value::Object(fields))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut spec = json!({ "tasks": tasks });
-    if let Some(name) = &w.name {
-        spec["name"] = json!(name);
-    }
-    if let Some(notify) = &w.notify {
-        spec["notify"] = notify.clone();
-    }
-    if let Some(params) = &w.params {
-        spec["params"] = serde_json::Value::Object(params.clone());
-    }
-    Ok(spec)
+    Ok(serde_json::Value::Array(tasks))
 }
 
 /// Submits a workflow (`sked.workflow_submit`), all or nothing; returns its id. It belongs
@@ -115,9 +170,8 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<WorkflowRow>> {
     Ok(sqlx::query_as(concat!(
         "select ",
         workflow_columns!(),
-        " from sked.workflows w
-           left join sked.workflow_definitions d on d.id = w.definition_id
-          where w.id = $1"
+        workflow_joins!(),
+        " where w.id = $1"
     ))
     .bind(id)
     .fetch_optional(crate::on(pool))
@@ -139,9 +193,8 @@ pub async fn list(pool: &PgPool, f: &ListFilter) -> Result<Vec<WorkflowRow>> {
     let mut q = sqlx::QueryBuilder::new(concat!(
         "select ",
         workflow_columns!(),
-        " from sked.workflows w
-           left join sked.workflow_definitions d on d.id = w.definition_id
-          where true"
+        workflow_joins!(),
+        " where true"
     ));
     if let Some(owner) = &f.owner {
         q.push(" and w.owner = ").push_bind(owner);
@@ -180,6 +233,29 @@ pub async fn edges(pool: &PgPool, id: Uuid) -> Result<Vec<WorkflowEdge>> {
     Ok(rows
         .into_iter()
         .map(|(task, depends_on)| WorkflowEdge { task, depends_on })
+        .collect())
+}
+
+/// The latest sub-workflow of each sub-workflow task of a workflow, in task order.
+pub async fn subworkflows(pool: &PgPool, id: Uuid) -> Result<Vec<SubWorkflowRun>> {
+    let rows: Vec<(Uuid, Uuid, Text<WorkflowState>)> = sqlx::query_as(
+        "select t.id, s.id, s.state from sked.tasks t
+           cross join lateral (select s.id, s.state from sked.workflows s
+                                where s.parent_task_id = t.id and s.owner = t.owner
+                                order by s.id desc limit 1) s
+          where t.workflow_id = $1 and t.kind = 'workflow'
+          order by t.id",
+    )
+    .bind(id)
+    .fetch_all(crate::on(pool))
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(task, workflow, state)| SubWorkflowRun {
+            task,
+            workflow,
+            state: state.0,
+        })
         .collect())
 }
 

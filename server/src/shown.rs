@@ -31,8 +31,12 @@ impl<T: Masked + Serialize> IntoResponse for Shown<T> {
 }
 
 impl Masked for Task {
+    /// Its environment, and those of the tasks of its inline sub-workflow.
     fn mask(&mut self) {
         mask_env(&mut self.env);
+        if let Some(sub) = self.subworkflow.as_mut() {
+            mask_template_env(sub);
+        }
     }
 }
 

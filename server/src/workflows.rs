@@ -182,10 +182,12 @@ pub async fn detail(
     }
     let tasks = sked_db::workflow::tasks(&state.pool, id).await?;
     let edges = sked_db::workflow::edges(&state.pool, id).await?;
+    let subworkflows = sked_db::workflow::subworkflows(&state.pool, id).await?;
     Ok(Shown(WorkflowDetail {
         workflow: row.into_workflow(),
         tasks: tasks.into_iter().map(TaskRow::into_task).collect(),
         edges,
+        subworkflows,
     }))
 }
 

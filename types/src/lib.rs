@@ -153,15 +153,20 @@ pub enum TaskKind {
     /// The delivery of an alert to a webhook (`docs/operations.md`): inserted by sked itself
     /// when a task's `notify` names an alert target, never submitted.
     Webhook,
+    /// A sub-workflow task of a workflow (`docs/workflows.md`, "Sub-workflows"): runs the
+    /// workflow in its `subworkflow` and ends in its state; never run by a worker. Given by a
+    /// workflow task's `workflow` key, not by `kind`.
+    Workflow,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 5] = [
+    pub const ALL: [TaskKind; 6] = [
         TaskKind::Command,
         TaskKind::Noop,
         TaskKind::Sleep,
         TaskKind::Service,
         TaskKind::Webhook,
+        TaskKind::Workflow,
     ];
 
     /// The kinds a submission may name: every kind but `webhook`, which sked inserts itself.
@@ -179,6 +184,7 @@ impl TaskKind {
             TaskKind::Sleep => "sleep",
             TaskKind::Service => "service",
             TaskKind::Webhook => "webhook",
+            TaskKind::Workflow => "workflow",
         }
     }
 
@@ -303,6 +309,11 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub map_over: Option<String>,
+    /// A sub-workflow task (kind `workflow`): the workflow it runs, as submitted (see
+    /// `docs/workflows.md`, "Sub-workflows"). Left out for other tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, nullable = false))]
+    pub subworkflow: Option<serde_json::Value>,
     /// A broadcast: one shard per live worker.
     #[serde(default)]
     pub broadcast: bool,
@@ -744,9 +755,10 @@ pub struct StateChange {
 
 mod workflow;
 pub use workflow::{
-    DefineWorkflow, DefinitionVersion, MapTriggerRule, RunWorkflowDefinition, SubmitWorkflow,
-    TriggerRule, Workflow, WorkflowChange, WorkflowDefinition, WorkflowDefinitionPage,
-    WorkflowDetail, WorkflowEdge, WorkflowPage, WorkflowState, WorkflowSubmitted, WorkflowTask,
+    DefineWorkflow, DefinitionVersion, MapTriggerRule, ParentTask, RunWorkflowDefinition,
+    SubWorkflow, SubWorkflowRun, SubmitWorkflow, TriggerRule, Workflow, WorkflowChange,
+    WorkflowDefinition, WorkflowDefinitionPage, WorkflowDetail, WorkflowEdge, WorkflowPage,
+    WorkflowState, WorkflowSubmitted, WorkflowTask,
 };
 
 #[cfg(test)]

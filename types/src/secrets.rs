@@ -59,7 +59,9 @@ pub fn mask_env(env: &mut BTreeMap<String, String>) {
 
 /// Masks the environments of a schedule's template as the API shows it: the `env` of a task
 /// template (`{"env": {...}}`), and of every task of a workflow template
-/// (`{"tasks": [{"env": {...}}, ...]}`). Values that are not strings are left as they are.
+/// (`{"tasks": [{"env": {...}}, ...]}`), also within the inline sub-workflows of its tasks
+/// (`{"tasks": [{"workflow": {"tasks": [...]}}]}`, a sub-workflow task's `subworkflow`).
+/// Values that are not strings are left as they are.
 pub fn mask_template_env(template: &mut serde_json::Value) {
     fn mask_object_env(task: &mut serde_json::Value) {
         if let Some(serde_json::Value::Object(env)) = task.get_mut("env") {
@@ -68,6 +70,9 @@ pub fn mask_template_env(template: &mut serde_json::Value) {
                     *text = mask_value(name, text);
                 }
             }
+        }
+        if let Some(sub) = task.get_mut("workflow") {
+            mask_template_env(sub);
         }
     }
     mask_object_env(template);

@@ -71,8 +71,45 @@ pub struct WorkflowTask {
     /// A map's rule across its instances (default `all_success`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub map_trigger_rule: Option<MapTriggerRule>,
+    /// A sub-workflow task: instead of a command, it runs this workflow and ends in its state
+    /// (see `docs/workflows.md`, "Sub-workflows"); it then takes no other key than `name`,
+    /// `depends_on` and `trigger_rule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<Box<SubWorkflow>>,
     #[serde(flatten)]
     pub task: SubmitTask,
+}
+
+/// What a sub-workflow task runs (see `docs/workflows.md`, "Sub-workflows"): a stored
+/// workflow definition of its owner by name, or a workflow given by its tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubWorkflow {
+    /// A stored workflow definition (`sked workflow define`), by name; else `tasks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub definition: Option<String>,
+    /// The definition's version; the latest one when the task starts, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub version: Option<i32>,
+    /// The workflow's name (inline only); the task's name when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The workflow's tasks, given inline; else `definition`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(nullable = true, no_recursion))]
+    pub tasks: Vec<WorkflowTask>,
+    /// Who is told when it succeeds or fails (inline only), as a workflow's `notify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub notify: Option<serde_json::Value>,
+    /// Its parameters (over a definition's own); a string value may use the parameters of the
+    /// task's own workflow, `{{ params.NAME }}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl<'de> Deserialize<'de> for WorkflowTask {
@@ -137,6 +174,19 @@ impl<'de> Deserialize<'de> for WorkflowTask {
                     .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?,
             ),
         };
+        let workflow = match map.remove("workflow") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(Box::new(crate::strict::from_value(v).map_err(|e| {
+                D::Error::custom(format!("task {name:?}: `workflow`: {e}"))
+            })?)),
+        };
+        if workflow.is_some() && !map.is_empty() {
+            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+            return Err(D::Error::custom(format!(
+                "task {name:?} runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only, not {}",
+                keys.join(", ")
+            )));
+        }
         let task = crate::strict::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
         Ok(WorkflowTask {
@@ -147,6 +197,7 @@ impl<'de> Deserialize<'de> for WorkflowTask {
             map_over,
             map_max,
             map_trigger_rule,
+            workflow,
             task,
         })
     }
@@ -257,6 +308,30 @@ pub struct Workflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub definition: Option<DefinitionVersion>,
+    /// A sub-workflow: the task (of kind `workflow`) that runs it, in the workflow above;
+    /// left out for a workflow submitted on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub parent: Option<ParentTask>,
+}
+
+/// The task that runs a sub-workflow, and the workflow that task belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ParentTask {
+    pub task: Uuid,
+    pub workflow: Uuid,
+}
+
+/// The latest sub-workflow of a sub-workflow task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubWorkflowRun {
+    /// The task of kind `workflow`.
+    pub task: Uuid,
+    /// Its latest sub-workflow.
+    pub workflow: Uuid,
+    pub state: WorkflowState,
 }
 
 /// A version of a stored workflow definition, by name.
@@ -346,6 +421,9 @@ pub struct WorkflowDetail {
     pub workflow: Workflow,
     pub tasks: Vec<Task>,
     pub edges: Vec<WorkflowEdge>,
+    /// The latest sub-workflow of each of its sub-workflow tasks that started one.
+    #[serde(default)]
+    pub subworkflows: Vec<SubWorkflowRun>,
 }
 
 /// A page of workflows, newest first. Pass `next_cursor` as `after` to get the next page.

@@ -46,6 +46,12 @@ pub async fn execute(ctx: &Context, task: &Claimed, stopper: Arc<Stopper>) -> Fi
         TaskKind::Noop => Ok(Ended::Exited(success())),
         TaskKind::Sleep => sleep(task, timeout, stopper.token()).await,
         TaskKind::Webhook => crate::webhook::deliver(ctx, task, timeout, stopper.token()).await,
+        // Started by sked itself when its parents are done (sql/subworkflows.sql); a row
+        // that reaches a worker was written by hand in a state it never has.
+        TaskKind::Workflow => Err(
+            "a sub-workflow task runs its workflow when its parents are done; a worker never runs it"
+                .to_owned(),
+        ),
         TaskKind::Command | TaskKind::Service => {
             Box::pin(run_command(ctx, task, timeout, &stopper, &mut finished)).await
         }
