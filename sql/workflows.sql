@@ -747,6 +747,12 @@ begin
       format('task %L runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only, not %s',
              bad.name, bad.other_keys));
   end if;
+  select w.name, w.subworkflow into bad from workflow_nodes w
+   where jsonb_typeof(w.subworkflow) <> 'object' order by w.ord limit 1;
+  if found then
+    perform sked.workflow_rule_raise('workflows_subworkflow_must_be_valid',
+      format('the sub-workflow of task %L: %s', bad.name, sked.subworkflow_error(bad.subworkflow, owner_, p_now)));
+  end if;
   select w.name into bad from workflow_nodes w where w.name = any(w.depends_on) order by w.ord limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_task_must_not_depend_on_itself',

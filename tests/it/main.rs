@@ -43,6 +43,7 @@ mod services_first;
 mod shards;
 mod sql;
 mod states;
+mod subworkflows;
 mod support;
 mod trust_artifacts;
 mod trust_bytes;
