@@ -5,7 +5,8 @@
 -- roles:
 --   sked_submitter  submits tasks and workflows (plain INSERT or the submit functions) under
 --                   its own name, and reads its own tasks, workflows, attempts and logs;
---   sked_worker     calls the worker's functions and nothing else, no table;
+--   sked_worker     calls the worker's functions and nothing else, no table (it reads the key
+--                   of task tokens only);
 --   sked_server     what the REST API needs: it reads everything, submits for any owner and
 --                   changes state through the contract's functions (it enforces owners with
 --                   API tokens itself), and never writes tokens, artifacts or task state;
@@ -273,5 +274,8 @@ begin
   grant insert on sked.workflows, sked.task_edges, sked.workflow_definitions to sked_server;
   grant update, delete on sked.schedules to sked_server;
   grant update on sked.queues to sked_server;
+
+  -- The key of task tokens (db/src/task_token.rs): workers mint them, servers check them.
+  grant select on sked.task_token_key to sked_worker, sked_server;
 end
 $$;

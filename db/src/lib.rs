@@ -23,6 +23,7 @@ pub mod retention;
 pub mod schedule;
 pub mod service;
 pub mod task;
+pub mod task_token;
 pub mod text;
 pub mod token;
 pub mod upkeep;

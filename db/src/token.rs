@@ -123,6 +123,10 @@ impl Refusal {
 /// The principal of a token, or why it is refused (unknown, revoked, or expired on the
 /// database clock).
 pub async fn check(pool: &PgPool, token: &str) -> Result<std::result::Result<Principal, Refusal>> {
+    // A task token is no API token, whatever the table holds (`crate::task_token`).
+    if crate::task_token::is_task_token(token) {
+        return Ok(Err(Refusal::UnknownOrRevoked));
+    }
     type Row = (String, String, Option<chrono::DateTime<chrono::Utc>>, bool);
     let row: Option<Row> = sqlx::query_as(
         "select owner, role, expires_at, coalesce(expires_at <= now(), false) from sked.api_tokens
