@@ -355,7 +355,7 @@ pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<
         })?;
         cmd.worker.work_dir = Some(here.join(DEV_WORK_DIR));
     }
-    let config = cmd.worker.into_config().map_err(RunError::Config)?;
+    let mut config = cmd.worker.into_config().map_err(RunError::Config)?;
     if cmd.database_url.is_some() {
         cmd.pooling.configure(true)?;
     } else if cmd.pooling.database_pooler != Pooler::None
@@ -375,6 +375,10 @@ pub async fn run_dev(mut cmd: DevCommand, path_var: Option<OsString>) -> Result<
     let taken = listener.local_addr().map(|a| a.port()).unwrap_or(asked);
     let busy_note = (asked != 0 && taken != asked)
         .then(|| format!("port {asked} was busy (another sked dev?): this one listens on {api}"));
+    // Tasks spawn through this server (`sked spawn`) unless told of another.
+    if config.api_url.is_none() {
+        config.api_url = Some(api.clone());
+    }
     let listening = Listening {
         listener,
         api,

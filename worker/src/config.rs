@@ -80,6 +80,11 @@ pub struct WorkerArgs {
     /// its cgroup's memory limit when lower).
     #[arg(long, env = "SKED_MEMORY_MB", allow_hyphen_values = true)]
     pub memory_mb: Option<String>,
+    /// URL of the sked API that tasks reach to spawn work into their workflow (`sked spawn`):
+    /// each task's process gets it as `SKED_URL` and its attempt's task token as
+    /// `SKED_TOKEN`. Unset: tasks get neither.
+    #[arg(long, env = "SKED_API_URL", value_name = "URL")]
+    pub api_url: Option<String>,
 }
 
 /// A validated worker configuration.
@@ -106,6 +111,9 @@ pub struct WorkerConfig {
     pub artifacts: crate::artifact::ArtifactSettings,
     /// The CPU and memory offered to tasks' requests (`docs/runtime.md`).
     pub capacity: crate::capacity::Capacity,
+    /// The API that tasks' processes are told of (`SKED_URL`, with their attempt's token in
+    /// `SKED_TOKEN`), without a trailing `/`; none: they are told of none.
+    pub api_url: Option<String>,
 }
 
 fn seconds(value: f64, flag: &str, min: f64) -> Result<Duration, String> {
@@ -161,8 +169,25 @@ impl WorkerArgs {
             isolation: self.isolation.into_config()?,
             artifacts: self.artifacts.into_settings()?,
             capacity,
+            api_url: self.api_url.map(|url| api_url(&url)).transpose()?,
         }
         .checked()
+    }
+}
+
+/// Reads `--api-url`: an http(s) URL, kept without its trailing `/`.
+fn api_url(url: &str) -> Result<String, String> {
+    let url = url.trim().trim_end_matches('/');
+    let host = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match host {
+        Some(host) if !host.is_empty() && !url.chars().any(char::is_whitespace) => {
+            Ok(url.to_owned())
+        }
+        _ => Err(format!(
+            "--api-url must be an http:// or https:// URL of the sked API, got {url:?}"
+        )),
     }
 }
 
@@ -252,8 +277,29 @@ impl WorkerConfig {
             artifacts: Default::default(),
             cpu_millis: None,
             memory_mb: None,
+            api_url: None,
         }
         .into_config()
         .expect("default worker configuration is valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_url_is_an_http_url_kept_without_its_trailing_slash() {
+        assert_eq!(
+            api_url("http://127.0.0.1:8080/").as_deref(),
+            Ok("http://127.0.0.1:8080")
+        );
+        assert_eq!(
+            api_url("https://sked.example/base").as_deref(),
+            Ok("https://sked.example/base")
+        );
+        for bad in ["127.0.0.1:8080", "http://", "ftp://x", "http://a b", ""] {
+            assert!(api_url(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -588,6 +588,14 @@ impl Worker {
         let artifacts =
             artifact::Artifacts::start(pool.clone(), &config.work_dir, config.artifacts.clone())
                 .map_err(WorkerError::Setup)?;
+        // Tasks reach the API with their attempt's token, minted from the key loaded once.
+        let spawn = match &config.api_url {
+            Some(url) => Some(runner::SpawnApi {
+                url: url.clone(),
+                key: sked_db::task_token::load(sked_db::on(&pool)).await?,
+            }),
+            None => None,
+        };
         sked_db::worker::register(&pool, &registration).await?;
         sked_db::metrics::metrics()
             .worker_slots
@@ -610,6 +618,7 @@ impl Worker {
             runtime,
             kill_grace: config.kill_grace,
             tail_bytes: config.tail_bytes,
+            spawn,
         });
         let running = slots.running.clone();
         let wake = Arc::new(Notify::new());

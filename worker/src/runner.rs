@@ -84,6 +84,16 @@ pub struct Context {
     pub runtime: Runtime,
     pub kill_grace: Duration,
     pub tail_bytes: usize,
+    /// The API tasks may spawn through (`--api-url`), and the key of their tokens.
+    pub spawn: Option<SpawnApi>,
+}
+
+/// What a task's process is told to reach the API with (`SKED_URL`, `SKED_TOKEN`).
+pub struct SpawnApi {
+    pub url: String,
+    /// The cluster's key of task tokens, loaded at start: each attempt's token is minted in
+    /// memory ([`sked_db::task_token`]).
+    pub key: sked_db::task_token::TokenKey,
 }
 
 /// The error of an attempt stopped by its memory or output limit.
@@ -151,6 +161,11 @@ pub(crate) async fn run_command(
     env.insert("SKED_TASK_ID".into(), task.id.to_string());
     env.insert("SKED_ATTEMPT".into(), task.attempt.to_string());
     env.insert("SKED_QUEUE".into(), task.queue.clone());
+    // After the task's own env: a task cannot name another API or token.
+    if let Some(spawn) = &ctx.spawn {
+        env.insert("SKED_URL".into(), spawn.url.clone());
+        env.insert("SKED_TOKEN".into(), spawn.key.mint(task.id, task.attempt));
+    }
     if let Some(params) = &task.params {
         env.insert("SKED_PARAMS".into(), params.to_string());
     }
