@@ -284,6 +284,12 @@ pub fn describe(detail: &WorkflowDetail) -> String {
             "defined:", d.name, d.version
         ));
     }
+    if let Some(p) = &w.parent {
+        out.push_str(&format!(
+            "{:<10} sub-workflow of task {} in workflow {}\n",
+            "parent:", p.task, p.workflow
+        ));
+    }
     out.push_str(&format!(
         "{:<10} {}\n",
         "created:",
@@ -320,10 +326,30 @@ pub fn describe(detail: &WorkflowDetail) -> String {
             sked_types::service::attempts_text(t.attempt, t.max_attempts),
             t.id,
             truncate(&format!("{after}{rule}"), 24),
-            truncate(&what(t), 40)
+            // A sub-workflow's id whole, to be shown in turn.
+            if t.kind == sked_types::TaskKind::Workflow {
+                runs(t, &detail.subworkflows)
+            } else {
+                truncate(&runs(t, &detail.subworkflows), 40)
+            }
         ));
     }
     out
+}
+
+/// What a workflow's task runs: its command, or for a sub-workflow task its latest
+/// sub-workflow (`sked workflow show ID` shows it) or else what it will run.
+fn runs(t: &sked_types::Task, subworkflows: &[sked_types::SubWorkflowRun]) -> String {
+    if let Some(run) = subworkflows.iter().find(|s| s.task == t.id) {
+        return format!("sub-workflow {} {}", run.workflow, run.state);
+    }
+    match t.subworkflow.as_ref() {
+        Some(body) => match body.get("definition").and_then(|d| d.as_str()) {
+            Some(name) => format!("sub-workflow of definition {name}"),
+            None => "sub-workflow (inline)".to_owned(),
+        },
+        None => what(t),
+    }
 }
 
 fn print_change(change: &WorkflowChange) {

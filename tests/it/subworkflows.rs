@@ -424,7 +424,10 @@ async fn a_sub_workflow_that_cannot_start_fails_its_task_alone_and_nesting_is_bo
     assert_eq!(depth, 8);
     // The chain failed up to the loop task; the others went on.
     let error = error_of(pool, outer, "loop").await.unwrap();
-    assert!(error.contains("its sub-workflow") && error.contains("failed: task 'deeper' failed"), "{error}");
+    assert!(
+        error.contains("its sub-workflow") && error.contains("failed: task 'deeper' failed"),
+        "{error}"
+    );
     assert_eq!(claim_all(pool, soon()).await, vec!["g", "s"]);
 
     // A sub-workflow whose start fails (a definition written by hand, whose placeholder names
@@ -907,5 +910,38 @@ async fn a_spawn_is_refused_after_its_attempt_for_another_attempt_and_outside_a_
         states(pool, wf2).await,
         map(&[("fan", "running"), ("join", "blocked")]),
         "no refused spawn added a task"
+    );
+}
+
+#[tokio::test]
+async fn the_cli_submits_a_yaml_sub_workflow_and_shows_both_ends() {
+    let api = crate::cli::Api::start().await;
+    let file = std::env::temp_dir().join(format!("sked-subworkflow-{}.yaml", Uuid::new_v4()));
+    std::fs::write(
+        &file,
+        "name: outer\ntasks:\n  - name: sub\n    workflow:\n      tasks:\n        - name: in\n          command: [\"true\"]\n          timeout_secs: 30\n  - name: after\n    depends_on: [sub]\n    command: [\"true\"]\n",
+    )
+    .unwrap();
+    let out = api.ok(&["submit", "-f", file.to_str().unwrap()]).await;
+    let _ = std::fs::remove_file(&file);
+    let outer: Uuid = out
+        .split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("the new workflow's id in {out:?}"));
+    let inner = subworkflow_of(&api.db.pool, outer, "sub")
+        .await
+        .expect("it started");
+    let shown = api.ok(&["workflow", "show", &outer.to_string()]).await;
+    assert!(
+        shown.contains(&format!("sub-workflow {inner} running")),
+        "the task's line names its sub-workflow: {shown}"
+    );
+    let below = api.ok(&["workflow", "show", &inner.to_string()]).await;
+    let sub = task_id(&api.db.pool, outer, "sub").await;
+    assert!(
+        below.contains(&format!(
+            "parent:    sub-workflow of task {sub} in workflow {outer}"
+        )),
+        "{below}"
     );
 }
