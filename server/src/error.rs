@@ -129,6 +129,24 @@ impl IntoResponse for Error {
 impl From<DbError> for Error {
     fn from(err: DbError) -> Self {
         match err {
+            // A task token whose attempt no longer runs (ended, lease expired, a newer one
+            // runs): the token may not act (sked.task_spawn's message says which).
+            DbError::Rejected {
+                constraint,
+                message,
+            } if constraint == SPAWN_NEEDS_ITS_RUNNING_ATTEMPT => {
+                Error::Forbidden(spawn_message(message, &constraint))
+            }
+            // The spawn's rules on the spawning task and the body (sql/subworkflows.sql writes
+            // their messages for people, naming the request's own values).
+            DbError::Rejected {
+                constraint,
+                message,
+            } if constraint.starts_with("tasks_spawn_")
+                || (constraint.starts_with("workflows_") && message.starts_with("spawn: ")) =>
+            {
+                Error::Rejected(spawn_message(message, &constraint))
+            }
             // The workflow and service rules' messages are written by sked.workflow_submit
             // and sql/services.sql for people (they name the task or field at fault), not
             // database text.
@@ -176,6 +194,25 @@ impl From<DbError> for Error {
             }
             other => Error::Internal(Box::new(other)),
         }
+    }
+}
+
+/// The constraint `sked.task_spawn` names when the token's attempt is not the task's running
+/// one (403).
+pub const SPAWN_NEEDS_ITS_RUNNING_ATTEMPT: &str = "tasks_spawn_needs_its_running_attempt";
+
+/// The message of a refusal of `sked.task_spawn`, without its `spawn: `; the rule read from
+/// the constraint's name when there is none.
+fn spawn_message(message: String, constraint: &str) -> String {
+    let text = ["spawn: ", "workflow: "]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
+        .unwrap_or(&message)
+        .trim();
+    if text.is_empty() {
+        describe_rule(constraint)
+    } else {
+        text.to_owned()
     }
 }
 

@@ -6,12 +6,15 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{Uri, header};
 use serde::de::DeserializeOwned;
+use sked_db::task_token;
 use sked_db::token::Principal;
 
 use crate::AppState;
 use crate::error::Error;
 
-/// The principal of the request's `Authorization: Bearer <token>`.
+/// The principal of the request's `Authorization: Bearer <token>`. A task token (`skt_…`,
+/// what a worker gives a running task) is refused here, before any lookup of API tokens: it
+/// may only spawn ([`TaskAuth`]).
 #[derive(Debug, Clone)]
 pub struct Auth(pub Principal);
 
@@ -19,27 +22,67 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or(Error::Unauthorized(
-                "missing Authorization header (expected `Bearer <token>`)".into(),
-            ))?;
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|token| !token.is_empty())
-            .ok_or(Error::Unauthorized(
-                "malformed Authorization header (expected `Bearer <token>`)".into(),
-            ))?;
+        let token = bearer(parts)?;
+        if task_token::is_task_token(token) {
+            return Err(Error::Forbidden(TASK_TOKEN_ONLY_SPAWNS.to_owned()));
+        }
         match sked_db::token::check(&state.pool, token).await? {
             Ok(principal) => Ok(Auth(principal)),
             Err(refusal) => Err(Error::Unauthorized(refusal.message().into())),
         }
     }
+}
+
+/// What a task token is told on any route but the spawn.
+pub(crate) const TASK_TOKEN_ONLY_SPAWNS: &str = "a task token (the SKED_TOKEN a worker gives a running task) may only spawn work into its \
+     own task's workflow: POST /api/v1/tasks/{its task id}/spawn (`sked spawn`); every other \
+     request needs an API token";
+
+/// The attempt of the request's task token (`Authorization: Bearer skt_…`), its MAC checked
+/// under the cluster's key (`sked_db::task_token`). Whether that attempt still runs is for the
+/// database to say, in the transaction that acts on it. An API token is refused (403): only a
+/// task may act with its token.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskAuth(pub task_token::TaskToken);
+
+impl FromRequestParts<AppState> for TaskAuth {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+        let token = bearer(parts)?;
+        if !task_token::is_task_token(token) {
+            return Err(Error::Forbidden(
+                "only a task token may spawn: the SKED_TOKEN a worker started with --api-url \
+                 gives a running task (`sked spawn` in the task reads it); API tokens submit \
+                 workflows with POST /api/v1/workflows"
+                    .to_owned(),
+            ));
+        }
+        let key = task_token::load(sked_db::on(&state.pool)).await?;
+        key.verify(token)
+            .map(TaskAuth)
+            .map_err(|refusal| Error::Unauthorized(refusal.message().into()))
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(parts: &Parts) -> Result<&str, Error> {
+    let value = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .ok_or(Error::Unauthorized(
+            "missing Authorization header (expected `Bearer <token>`)".into(),
+        ))?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty())
+        .ok_or(Error::Unauthorized(
+            "malformed Authorization header (expected `Bearer <token>`)".into(),
+        ))
 }
 
 /// A JSON body; malformed JSON, unknown fields, and an array where an object is expected

@@ -5,6 +5,7 @@
 //! drive it with `tower::ServiceExt::oneshot`); [`serve`] checks the schema and serves it.
 //!
 //! - `tasks` — submit, list, read, logs, cancel, retry and resubmit.
+//! - `spawn` — a running task adds a workflow to its own, with its task token.
 //! - `bulk` — retry or cancel every task a listing's filters select.
 //! - `workflows` — submit, list, read, cancel and re-run DAG workflows.
 //! - `schedules` — create, list, read, change, pause, resume, run and delete cron schedules,
@@ -47,6 +48,7 @@ mod replica;
 mod schedules;
 mod services;
 mod shown;
+mod spawn;
 mod system;
 mod tasks;
 mod web;

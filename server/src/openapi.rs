@@ -26,17 +26,18 @@ use utoipa_axum::routes;
 use sked_types::time_zones;
 
 use crate::{
-    AppState, alerts, bulk, definitions, queues, schedules, services, system, tasks, workflows,
+    AppState, alerts, bulk, definitions, queues, schedules, services, spawn, system, tasks,
+    workflows,
 };
 
 mod shared;
 
-use shared::error_response;
 pub(crate) use shared::{
     AdminOnly, BackfillId, DefinitionName, NoSuchBackfill, NoSuchDefinition, NoSuchSchedule,
     NoSuchService, NoSuchTask, NoSuchWorkflow, OwnerForbidden, QueueNamed, QueueRefusals,
     QuotaExceeded, ScheduleId, ServiceId, TaskId, WorkflowId,
 };
+use shared::{DEFINITION_NAME_PATTERN, error_response};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -82,6 +83,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::cancel))
         .routes(routes!(tasks::retry))
         .routes(routes!(tasks::resubmit))
+        .routes(routes!(spawn::spawn))
         .routes(routes!(workflows::list, workflows::submit).layer(large_bodies()))
         .routes(routes!(workflows::detail))
         .routes(routes!(workflows::cancel))
@@ -207,6 +209,7 @@ fn other_rules(doc: &mut serde_json::Value) {
         "WorkflowTask",
         "SubmitWorkflow",
         "QueueNotify",
+        "SpawnWorkflow",
     ] {
         schemas[body]["properties"]["notify"] = notify.clone();
     }
@@ -242,6 +245,20 @@ fn other_rules(doc: &mut serde_json::Value) {
         given("task", json!({"type": "object"})),
         given("workflow", json!({"type": "object"})),
     ]});
+    // A spawn runs a workflow's tasks or a stored definition, exactly one; a version is a
+    // definition's, a notify goes with tasks (`spawn::spec_of`).
+    let spawn = &mut schemas["SpawnWorkflow"];
+    spawn["oneOf"] = json!([
+        given("tasks", json!({"type": "array"})),
+        given("definition", json!({"type": "string"})),
+    ]);
+    spawn["dependentSchemas"] = json!({
+        "version": {"if": given("version", json!({"type": "integer"})),
+                    "then": given("definition", json!({"type": "string"}))},
+        "notify": {"if": given("notify", json!({"type": "object"})),
+                   "then": given("tasks", json!({"type": "array"}))},
+    });
+    spawn["properties"]["definition"]["pattern"] = json!(DEFINITION_NAME_PATTERN);
     // The time zones the server takes (`sked_types::time_zones`).
     schemas["TimeZone"] = json!({
         "description": "A name of the IANA time zone database: a zone or a link to one",
@@ -332,9 +349,10 @@ fn task_rules(schemas: &mut serde_json::Value) {
                         "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}});
     schemas["SubmitWorkflow"]["properties"]["params"] =
         json!({"oneOf": [{"type": "null"}, params.clone()]});
-    // A run's parameters, over its definition's own.
+    // A run's parameters, over its definition's own; a spawn's, as either.
     schemas["RunWorkflowDefinition"]["properties"]["params"] =
-        json!({"oneOf": [{"type": "null"}, params]});
+        json!({"oneOf": [{"type": "null"}, params.clone()]});
+    schemas["SpawnWorkflow"]["properties"]["params"] = json!({"oneOf": [{"type": "null"}, params]});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
         // Any JSON value, null (no input) included: not a `oneOf` with null, which null
@@ -536,6 +554,13 @@ type Rule = (
 );
 
 const COMMON_ERRORS: &[Rule] = &[
+    (
+        "TaskTokenForbidden",
+        "403",
+        "`forbidden`: a task token (the `SKED_TOKEN` of a running task), which may only spawn \
+         into its own task's workflow (`POST /api/v1/tasks/{id}/spawn`)",
+        |op| op.security.as_ref().is_some_and(|s| !s.is_empty()),
+    ),
     (
         "InvalidRequest",
         "400",
@@ -850,6 +875,7 @@ mod tests {
                 "resubmit_task",
                 "run_schedule",
                 "run_workflow_definition",
+                "spawn_task",
                 "submit_task",
                 "submit_task_batch",
                 "submit_workflow",

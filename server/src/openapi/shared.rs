@@ -52,11 +52,14 @@ path_parameters! {
     QueueNamed: "name" = Ref::from_schema_name("QueueName"), "Queue name";
 }
 
-/// The schema of a workflow definition's name (`workflow_definitions_name_must_be_a_name`).
+/// A workflow definition's name (`workflow_definitions_name_must_be_a_name`).
+pub(crate) const DEFINITION_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$";
+
+/// The schema of a workflow definition's name.
 fn definition_name() -> RefOr<schema::Schema> {
     schema::ObjectBuilder::new()
         .schema_type(schema::Type::String)
-        .pattern(Some("^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))
+        .pattern(Some(DEFINITION_NAME_PATTERN))
         .into()
 }
 
