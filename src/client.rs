@@ -18,7 +18,9 @@ mod bulk;
 mod queues;
 mod schedules;
 mod services;
+mod spawn;
 pub use schedules::ScheduleQuery;
+pub use spawn::Spawned;
 
 /// The longest wait one request asks for: below the client's timeout of a request (60 s),
 /// and the server's bound (300 s). Longer waits are several requests.

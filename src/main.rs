@@ -56,6 +56,9 @@ enum Command {
     /// List, show, cancel or re-run workflows (submit them with `sked submit -f FILE`).
     #[command(subcommand)]
     Workflow(workflows::WorkflowCommand),
+    /// From inside a running task: add a workflow (a file, or a stored definition's run) to
+    /// the task's own workflow, with the token its worker gave it; prints the new task's id.
+    Spawn(cli::spawn::SpawnArgs),
     /// List the long-running services that run (submit one with `sked submit --service`).
     Services(services::ListArgs),
     /// Show or change a service (stop it with `sked cancel ID`).
@@ -133,6 +136,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Resubmit(args) => commands::resubmit(args).await,
         Command::Tasks(cmd) => cli::bulk::run(cmd).await,
         Command::Workflow(cmd) => workflows::run(cmd).await,
+        Command::Spawn(args) => cli::spawn::spawn(args).await,
         Command::Queue(cmd) => queues::run(cmd).await,
         Command::Retention(cmd) => queues::retention(cmd).await,
         Command::Schedule(cmd) => schedules::schedule(cmd).await,

@@ -44,6 +44,7 @@ pub mod queues;
 pub mod schedules;
 pub mod search_index;
 pub mod services;
+pub mod spawn;
 pub mod units;
 pub mod wait;
 pub mod when;
