@@ -142,9 +142,10 @@ begin
       select * into prior from sked.workflows w
        where w.parent_task_id = r.id and w.owner = r.owner order by w.id desc limit 1;
       -- The task waits first: a sub-workflow that ends within this call ends it.
+      -- (A blocked task keeps an attempt left: max_attempts means nothing to it otherwise.)
       update sked.tasks t
          set state = 'blocked', attempt = t.attempt + 1, started_at = p_now, error = null,
-             output = null
+             output = null, max_attempts = greatest(t.max_attempts, t.attempt + 2)
        where t.id = r.id;
       if prior.id is not null and prior.state in ('failed', 'cancelled')
          and coalesce(sked.workflow_retry(prior.id, p_now), 0) > 0 then
@@ -185,7 +186,7 @@ begin
         perform set_config('sked.subworkflow_of', '', true);
         update sked.tasks t
            set state = 'failed', attempt = t.attempt + 1, started_at = p_now,
-               finished_at = p_now,
+               finished_at = p_now, max_attempts = greatest(t.max_attempts, t.attempt + 1),
                error = 'its sub-workflow could not start: '
                        || regexp_replace(sqlerrm, '^(workflow|workflow definition): ', '')
          where t.id = r.id;

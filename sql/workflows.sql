@@ -629,7 +629,7 @@ begin
          coalesce(r.elem ->> 'kind', 'command'),
          nullif(r.elem -> 'map_over', 'null'), nullif(r.elem -> 'map_max', 'null'),
          nullif(r.elem -> 'map_trigger_rule', 'null'), nullif(r.elem -> 'workflow', 'null'),
-         case when jsonb_typeof(r.elem) = 'object' then
+         case when jsonb_typeof(r.elem) = 'object' and r.elem ? 'workflow' then
            (select string_agg(format('%L', k), ', ' order by k) from jsonb_object_keys(r.elem) k
              where k not in ('name', 'depends_on', 'trigger_rule', 'workflow')) end
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
@@ -830,12 +830,15 @@ begin
   -- when it is inserted. (Set-returning functions of a select list run in step: `ord` is
   -- each task's place in `made`.)
   made := sked.tasks_from_json(
-    (select jsonb_agg(case when w.subworkflow is not null
-                           then jsonb_build_object('kind', 'workflow')
-                           when params is null then t.elem
-                           else sked.params_apply(t.elem, params) end order by t.ord)
-       from jsonb_array_elements(spec -> 'tasks') with ordinality as t(elem, ord)
-       join workflow_nodes w on w.ord = t.ord),
+    case when params is null
+              and not exists (select 1 from workflow_nodes w where w.subworkflow is not null)
+         then spec -> 'tasks'
+         else (select jsonb_agg(case when w.subworkflow is not null
+                                     then jsonb_build_object('kind', 'workflow')
+                                     when params is null then t.elem
+                                     else sked.params_apply(t.elem, params) end order by t.ord)
+                 from jsonb_array_elements(spec -> 'tasks') with ordinality as t(elem, ord)
+                 join workflow_nodes w on w.ord = t.ord) end,
     owner_, p_now);
   ids := array(select t.id from unnest(made) t order by t.id);
   insert into sked.task_edges (task_id, depends_on)
@@ -942,7 +945,8 @@ $$;
 -- sked.tasks_rerun). Returns how many failed or cancelled tasks run again (0: nothing to
 -- re-run), or null when there is no such workflow. The workflow's row is not locked first:
 -- its failed and cancelled tasks are, and sked.tasks_rerun then locks the workflow after the
--- tasks, in the order a finish takes them.
+-- tasks, in the order a finish takes them. A sub-workflow whose task ended with it is re-run
+-- through the workflow above (the count is then that workflow's).
 create or replace function sked.workflow_retry(p_id uuid, p_now timestamptz default now())
 returns integer
 language plpgsql
@@ -952,10 +956,30 @@ as $$
 declare
   ids uuid[];
   queues text;
+  top uuid;
 begin
   perform 1 from sked.workflows w where w.id = p_id;
   if not found then
     return null;
+  end if;
+  -- A sub-workflow whose task has ended (failed or cancelled with it) runs again through the
+  -- workflow above, whose re-run reaches back into it (sql/subworkflows.sql): from the
+  -- highest workflow whose sub-workflow task ended with the one below.
+  with recursive up (id, depth) as (
+    select p_id, 0
+    union all
+    select t.workflow_id, u.depth + 1
+      from up u
+      join sked.workflows w on w.id = u.id
+      join sked.tasks t on t.id = w.parent_task_id and t.owner = w.owner
+     where t.kind = 'workflow' and t.state in ('failed', 'cancelled') and u.depth < 100
+       and w.id = (select x.id from sked.workflows x
+                    where x.parent_task_id = t.id and x.owner = t.owner
+                    order by x.id desc limit 1)
+  )
+  select u.id into top from up u order by u.depth desc limit 1;
+  if top <> p_id then
+    return sked.workflow_retry(top, p_now);
   end if;
   select array_agg(t.id order by t.id) into ids
     from (select t.id from sked.tasks t

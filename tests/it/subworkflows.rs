@@ -279,6 +279,48 @@ async fn a_re_run_from_failed_reaches_inside_the_sub_workflow() {
         "the task that succeeded did not run again"
     );
     assert_eq!(workflows_count(pool).await, 2);
+
+    // Retried from below: the sub-workflow's own retry carries up to the task that ran it.
+    let _ = std::fs::remove_file(&marker);
+    sqlx::query("select sked.workflow_retry($1)")
+        .bind(outer)
+        .execute(pool)
+        .await
+        .unwrap();
+    // Nothing failed: the retry of a workflow that succeeded runs nothing.
+    assert_eq!(workflow_state(pool, outer).await, "succeeded");
+    sqlx::query("select sked.task_retry($1)")
+        .bind(task_id(pool, outer, "sub").await)
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_until_finished(pool, outer, Duration::from_secs(30)).await,
+        "failed",
+        "a re-run of the task after a success starts a new sub-workflow, whose flaky fails"
+    );
+    let second = subworkflow_of(pool, outer, "sub").await.unwrap();
+    assert_ne!(second, inner, "{:?}", error_of(pool, outer, "sub").await);
+    assert_eq!(states(pool, second).await["flaky"], "failed");
+    let rerun: i32 = sqlx::query_scalar("select sked.workflow_retry($1)")
+        .bind(second)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rerun, 1,
+        "retried through the workflow above: its one failed task"
+    );
+    assert_eq!(
+        wait_until_finished(pool, outer, Duration::from_secs(30)).await,
+        "succeeded"
+    );
+    assert_eq!(workflow_state(pool, second).await, "succeeded");
+    assert_eq!(subworkflow_of(pool, outer, "sub").await, Some(second));
+    assert_eq!(
+        states(pool, outer).await,
+        map(&[("sub", "succeeded"), ("join", "succeeded")])
+    );
     let _ = std::fs::remove_file(&marker);
     worker.shutdown().await;
 }
