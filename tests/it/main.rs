@@ -41,6 +41,7 @@ mod schedules_api;
 mod services;
 mod services_first;
 mod shards;
+mod spawn;
 mod sql;
 mod states;
 mod subworkflows;
