@@ -203,13 +203,21 @@ $$;
 create or replace function sked.subworkflows_submitted(p_ids uuid[], p_now timestamptz)
 returns void
 language plpgsql as $$
+begin
+  perform sked.tasks_settle_notifying(sked.subworkflows_start(p_ids, p_now), p_now);
+end
+$$;
+
+-- sked.tasks_settle of the tasks `p_ids` (none: nothing), and one notification of the
+-- queues that got claimable tasks.
+create or replace function sked.tasks_settle_notifying(p_ids uuid[], p_now timestamptz)
+returns void
+language plpgsql as $$
 declare
-  ended uuid[];
   queues text;
 begin
-  ended := sked.subworkflows_start(p_ids, p_now);
-  if cardinality(ended) > 0 then
-    queues := sked.tasks_settle(ended, p_now);
+  if cardinality(p_ids) > 0 then
+    queues := sked.tasks_settle(p_ids, p_now);
     if queues is not null then
       perform pg_notify('sked_tasks', left(queues, 7000));
     end if;
@@ -235,7 +243,6 @@ returns void
 language plpgsql as $$
 declare
   ids uuid[];
-  queues text;
 begin
   with ended as (
     update sked.tasks t
@@ -261,12 +268,7 @@ begin
     returning t.id
   )
   select array_agg(e.id) into ids from ended e;
-  if ids is not null then
-    queues := sked.tasks_settle(ids, p_now);
-    if queues is not null then
-      perform pg_notify('sked_tasks', left(queues, 7000));
-    end if;
-  end if;
+  perform sked.tasks_settle_notifying(ids, p_now);
 end
 $$;
 
