@@ -15,6 +15,12 @@
 //! A branch task is marked "branch" in its box and row; once it has succeeded they also name
 //! the children it chose (`branch → load_full`), and the edges to the children it did not
 //! choose are drawn faint.
+//!
+//! A sub-workflow task (kind `workflow`) is one box tagged "sub-workflow" with the state of its
+//! latest sub-workflow (or "not started"), and a link to that sub-workflow's page; its row
+//! links there too. A change of such a task's state, or of the state of a sub-workflow shown,
+//! refetches the workflow. The page of a sub-workflow says which task of which workflow runs
+//! it, with links back up.
 
 mod graph;
 mod layout;
@@ -28,8 +34,8 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use sked_types::events::TaskSummary;
 use sked_types::{
-    StateChange, Task, TaskState, Workflow, WorkflowChange, WorkflowDetail, WorkflowPage,
-    WorkflowState,
+    ParentTask, StateChange, Task, TaskDetail, TaskKind, TaskState, Workflow, WorkflowChange,
+    WorkflowDetail, WorkflowPage, WorkflowState,
 };
 use uuid::Uuid;
 
@@ -244,6 +250,11 @@ struct Node {
     chosen: Option<Vec<String>>,
     /// A map: its shards are its instances, one per element of a parent's output.
     map: bool,
+    /// A sub-workflow task (kind `workflow`): it runs a workflow instead of a command.
+    subworkflow: bool,
+    /// The latest sub-workflow of a sub-workflow task, and its state; `None` while it has not
+    /// started one.
+    run: Option<(Uuid, WorkflowState)>,
     cancel_requested: bool,
     /// Indices of its parents in the workflow's tasks.
     parents: Vec<usize>,
@@ -281,9 +292,31 @@ impl Node {
                 .then(|| t.output.as_ref().and_then(branch_next))
                 .flatten(),
             map: t.map_over.is_some(),
+            subworkflow: t.kind == TaskKind::Workflow,
+            run: None,
             cancel_requested: t.cancel_requested_at.is_some(),
             parents: Vec::new(),
         }
+    }
+
+    /// The state of a sub-workflow task's latest sub-workflow (`failed`), or `not started`;
+    /// `None` for a task that is not a sub-workflow task.
+    fn run_state(&self) -> Option<&'static str> {
+        self.subworkflow
+            .then(|| self.run.map_or("not started", |(_, state)| state.as_str()))
+    }
+
+    /// `sub-workflow failed`, `sub-workflow not started`: what a sub-workflow task's box and
+    /// row say of it.
+    fn run_label(&self) -> Option<String> {
+        self.run_state().map(|s| format!("sub-workflow {s}"))
+    }
+
+    /// The page of a sub-workflow task's latest sub-workflow.
+    fn run_href(&self) -> Option<String> {
+        self.run
+            .filter(|_| self.subworkflow)
+            .map(|(id, _)| format!("/workflows/{id}"))
     }
 
     /// Whether `POST /tasks/{id}/retry` applies (a failed or cancelled task runs again).
@@ -353,6 +386,11 @@ impl Nodes {
     fn new(detail: &WorkflowDetail) -> Self {
         let mut list: Vec<Node> = detail.tasks.iter().map(Node::new).collect();
         let index: HashMap<Uuid, usize> = list.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+        for run in &detail.subworkflows {
+            if let Some(&i) = index.get(&run.task) {
+                list[i].run = Some((run.workflow, run.state));
+            }
+        }
         let mut edges = Vec::with_capacity(detail.edges.len());
         for e in &detail.edges {
             if let (Some(&parent), Some(&child)) = (index.get(&e.depends_on), index.get(&e.task)) {
@@ -388,6 +426,13 @@ impl Nodes {
         self.list.iter().filter(|n| n.state == state).count()
     }
 
+    /// Whether one of `ids` is the latest sub-workflow of a task shown.
+    fn runs_any(&self, ids: &[Uuid]) -> bool {
+        self.list
+            .iter()
+            .any(|n| n.run.is_some_and(|(id, _)| ids.contains(&id)))
+    }
+
     /// Whether `parent` is a branch that succeeded without choosing `child`.
     fn unchosen(&self, parent: usize, child: usize) -> bool {
         let (Some(p), Some(c)) = (self.list.get(parent), self.list.get(child)) else {
@@ -401,15 +446,17 @@ impl Nodes {
     }
 
     /// Patches a task from a live event. True when the page must fetch the workflow again: the
-    /// task is not one it knows, it has just failed (the event does not carry the error), or
-    /// it is a branch that has just succeeded (nor does it carry the branch's choice).
+    /// task is not one it knows, it has just failed (the event does not carry the error), it
+    /// is a branch that has just succeeded (nor does it carry the branch's choice), or it is a
+    /// sub-workflow task whose state changed (its sub-workflow has started or ended).
     fn apply(&mut self, t: &TaskSummary) -> bool {
         let Some(&i) = self.index.get(&t.id) else {
             return true;
         };
         let n = &mut self.list[i];
         let refetch = (t.state == TaskState::Failed && n.state != TaskState::Failed)
-            || (n.branch && t.state == TaskState::Succeeded && n.state != TaskState::Succeeded);
+            || (n.branch && t.state == TaskState::Succeeded && n.state != TaskState::Succeeded)
+            || (n.subworkflow && t.state != n.state);
         if !t.state.is_final() {
             n.error = None;
             n.chosen = None;
@@ -447,9 +494,16 @@ pub fn WorkflowPage() -> impl IntoView {
         Some(_) => shown.error.get(),
     });
     let retry = move |task: Uuid, name: String| outcome.run(retry_task(task, name), shown);
+    // A sub-workflow's task and workflow above it; read once, not at every refetch.
+    let parent = Memo::new(move |_| {
+        shown
+            .workflow
+            .with(|w| w.as_ref().and_then(|w| w.parent.clone()))
+    });
 
     view! {
         <p class="hint"><a href="/workflows">"← Workflows"</a></p>
+        {move || parent.get().map(|p| view! { <ParentLine parent=p/> })}
         <ui::Loaded error=error ready=Signal::derive(move || shown.workflow.with(Option::is_some))>
             {move || shown.workflow.get().map(|w| view! { <Header workflow=w nodes=shown.nodes tick=tick/> })}
             <ActionBar shown=shown outcome=outcome/>
@@ -519,10 +573,12 @@ impl Shown {
         live.on_ids(|l| l.workflows, {
             let fetch_soon = fetch_soon.clone();
             move |ids| {
+                // This workflow, or the sub-workflow of one of its tasks, changed.
                 if self
                     .id
                     .get_untracked()
                     .is_some_and(|wid| ids.contains(&wid))
+                    || self.nodes.with_untracked(|ns| ns.runs_any(ids))
                 {
                     fetch_soon();
                 }
@@ -667,6 +723,32 @@ fn Header(workflow: Workflow, nodes: RwSignal<Nodes>, tick: ReadSignal<u64>) -> 
                 <dd>{summary}</dd>
             </dl>
         </div>
+    }
+}
+
+/// `sub-workflow of task load in workflow 1a2b3c4d`: on a sub-workflow's page, the task that
+/// runs it (named once `GET /tasks/{id}` answers) and that task's workflow, as links.
+#[component]
+fn ParentLine(parent: ParentTask) -> impl IntoView {
+    let ParentTask { task, workflow } = parent;
+    let fetched = ui::Fetched::<TaskDetail>::new();
+    let path = format!("/tasks/{task}");
+    fetched.load(async move { api::get(&path).await });
+    let task_name = move || {
+        fetched
+            .data
+            .with(|d| d.as_ref().and_then(|d| d.task.name.clone()))
+            .unwrap_or_else(|| ui::short_id(&task))
+    };
+    view! {
+        <p class="hint subworkflow-of" data-parent-workflow=workflow.to_string()>
+            "sub-workflow of task "
+            <a href=format!("/tasks/{task}") title=task.to_string() data-action="parent-task">{task_name}</a>
+            " in workflow "
+            <a class="mono" href=format!("/workflows/{workflow}") title=workflow.to_string() data-action="parent-workflow">
+                {ui::short_id(&workflow)}
+            </a>
+        </p>
     }
 }
 
@@ -853,6 +935,21 @@ fn TaskRow(
     });
     let rule = first.rule_label();
     let branch = move || node().and_then(|n| n.branch_label());
+    // `(sub-workflow failed)`, a link to the sub-workflow once it has one.
+    let run = move || {
+        node().and_then(|n| {
+            let label = n.run_label()?;
+            Some(match n.run_href() {
+                Some(href) => view! {
+                    <span class="hint">
+                        " (" <a href=href data-action="open-subworkflow">{label}</a> ")"
+                    </span>
+                }
+                .into_any(),
+                None => view! { <span class="hint">" (" {label} ")"</span> }.into_any(),
+            })
+        })
+    };
     let attempt = move || node().map(|n| format!("{}/{}", n.attempt, n.max_attempts));
     let started = move || {
         node()
@@ -881,6 +978,7 @@ fn TaskRow(
             <td>
                 <a href=format!("/tasks/{id}") title=id.to_string()>{first.name.clone()}</a>
                 {move || branch().map(|b| view! { <span class="hint">" (" {b} ")"</span> })}
+                {run}
             </td>
             <td>
                 <ui::StateBadge state=state/>
@@ -933,6 +1031,8 @@ mod tests {
                 branch: false,
                 chosen: None,
                 map: false,
+                subworkflow: false,
+                run: None,
                 cancel_requested: false,
                 parents: Vec::new(),
             })
@@ -1062,6 +1162,123 @@ mod tests {
         assert_eq!(
             ns.list[0].chosen, None,
             "a branch that runs again has not chosen yet"
+        );
+    }
+
+    /// A workflow of `a → sub → z` whose `sub` runs a sub-workflow, with the runs `runs`.
+    fn with_subworkflow(sub_state: TaskState, runs: &[(u128, WorkflowState)]) -> WorkflowDetail {
+        let mut tasks = vec![
+            crate::fixtures::task(1, TaskKind::Command, TaskState::Succeeded),
+            crate::fixtures::task(2, TaskKind::Workflow, sub_state),
+            crate::fixtures::task(3, TaskKind::Command, TaskState::Waiting),
+        ];
+        for (t, name) in tasks.iter_mut().zip(["a", "sub", "z"]) {
+            t.name = Some(name.to_owned());
+        }
+        tasks[1].subworkflow = Some(serde_json::json!({"tasks": [{"name": "x"}]}));
+        let workflow = serde_json::from_value(serde_json::json!({
+            "id": Uuid::from_u128(100),
+            "owner": "alice",
+            "name": "outer",
+            "state": "running",
+            "created_at": "2027-01-15T08:00:00Z",
+        }))
+        .unwrap();
+        WorkflowDetail {
+            workflow,
+            tasks,
+            edges: [(2, 1), (3, 2)]
+                .into_iter()
+                .map(|(task, depends_on)| sked_types::WorkflowEdge {
+                    task: Uuid::from_u128(task),
+                    depends_on: Uuid::from_u128(depends_on),
+                })
+                .collect(),
+            subworkflows: runs
+                .iter()
+                .map(|&(workflow, state)| sked_types::SubWorkflowRun {
+                    task: Uuid::from_u128(2),
+                    workflow: Uuid::from_u128(workflow),
+                    state,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_subworkflow_task_says_the_state_of_its_latest_subworkflow_and_links_it() {
+        let ns = Nodes::new(&with_subworkflow(TaskState::Waiting, &[]));
+        let sub = &ns.list[1];
+        assert!(sub.subworkflow);
+        assert_eq!(sub.run_state(), Some("not started"));
+        assert_eq!(sub.run_label().as_deref(), Some("sub-workflow not started"));
+        assert_eq!(sub.run_href(), None, "nothing to open before it starts one");
+        assert_eq!(
+            ns.list[0].run_state(),
+            None,
+            "a command task runs no workflow"
+        );
+        assert_eq!(ns.list[0].run_label(), None);
+
+        let ns = Nodes::new(&with_subworkflow(
+            TaskState::Failed,
+            &[(7, WorkflowState::Failed)],
+        ));
+        let sub = &ns.list[1];
+        assert_eq!(sub.run_state(), Some("failed"));
+        assert_eq!(sub.run_label().as_deref(), Some("sub-workflow failed"));
+        assert_eq!(
+            sub.run_href(),
+            Some(format!("/workflows/{}", Uuid::from_u128(7)))
+        );
+        assert_eq!(
+            ns.list[1].parents,
+            vec![0],
+            "its edges are read as any task's"
+        );
+        assert_eq!(ns.list[2].parents, vec![1]);
+
+        let ns = Nodes::new(&with_subworkflow(
+            TaskState::Blocked,
+            &[(7, WorkflowState::Running)],
+        ));
+        assert_eq!(
+            ns.list[1].run_label().as_deref(),
+            Some("sub-workflow running")
+        );
+    }
+
+    #[test]
+    fn a_subworkflow_that_changes_or_a_subworkflow_task_that_does_refetches_the_workflow() {
+        let mut ns = Nodes::new(&with_subworkflow(
+            TaskState::Failed,
+            &[(7, WorkflowState::Failed)],
+        ));
+        assert!(
+            ns.runs_any(&[Uuid::from_u128(7)]),
+            "its sub-workflow changed"
+        );
+        assert!(
+            !ns.runs_any(&[Uuid::from_u128(8)]),
+            "another workflow is none of its business"
+        );
+        assert!(
+            ns.apply(&event(2, TaskState::Waiting, 2)),
+            "run again, it goes back to its sub-workflow: which state that is in is fetched"
+        );
+        assert!(
+            !ns.apply(&event(2, TaskState::Waiting, 2)),
+            "an event that changes nothing fetches nothing"
+        );
+        assert!(ns.apply(&event(2, TaskState::Succeeded, 2)));
+        assert_eq!(ns.list[1].state, TaskState::Succeeded);
+        assert!(
+            !ns.apply(&event(3, TaskState::Running, 1)),
+            "a command task that starts needs nothing more"
+        );
+        assert!(
+            ns.apply(&event(4, TaskState::Waiting, 0)),
+            "a task spawned at run time is new to the page: it is fetched"
         );
     }
 

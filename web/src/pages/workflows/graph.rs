@@ -8,6 +8,10 @@
 //! with the count of its shards by state (`data-node`, `data-instances`); its control draws
 //! up to [`INLINE_MAX`] shards in the graph ("show"/"hide"), or opens the task list filtered
 //! by `shard_of` when there are more ("list").
+//!
+//! A sub-workflow task is one box tagged "sub-workflow" whose caption is the state of its
+//! latest sub-workflow, or "not started" (`data-subworkflow`); its "open" control leads to
+//! that sub-workflow's page (`data-href`), while a click elsewhere on the box opens the task.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +29,8 @@ use super::{Node, Nodes};
 const NAME_CHARS: usize = 22;
 /// Characters of a branch's name that fit beside its "branch" tag.
 const BRANCH_NAME_CHARS: usize = 16;
+/// Characters of a sub-workflow task's name that fit beside its "sub-workflow" tag.
+const SUBWORKFLOW_NAME_CHARS: usize = 10;
 /// Characters of a caption that fit in a box.
 const CAPTION_CHARS: usize = 26;
 /// Characters of a sharded task's counts that fit beside its control.
@@ -155,6 +161,9 @@ pub(super) fn Graph(
                     if sharded {
                         t.push_str(&format!("\n{}", counts_title()));
                     }
+                    if let Some(run) = n.run_label() {
+                        t.push_str(&format!("\n{run}"));
+                    }
                     if let Some(branch) = n.branch_label() {
                         t.push_str(&format!("\n{branch}"));
                     }
@@ -168,14 +177,58 @@ pub(super) fn Graph(
                 })
             };
             let branch = first.branch;
+            let subworkflow = first.subworkflow && !sharded;
             let label = shorten(
                 &first.name,
-                if branch || sharded {
+                if subworkflow {
+                    SUBWORKFLOW_NAME_CHARS
+                } else if branch || sharded {
                     BRANCH_NAME_CHARS
                 } else {
                     NAME_CHARS
                 },
             );
+            let run_state = move || {
+                nodes.with(|ns| ns.list.get(i).and_then(Node::run_state))
+            };
+            // "open ↗": the page of the sub-workflow, once the task has started one.
+            let run_control = subworkflow.then(|| {
+                let navigate = navigate.clone();
+                move || {
+                    let href = nodes.with(|ns| ns.list.get(i).and_then(Node::run_href))?;
+                    let navigate = navigate.clone();
+                    let go = {
+                        let href = href.clone();
+                        move || navigate(&href, Default::default())
+                    };
+                    let go_key = go.clone();
+                    Some(view! {
+                        <text
+                            class="node-control"
+                            x=NODE_W - 8.0
+                            y="32"
+                            text-anchor="end"
+                            tabindex="0"
+                            role="link"
+                            data-action="open-subworkflow"
+                            data-href=href
+                            on:click=move |ev| {
+                                ev.stop_propagation();
+                                go()
+                            }
+                            on:keydown=move |ev| {
+                                if ev.key() == "Enter" {
+                                    ev.stop_propagation();
+                                    go_key()
+                                }
+                            }
+                        >
+                            <title>"Open the sub-workflow"</title>
+                            "open ↗"
+                        </text>
+                    })
+                }
+            });
             let open = {
                 let navigate = navigate.clone();
                 move || navigate(&format!("/tasks/{id}"), Default::default())
@@ -244,6 +297,9 @@ pub(super) fn Graph(
                     // `30 · 28 succeeded · 2 failed`: the tag says they are shards.
                     let unit = if total == 1 { " shard" } else { " shards" };
                     shorten(&counts().replacen(unit, "", 1), COUNTS_CHARS)
+                } else if subworkflow {
+                    // `failed`, `not started`: the tag says it is the sub-workflow's.
+                    run_state().unwrap_or_default().to_owned()
                 } else {
                     caption()
                 }
@@ -253,6 +309,8 @@ pub(super) fn Graph(
                     class=move || {
                         if branch {
                             format!("node branch state-{}", state())
+                        } else if subworkflow {
+                            format!("node subworkflow state-{}", state())
                         } else if sharded {
                             format!("node sharded state-{}", state())
                         } else {
@@ -263,6 +321,7 @@ pub(super) fn Graph(
                     data-node=first.name.clone()
                     data-instances=sharded.then(|| total.to_string())
                     data-counts=move || sharded.then(&counts_data)
+                    data-subworkflow=run_state
                     data-state=state
                     transform=format!("translate({:.1},{:.1})", b.x, b.y)
                     tabindex="0"
@@ -285,8 +344,12 @@ pub(super) fn Graph(
                             {if first.map { "map" } else { "shards" }}
                         </text>
                     })}
+                    {subworkflow.then(|| view! {
+                        <text class="tag" x=NODE_W - 8.0 y="16" text-anchor="end">"sub-workflow"</text>
+                    })}
                     <text class="caption" x="10" y="32">{caption_line}</text>
                     {control}
+                    {run_control}
                 </g>
             }
             .into_any()
@@ -392,6 +455,8 @@ mod tests {
             branch: true,
             chosen: Some(vec!["load_full".into()]),
             map: false,
+            subworkflow: false,
+            run: None,
             cancel_requested: false,
             parents: Vec::new(),
         };
