@@ -6,13 +6,18 @@
 //! The log view stays at the bottom while new output arrives unless the reader scrolled up;
 //! each line shows when it was written, a search shows the matching lines, and Download saves
 //! the whole log (read through the API, saved from a blob: the token stays in headers).
+//!
+//! A sub-workflow task (kind `workflow`) shows what it runs (its `subworkflow`, as JSON) and
+//! a link to its latest sub-workflow, read from its workflow's detail when the task's state
+//! or attempt changes.
 
 use leptos::html::Pre;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_params_map};
 use sked_types::{
-    Attempt, LogChunk, StateChange, Submitted, Task, TaskDetail, TaskKind, TaskState,
+    Attempt, LogChunk, StateChange, SubWorkflowRun, Submitted, Task, TaskDetail, TaskKind,
+    TaskState, WorkflowDetail,
 };
 use uuid::Uuid;
 
@@ -27,13 +32,15 @@ const WAITING_REFRESH_MS: u32 = 10_000;
 /// A reader closer than this to the bottom of the log (pixels) keeps following it.
 const STICK_PX: i32 = 24;
 
-/// A task that runs nothing itself: a service, which runs as its copies, or a sharded task,
-/// which runs as its shards (`docs/services.md`, `docs/shards.md`). Its row waits `blocked`
-/// on them and has no attempt, log or worker of its own.
+/// A task that runs nothing itself: a service, which runs as its copies, a sharded task,
+/// which runs as its shards (`docs/services.md`, `docs/shards.md`), or a sub-workflow task,
+/// which runs as its sub-workflow (`docs/workflows.md`). Its row waits `blocked` on them and
+/// has no log or worker of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Parent {
     Service,
     Shards,
+    Workflow,
 }
 
 impl Parent {
@@ -44,6 +51,8 @@ impl Parent {
             Some(Parent::Service)
         } else if task.shard_total.is_some() {
             Some(Parent::Shards)
+        } else if task.kind == TaskKind::Workflow {
+            Some(Parent::Workflow)
         } else {
             None
         }
@@ -57,9 +66,58 @@ impl Parent {
             (Parent::Service, n) => format!("its {n} copies"),
             (Parent::Shards, 1) => "its shard".to_owned(),
             (Parent::Shards, n) => format!("its {n} shards"),
+            (Parent::Workflow, _) => "its sub-workflow".to_owned(),
+        }
+    }
+
+    /// Who runs in its stead: `only its 3 copies do`.
+    fn runners(self, task: &Task) -> String {
+        match self {
+            Parent::Workflow => "only the tasks of its sub-workflow do".to_owned(),
+            p => format!("only {} do", p.parts(task)),
         }
     }
 }
+
+/// What a sub-workflow task runs, in a few words: `the stored definition etl (version 3)`,
+/// or `2 tasks: extract, load` for a workflow given inline (the first names only when there
+/// are many).
+fn subworkflow_summary(body: &serde_json::Value) -> String {
+    const NAMES: usize = 5;
+    if let Some(name) = body.get("definition").and_then(|d| d.as_str()) {
+        return match body.get("version").and_then(serde_json::Value::as_i64) {
+            Some(v) => format!("the stored definition {name} (version {v})"),
+            None => format!("the stored definition {name} (its latest version)"),
+        };
+    }
+    let tasks = body
+        .get("tasks")
+        .and_then(|t| t.as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut names: Vec<&str> = tasks
+        .iter()
+        .take(NAMES)
+        .map(|t| t.get("name").and_then(|n| n.as_str()).unwrap_or("?"))
+        .collect();
+    if tasks.len() > NAMES {
+        names.push("…");
+    }
+    match tasks.len() {
+        0 => "a workflow".to_owned(),
+        1 => format!("1 task: {}", names.join(", ")),
+        n => format!("{n} tasks: {}", names.join(", ")),
+    }
+}
+
+/// The latest sub-workflow of the sub-workflow task `task` among its workflow's.
+fn latest_run(detail: &WorkflowDetail, task: Uuid) -> Option<SubWorkflowRun> {
+    detail.subworkflows.iter().find(|r| r.task == task).cloned()
+}
+
+/// The latest sub-workflow of the sub-workflow task shown: for the task (by id), the run
+/// (`None`: it has not started one) or why it could not be read.
+type LatestRun = Option<(Uuid, Result<Option<SubWorkflowRun>, String>)>;
 
 /// A chunk of the log as shown: its text in pieces, each a line or the rest of one, and the
 /// time the chunk was written before each piece that starts a line.
@@ -263,6 +321,8 @@ pub fn TaskPage() -> impl IntoView {
     let times = RwSignal::new(true);
     let tick = ui::ticker(1000);
     ui::WorkerNames::provide();
+    let latest = RwSignal::<LatestRun>::new(None);
+    follow_latest_run(detail, latest);
 
     let load = move || {
         let Some(task) = id.get_untracked() else {
@@ -353,6 +413,7 @@ pub fn TaskPage() -> impl IntoView {
     };
     let state = move || detail.with(|d| d.as_ref().map(|d| d.task.state));
     let parent = move || detail.with(|d| d.as_ref().and_then(|d| Parent::of(&d.task)));
+    let started = move || detail.with(|d| d.as_ref().is_some_and(|d| d.task.attempt >= 1));
     // A service's row waits `blocked` on its copies until it is stopped: the service is active.
     let head_badge = move || {
         match (state(), parent()) {
@@ -360,6 +421,14 @@ pub fn TaskPage() -> impl IntoView {
             <span class="badge state-running" data-state="blocked" data-shown-state="active"
                 title="The service runs as its copies (see Copies); its own row waits on them, blocked, until it is stopped">
                 "active"
+            </span>
+        }
+        .into_any(),
+        // A sub-workflow task waits `blocked` on its sub-workflow while that runs.
+        (Some(TaskState::Blocked), Some(Parent::Workflow)) if started() => view! {
+            <span class="badge state-running" data-state="blocked" data-shown-state="running"
+                title="Its sub-workflow runs; its own row waits on it, blocked, until it ends">
+                "running"
             </span>
         }
         .into_any(),
@@ -388,21 +457,25 @@ pub fn TaskPage() -> impl IntoView {
             {head_badge}
         </div>
         <ui::Loaded error=page_error ready=Signal::derive(move || detail.with(Option::is_some))>
-            {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error/> })}
+            {move || detail.get().map(|d| view! { <Detail detail=d tick=tick reload=load action_error=action_error latest=latest/> })}
             {move || service_controls.get().map(|(sid, owner)| view! {
                 <super::service::ServiceControls id=sid owner=owner/>
             })}
             {move || detail.with(|d| d.as_ref().and_then(|d| Parent::of(&d.task).map(|p| (p, d.task.clone())))).map(|(p, t)| {
                 let (whose, link) = match p {
                     Parent::Service => ("each copy has its own log: open a copy from Copies above", None),
-                    Parent::Shards => ("each shard has its own log", Some(format!("/tasks?shard_of={}", t.id))),
+                    Parent::Shards => ("each shard has its own log", Some((format!("/tasks?shard_of={}", t.id), "its shards"))),
+                    Parent::Workflow => (
+                        "each of its tasks has its own log",
+                        run_href(latest, t.id).map(|href| (href, "its sub-workflow")),
+                    ),
                 };
                 view! {
                     <section class="panel" data-parent-log="">
                         <h2>"Log"</h2>
                         <p class="hint">
                             {format!("It prints nothing itself, running as {}: {whose}", p.parts(&t))}
-                            {link.map(|l| view! { " (" <a href=l>"its shards"</a> ")" })}
+                            {link.map(|(l, text)| view! { " (" <a href=l>{text}</a> ")" })}
                             "."
                         </p>
                     </section>
@@ -465,6 +538,72 @@ pub fn TaskPage() -> impl IntoView {
             </section>
             {move || detail.get().map(|d| view! { <Definition detail=d tick=tick/> })}
         </ui::Loaded>
+    }
+}
+
+/// Reads the latest sub-workflow of the sub-workflow task shown into `latest`, from its
+/// workflow's detail: when the task is first shown and whenever its state or attempt changes
+/// (its sub-workflow has started or ended). An answer to an older request is dropped.
+fn follow_latest_run(detail: RwSignal<Option<TaskDetail>>, latest: RwSignal<LatestRun>) {
+    let key = Memo::new(move |_| {
+        detail.with(|d| {
+            let t = &d.as_ref()?.task;
+            (t.kind == TaskKind::Workflow)
+                .then_some(t.workflow_id)
+                .flatten()
+                .map(|w| (t.id, w, t.state, t.attempt))
+        })
+    });
+    let generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let Some((task, wid, _, _)) = key.get() else {
+            return;
+        };
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        spawn_local(async move {
+            let result = api::get::<WorkflowDetail>(&format!("/workflows/{wid}")).await;
+            if generation.try_get_value() != Some(mine) {
+                return;
+            }
+            let run = result.map(|d| latest_run(&d, task)).map_err(|e| e.message);
+            latest.try_set(Some((task, run)));
+        });
+    });
+}
+
+/// The page of the latest sub-workflow of `task`, once read.
+fn run_href(latest: RwSignal<LatestRun>, task: Uuid) -> Option<String> {
+    latest.with(|l| match l {
+        Some((t, Ok(Some(run)))) if *t == task => Some(format!("/workflows/{}", run.workflow)),
+        _ => None,
+    })
+}
+
+/// A sub-workflow task's latest sub-workflow, as a link with its state; `not started yet`
+/// before it has one.
+#[component]
+fn LatestRunLink(task: Uuid, latest: RwSignal<LatestRun>) -> impl IntoView {
+    move || {
+        latest.with(|l| match l {
+            Some((t, Ok(Some(run)))) if *t == task => {
+                let state = run.state.as_str();
+                view! {
+                    <a class="mono" href=format!("/workflows/{}", run.workflow) title=run.workflow.to_string()
+                        data-action="open-subworkflow">
+                        {ui::short_id(&run.workflow)}
+                    </a>
+                    " "
+                    <span class=format!("badge state-{state}") data-state=state>{state}</span>
+                }
+                .into_any()
+            }
+            Some((t, Ok(None))) if *t == task => view! { "not started yet" }.into_any(),
+            Some((t, Err(e))) if *t == task => {
+                view! { <span class="bad">{format!("cannot read its workflow: {e}")}</span> }.into_any()
+            }
+            _ => view! { "…" }.into_any(),
+        })
     }
 }
 
@@ -598,16 +737,19 @@ fn Detail(
     tick: ReadSignal<u64>,
     reload: impl Fn() + Copy + Send + Sync + 'static,
     action_error: RwSignal<Option<String>>,
+    latest: RwSignal<LatestRun>,
 ) -> impl IntoView {
     let waiting_reason = detail.waiting_reason;
     let task = detail.task;
     let t = task.clone();
     let argv = task.argv();
-    let command = if task.kind == TaskKind::Command {
-        ui::command_line(&argv)
-    } else {
-        format!("({}) {}", task.kind, ui::command_line(&argv))
+    let command = match (&task.kind, &task.subworkflow) {
+        (TaskKind::Command, _) => ui::command_line(&argv),
+        (TaskKind::Workflow, Some(body)) => format!("(workflow) {}", subworkflow_summary(body)),
+        _ => format!("({}) {}", task.kind, ui::command_line(&argv)),
     };
+    // A sub-workflow task waits `blocked` on its sub-workflow, which is no reason to tell.
+    let runs_its_subworkflow = task.kind == TaskKind::Workflow && task.attempt >= 1;
     let running_for = {
         let (start, end) = (task.started_at, task.finished_at);
         move || start.map(|s| ui::elapsed(s, end, tick))
@@ -656,6 +798,10 @@ fn Detail(
                 <dd>{task.owner.clone()}</dd>
                 <dt>"Kind"</dt>
                 <dd>{task.kind.as_str()}</dd>
+                {(task.kind == TaskKind::Workflow).then(|| view! {
+                    <dt>"Sub-workflow"</dt>
+                    <dd data-field="subworkflow"><LatestRunLink task=task.id latest=latest/></dd>
+                })}
                 {task.command.clone().filter(|_| split_args).map(|c| view! {
                     <dt>"Command"</dt>
                     <dd class="mono"><ui::Cut text=ui::command_line(&c)/></dd>
@@ -729,7 +875,7 @@ fn Detail(
                         </dd>
                     }
                 })}
-                {waiting_reason.filter(|_| Parent::of(&task) != Some(Parent::Service)).map(|r| {
+                {waiting_reason.filter(|_| Parent::of(&task) != Some(Parent::Service) && !runs_its_subworkflow).map(|r| {
                     let hint = r.hint(&task.queue);
                     view! {
                         <dt>"Waits"</dt>
@@ -805,19 +951,27 @@ fn ShardTally(parent: Uuid) -> impl IntoView {
 fn Definition(detail: TaskDetail, tick: ReadSignal<u64>) -> impl IntoView {
     let TaskDetail { task, attempts, .. } = detail;
     let input = task.input.as_ref().map(pretty);
-    let parent = Parent::of(&task).map(|p| p.parts(&task));
+    let body = task.subworkflow.as_ref().map(pretty);
+    let parent = Parent::of(&task).map(|p| p.runners(&task));
     let env = task.env;
     view! {
         {match parent {
-            Some(parts) => view! {
+            Some(runners) => view! {
                 <section class="panel">
                     <h2>"Attempts"</h2>
-                    <ui::Empty>{format!("None of its own: it runs nothing itself, only {parts} do.")}</ui::Empty>
+                    <ui::Empty>{format!("None of its own: it runs nothing itself, {runners}.")}</ui::Empty>
                 </section>
             }
             .into_any(),
             None => view! { <Attempts attempts=attempts tick=tick/> }.into_any(),
         }}
+        {body.map(|json| view! {
+            <section class="panel">
+                <h2>"Sub-workflow"</h2>
+                <p class="hint">"The workflow it runs, as it was given."</p>
+                <pre class="json" data-field="subworkflow-body">{json}</pre>
+            </section>
+        })}
         {input.map(|json| view! {
             <section class="panel">
                 <h2>"Input"</h2>
@@ -996,7 +1150,7 @@ fn requests(task: &Task) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::pieces;
+    use super::*;
 
     #[test]
     fn a_chunks_lines_get_its_time_and_a_continued_line_none() {
@@ -1019,5 +1173,81 @@ mod tests {
             ]
         );
         assert!(next);
+    }
+
+    #[test]
+    fn a_subworkflow_is_summed_up_by_its_definition_or_its_tasks() {
+        let summary = |v: serde_json::Value| subworkflow_summary(&v);
+        assert_eq!(
+            summary(serde_json::json!({"definition": "etl", "version": 3})),
+            "the stored definition etl (version 3)"
+        );
+        assert_eq!(
+            summary(serde_json::json!({"definition": "etl", "params": {"day": "x"}})),
+            "the stored definition etl (its latest version)"
+        );
+        assert_eq!(
+            summary(
+                serde_json::json!({"tasks": [{"name": "x"}, {"name": "y", "depends_on": ["x"]}]})
+            ),
+            "2 tasks: x, y"
+        );
+        assert_eq!(
+            summary(serde_json::json!({"tasks": [{"name": "only"}]})),
+            "1 task: only"
+        );
+        let many: Vec<_> = (0..7)
+            .map(|i| serde_json::json!({"name": format!("t{i}")}))
+            .collect();
+        assert_eq!(
+            summary(serde_json::json!({"tasks": many})),
+            "7 tasks: t0, t1, t2, t3, t4, …",
+            "the first names only"
+        );
+        assert_eq!(summary(serde_json::json!({})), "a workflow");
+    }
+
+    #[test]
+    fn a_subworkflow_task_runs_as_its_subworkflow_and_finds_its_latest_run() {
+        let task = crate::fixtures::task(2, TaskKind::Workflow, TaskState::Blocked);
+        assert_eq!(Parent::of(&task), Some(Parent::Workflow));
+        assert_eq!(Parent::Workflow.parts(&task), "its sub-workflow");
+        assert_eq!(
+            Parent::Workflow.runners(&task),
+            "only the tasks of its sub-workflow do"
+        );
+        let mut sharded = crate::fixtures::task(3, TaskKind::Command, TaskState::Blocked);
+        sharded.shard_total = Some(4);
+        assert_eq!(Parent::Shards.runners(&sharded), "only its 4 shards do");
+        let plain = crate::fixtures::task(4, TaskKind::Command, TaskState::Running);
+        assert_eq!(Parent::of(&plain), None);
+
+        let detail: WorkflowDetail = serde_json::from_value(serde_json::json!({
+            "id": Uuid::from_u128(100),
+            "owner": "alice",
+            "name": "outer",
+            "state": "running",
+            "created_at": "2027-01-15T08:00:00Z",
+            "tasks": [task],
+            "edges": [],
+            "subworkflows": [
+                {"task": Uuid::from_u128(5), "workflow": Uuid::from_u128(50), "state": "succeeded"},
+                {"task": Uuid::from_u128(2), "workflow": Uuid::from_u128(20), "state": "failed"},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(
+            latest_run(&detail, Uuid::from_u128(2)),
+            Some(SubWorkflowRun {
+                task: Uuid::from_u128(2),
+                workflow: Uuid::from_u128(20),
+                state: sked_types::WorkflowState::Failed,
+            })
+        );
+        assert_eq!(
+            latest_run(&detail, Uuid::from_u128(9)),
+            None,
+            "a task that has not started one"
+        );
     }
 }
