@@ -4,7 +4,9 @@
 //! what it cannot take, with the field's label or the server's message); no controls for a
 //! user who does not own it; a workflow pasted in YAML submitted from the Submit page, and its
 //! syntax error said with its line; a schedule backfilled from its page and followed live; a
-//! map drawn as one box with its instances counted, shown or listed.
+//! map drawn as one box with its instances counted, shown or listed; a sub-workflow task drawn
+//! as one box with its sub-workflow's state, opening that sub-workflow, whose page links back
+//! up, and turning succeeded live when the workflow is re-run from failed.
 //! Screenshots go to `target/test-output/dashboard/`.
 
 use std::time::Duration;
@@ -791,4 +793,183 @@ async fn click_js(b: &Browser, css: &str) {
         json!(css)
     ))
     .await;
+}
+
+/// The state of workflow `id`.
+async fn workflow_state(db: &TestDb, id: Uuid) -> String {
+    sqlx::query_scalar("select state from sked.workflows where id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subworkflow_is_one_box_that_opens_it_and_turns_succeeded_live_on_a_rerun() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let alice = token_for(&db, "alice", Role::User).await;
+    let worker = support::start_worker(&db, support::config(&["default"]));
+    // a → sub (x → y, inline) → z, where y fails the first time it runs: so does the
+    // sub-workflow, then sub, and z cannot run.
+    let marker = std::env::temp_dir().join(format!("sked-sub-{}", Uuid::new_v4().simple()));
+    let m = marker.display();
+    let spec = json!({"name": "nested", "tasks": [
+        {"name": "a", "command": ["true"]},
+        {"name": "sub", "depends_on": ["a"], "workflow": {"tasks": [
+            {"name": "x", "command": ["true"]},
+            {"name": "y", "depends_on": ["x"], "max_attempts": 1,
+             "command": ["sh", "-c", format!("test -e {m} || {{ touch {m}; exit 1; }}")]},
+        ]}},
+        {"name": "z", "command": ["true"], "depends_on": ["sub"]},
+    ]});
+    let wf: Uuid = sqlx::query_scalar("select sked.workflow_submit($1, 'alice')")
+        .bind(spec)
+        .fetch_one(&db.pool)
+        .await
+        .expect("a valid workflow is accepted");
+    eventually("the workflow fails", Duration::from_secs(60), || async {
+        workflow_state(&db, wf).await != "running"
+    })
+    .await;
+    assert_eq!(workflow_state(&db, wf).await, "failed");
+    let sub_task: Uuid =
+        sqlx::query_scalar("select id from sked.tasks where workflow_id = $1 and name = 'sub'")
+            .bind(wf)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let sub_wf: Uuid =
+        sqlx::query_scalar("select id from sked.workflows where parent_task_id = $1")
+            .bind(sub_task)
+            .fetch_one(&db.pool)
+            .await
+            .expect("sub started one sub-workflow");
+    assert_eq!(workflow_state(&db, sub_wf).await, "failed");
+
+    let Ok(b) = Browser::start(1280, 900, false).await else {
+        std::fs::remove_file(&marker).ok();
+        return;
+    };
+    open_signed_in(&b, &server, &format!("/workflows/{wf}"), &alice).await;
+    b.wait("h1 [data-state=failed]").await;
+
+    // One box for sub, tagged, saying its sub-workflow failed, with a link to it.
+    b.wait("g.node[data-node=sub][data-subworkflow=failed][data-state=failed]")
+        .await;
+    let boxes = b
+        .js("document.querySelectorAll('svg.dag g.node').length")
+        .await;
+    assert_eq!(
+        boxes, 3,
+        "a, sub and z: the sub-workflow's tasks are not drawn here"
+    );
+    let tag = b
+        .js("document.querySelector('g.node[data-node=sub] text.tag').textContent")
+        .await;
+    assert_eq!(tag, "sub-workflow", "the box says it runs a sub-workflow");
+    let caption = b
+        .js("document.querySelector('g.node[data-node=sub] text.caption').textContent")
+        .await;
+    assert_eq!(caption, "failed", "the box says the sub-workflow's state");
+    let href = b
+        .js("document.querySelector('g.node[data-node=sub] [data-action=open-subworkflow]').getAttribute('data-href')")
+        .await;
+    assert_eq!(href, format!("/workflows/{sub_wf}"));
+    let row = b
+        .js(&format!(
+            "document.querySelector('tr[data-task-id=\"{sub_task}\"] a[data-action=open-subworkflow]').textContent"
+        ))
+        .await;
+    assert_eq!(row, "sub-workflow failed", "its row says so too, as a link");
+    b.wait("g.node[data-node=z][data-state=upstream_failed]")
+        .await;
+    b.screenshot("workflow-subworkflow-failed").await;
+
+    // The link opens the sub-workflow, whose page names the task that runs it and links back.
+    click_js(&b, "g.node[data-node=sub] [data-action=open-subworkflow]").await;
+    b.wait_js(
+        "the sub-workflow's page opens",
+        &format!("location.pathname === '/workflows/{sub_wf}'"),
+    )
+    .await;
+    b.wait("g.node[data-node=y][data-state=failed]").await;
+    b.wait(&format!("[data-parent-workflow='{wf}']")).await;
+    wait_text(
+        &b,
+        "the sub-workflow names the task that runs it",
+        "[data-parent-workflow]",
+        "sub-workflow of task sub in workflow",
+    )
+    .await;
+    let up = b
+        .js("document.querySelector('[data-parent-workflow] a[data-action=parent-workflow]').getAttribute('href')")
+        .await;
+    assert_eq!(up, format!("/workflows/{wf}"));
+    let task_link = b
+        .js("document.querySelector('[data-parent-workflow] a[data-action=parent-task]').getAttribute('href')")
+        .await;
+    assert_eq!(task_link, format!("/tasks/{sub_task}"));
+    b.screenshot("subworkflow-page").await;
+
+    // The task's page shows what it runs and links to its sub-workflow.
+    click(&b, "[data-parent-workflow] a[data-action=parent-task]").await;
+    b.wait_js(
+        "the task's page opens",
+        &format!("location.pathname === '/tasks/{sub_task}'"),
+    )
+    .await;
+    b.wait(&format!(
+        "[data-field=subworkflow] a[data-action=open-subworkflow][href='/workflows/{sub_wf}']"
+    ))
+    .await;
+    wait_text(
+        &b,
+        "the task shows its sub-workflow's body",
+        "[data-field=subworkflow-body]",
+        "\"name\": \"y\"",
+    )
+    .await;
+    b.screenshot("subworkflow-task").await;
+
+    // Back up to the workflow, re-run it from failed: y runs again (and succeeds), so do the
+    // sub-workflow, sub and z, and the page follows without a reload.
+    b.goto(&format!("{}/workflows/{sub_wf}", server.url)).await;
+    click(&b, "[data-parent-workflow] a[data-action=parent-workflow]").await;
+    b.wait_js(
+        "the parent workflow's page opens",
+        &format!("location.pathname === '/workflows/{wf}'"),
+    )
+    .await;
+    b.wait("g.node[data-node=sub][data-subworkflow=failed]")
+        .await;
+    b.js("(window.skedSameDocument = true)").await;
+    click(&b, "button[data-action=rerun]:not([disabled])").await;
+    b.wait("g.node[data-node=sub][data-subworkflow=succeeded][data-state=succeeded]")
+        .await;
+    b.wait("g.node[data-node=z][data-state=succeeded]").await;
+    b.wait("h1 [data-state=succeeded]").await;
+    let caption = b
+        .js("document.querySelector('g.node[data-node=sub] text.caption').textContent")
+        .await;
+    assert_eq!(caption, "succeeded");
+    assert_eq!(
+        b.js("window.skedSameDocument === true").await,
+        true,
+        "the page was not reloaded"
+    );
+    let href = b
+        .js("document.querySelector('g.node[data-node=sub] [data-action=open-subworkflow]').getAttribute('data-href')")
+        .await;
+    assert_eq!(
+        href,
+        format!("/workflows/{sub_wf}"),
+        "the sub-workflow ran again from where it failed"
+    );
+    assert_eq!(workflow_state(&db, wf).await, "succeeded");
+    b.screenshot("workflow-subworkflow-rerun").await;
+    assert_quiet_console(b.console_errors().await);
+    b.close().await;
+    worker.shutdown().await;
+    std::fs::remove_file(&marker).ok();
 }
