@@ -123,13 +123,8 @@ async fn a_worker_runs_an_inline_sub_workflow_between_its_parents_and_children()
         .unwrap();
     assert_eq!(z_out, json!({"sub": {"y": {"x": x_out}}}));
     // In order: a finished before the sub-workflow began, z began after it ended.
-    let (a_end, x_start, y_end, sub_end, z_start): (
-        chrono::DateTime<Utc>,
-        chrono::DateTime<Utc>,
-        chrono::DateTime<Utc>,
-        chrono::DateTime<Utc>,
-        chrono::DateTime<Utc>,
-    ) = sqlx::query_as(
+    type At = chrono::DateTime<Utc>;
+    let (a_end, x_start, y_end, sub_end, z_start): (At, At, At, At, At) = sqlx::query_as(
         "select (select finished_at from sked.tasks where workflow_id = $1 and name = 'a'),
                 (select started_at from sked.tasks where workflow_id = $2 and name = 'x'),
                 (select finished_at from sked.tasks where workflow_id = $2 and name = 'y'),
