@@ -734,12 +734,25 @@ async fn rest_submits_a_sub_workflow_and_shows_both_ends_of_the_link() {
             json!({"tasks": [{"name": "s", "command": ["true"], "workflow": {"definition": "etl"}}]}),
         )
         .await;
-    assert!(status.is_client_error(), "{status} {bad}");
+    // A rule about the request's content, which its JSON Schema cannot state: 422.
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert!(
         bad.to_string().contains(
             "runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only"
         ),
         "{bad}"
+    );
+    let (status, bad) = api
+        .post(
+            "/api/v1/workflows",
+            &api.alice,
+            json!({"tasks": [{"name": "s", "workflow": {"definition": "nope", "version": 2.0}}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert!(
+        bad.to_string().contains("alice has no workflow definition 'nope' of version 2"),
+        "a version read as any integer of a request: {bad}"
     );
     let worker = start_worker(&api.db, config(&["default"]));
     assert_eq!(

@@ -73,7 +73,7 @@ pub struct WorkflowTask {
     pub map_trigger_rule: Option<MapTriggerRule>,
     /// A sub-workflow task: instead of a command, it runs this workflow and ends in its state
     /// (see `docs/workflows.md`, "Sub-workflows"); it then takes no other key than `name`,
-    /// `depends_on` and `trigger_rule`.
+    /// `depends_on` and `trigger_rule` (422 `workflows_subworkflow_task_takes_only_its_place`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<Box<SubWorkflow>>,
     #[serde(flatten)]
@@ -180,13 +180,6 @@ impl<'de> Deserialize<'de> for WorkflowTask {
                 D::Error::custom(format!("task {name:?}: `workflow`: {e}"))
             })?)),
         };
-        if workflow.is_some() && !map.is_empty() {
-            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
-            return Err(D::Error::custom(format!(
-                "task {name:?} runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only, not {}",
-                keys.join(", ")
-            )));
-        }
         let task = crate::strict::from_value(serde_json::Value::Object(map))
             .map_err(|e| D::Error::custom(format!("task {name:?}: {e}")))?;
         Ok(WorkflowTask {
