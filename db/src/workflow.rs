@@ -108,8 +108,15 @@ pub fn subworkflow_json(sub: &SubWorkflow) -> Result<serde_json::Value> {
     if let Some(name) = &sub.name {
         body.insert("name".into(), json!(name));
     }
-    if !sub.tasks.is_empty() || sub.definition.is_none() {
-        body.insert("tasks".into(), tasks_json(&sub.tasks)?);
+    match (&sub.tasks, &sub.definition) {
+        (Some(tasks), _) => {
+            body.insert("tasks".into(), tasks_json(tasks)?);
+        }
+        // Neither: the SQL rule says what a sub-workflow is.
+        (None, None) => {
+            body.insert("tasks".into(), json!([]));
+        }
+        (None, Some(_)) => {}
     }
     if let Some(notify) = &sub.notify {
         body.insert("notify".into(), notify.clone());

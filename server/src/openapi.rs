@@ -209,7 +209,7 @@ fn other_rules(doc: &mut serde_json::Value) {
         "WorkflowTask",
         "SubmitWorkflow",
         "QueueNotify",
-        "SpawnWorkflow",
+        "SubWorkflow",
     ] {
         schemas[body]["properties"]["notify"] = notify.clone();
     }
@@ -245,20 +245,43 @@ fn other_rules(doc: &mut serde_json::Value) {
         given("task", json!({"type": "object"})),
         given("workflow", json!({"type": "object"})),
     ]});
-    // A spawn runs a workflow's tasks or a stored definition, exactly one; a version is a
-    // definition's, a notify goes with tasks (`spawn::spec_of`).
-    let spawn = &mut schemas["SpawnWorkflow"];
-    spawn["oneOf"] = json!([
+    // A sub-workflow runs a workflow's tasks or a stored definition, exactly one; a version is
+    // a definition's, a name and a notify go with tasks (`workflows_subworkflow_must_be_valid`).
+    let sub = &mut schemas["SubWorkflow"];
+    sub["oneOf"] = json!([
         given("tasks", json!({"type": "array"})),
         given("definition", json!({"type": "string"})),
     ]);
-    spawn["dependentSchemas"] = json!({
+    sub["dependentSchemas"] = json!({
         "version": {"if": given("version", json!({"type": "integer"})),
                     "then": given("definition", json!({"type": "string"}))},
         "notify": {"if": given("notify", json!({"type": "object"})),
                    "then": given("tasks", json!({"type": "array"}))},
+        "name": {"if": given("name", json!({"type": "string"})),
+                 "then": given("tasks", json!({"type": "array"}))},
     });
-    spawn["properties"]["definition"]["pattern"] = json!(DEFINITION_NAME_PATTERN);
+    sub["properties"]["definition"]["pattern"] = json!(DEFINITION_NAME_PATTERN);
+    // A spawn is a sub-workflow whose `name` names the new task (and an inline workflow), with
+    // `wait` (`spawn::SpawnWorkflow`).
+    let mut spawn = schemas["SubWorkflow"].clone();
+    spawn["description"] = json!(
+        "What a running task spawns: a sub-workflow (its tasks, or a stored definition of the \
+         task's owner), `name` naming the new task, and `wait`"
+    );
+    if let Some(rules) = spawn["dependentSchemas"].as_object_mut() {
+        rules.remove("name");
+    }
+    spawn["properties"]["name"] = json!({
+        "type": ["string", "null"], "minLength": 1, "pattern": NO_NUL,
+        "description": "The new task's name in the workflow (and, with `tasks`, the name of the \
+                        workflow it runs); the spawning task's name and `.spawned` when absent",
+    });
+    spawn["properties"]["wait"] = json!({
+        "type": ["boolean", "null"],
+        "description": "Whether the spawning task's children wait for the new task too \
+                        (default true)",
+    });
+    schemas["SpawnWorkflow"] = spawn;
     // The time zones the server takes (`sked_types::time_zones`).
     schemas["TimeZone"] = json!({
         "description": "A name of the IANA time zone database: a zone or a link to one",
@@ -349,10 +372,10 @@ fn task_rules(schemas: &mut serde_json::Value) {
                         "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}});
     schemas["SubmitWorkflow"]["properties"]["params"] =
         json!({"oneOf": [{"type": "null"}, params.clone()]});
-    // A run's parameters, over its definition's own; a spawn's, as either.
+    // A run's parameters, over its definition's own; a sub-workflow's (and a spawn's), as either.
     schemas["RunWorkflowDefinition"]["properties"]["params"] =
         json!({"oneOf": [{"type": "null"}, params.clone()]});
-    schemas["SpawnWorkflow"]["properties"]["params"] = json!({"oneOf": [{"type": "null"}, params]});
+    schemas["SubWorkflow"]["properties"]["params"] = json!({"oneOf": [{"type": "null"}, params]});
     for body in ["SubmitTask", "UpdateService"] {
         let properties = &mut schemas[body]["properties"];
         // Any JSON value, null (no input) included: not a `oneOf` with null, which null

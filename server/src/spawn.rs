@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sked_db::token::{Principal, Role};
-use sked_types::{ApiError, SubmitWorkflow, WorkflowTask};
+use sked_types::{ApiError, SubWorkflow};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -23,42 +23,45 @@ use crate::extract::{Json, Path, TaskAuth};
 use crate::openapi::{QuotaExceeded, TaskId};
 use crate::quotas::{rows_of, rows_of_workflow_template};
 
-/// What a running task spawns: a workflow, given by its tasks (as `POST /api/v1/workflows`
-/// takes them) or by the name of a stored definition of the task's owner, exactly one of the
-/// two.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+/// What a running task spawns: a sub-workflow (as a workflow task's `workflow`: its tasks, or
+/// a stored definition of the task's owner), its `name` naming the new task too, and `wait`.
+/// Its OpenAPI schema is the sub-workflow's with `wait` (`openapi.rs`, `other_rules`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpawnWorkflow {
-    /// The new task's name in the workflow (and, with `tasks`, the name of the workflow it
-    /// runs); the spawning task's name and `.spawned` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_length = 1)]
-    pub name: Option<String>,
     /// Whether the spawning task's children wait for the new task too (default true): they
     /// run after it has finished, and by its outcome. With false, the new task runs beside
     /// them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<bool>,
-    /// The tasks of the workflow to run, as in a workflow submission.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_items = 1, max_items = 50000)]
-    pub tasks: Option<Vec<WorkflowTask>>,
-    /// The stored workflow definition to run instead, of the task's owner.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub definition: Option<String>,
-    /// The definition's version to run; the latest when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
-    pub version: Option<i32>,
-    /// Parameters of the workflow (over a definition's own), as a submission's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub params: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Who is told when the spawned workflow succeeds or fails (with `tasks` only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub notify: Option<serde_json::Value>,
+    #[serde(flatten)]
+    pub workflow: SubWorkflow,
 }
+
+impl<'de> Deserialize<'de> for SpawnWorkflow {
+    /// `wait` is taken out, and the rest must be a valid [`SubWorkflow`] (whose unknown keys
+    /// are refused, which `#[serde(flatten)]` would not do).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let wait = match map.remove("wait") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Bool(wait)) => Some(wait),
+            Some(_) => return Err(D::Error::custom("`wait` must be true or false")),
+        };
+        let workflow = sked_types::strict::from_value(serde_json::Value::Object(map))
+            .map_err(D::Error::custom)?;
+        Ok(SpawnWorkflow { wait, workflow })
+    }
+}
+
+impl utoipa::PartialSchema for SpawnWorkflow {
+    /// Replaced by the sub-workflow's schema with `wait` when the document is made.
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new().into()
+    }
+}
+
+impl ToSchema for SpawnWorkflow {}
 
 /// The answer to a spawn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -110,9 +113,10 @@ pub async fn spawn(
             "task {id} no longer exists: its token spawns nothing"
         )));
     };
-    let rows = 1 + match &body.definition {
-        Some(name) => definition_rows(&state, &owner, name, body.version).await?,
-        None => body.tasks.iter().flatten().map(|t| rows_of(&t.task)).sum(),
+    let sub = &body.workflow;
+    let rows = 1 + match &sub.definition {
+        Some(name) => definition_rows(&state, &owner, name, sub.version).await?,
+        None => sub.tasks.iter().flatten().map(|t| rows_of(&t.task)).sum(),
     };
     if rows > state.quotas.max_rows_per_request {
         return Err(Error::TooLarge(format!(
@@ -140,56 +144,14 @@ pub async fn spawn(
     Ok((StatusCode::CREATED, axum::Json(Spawned { id: new_id })))
 }
 
-/// The body as `sked.task_spawn` takes it: a workflow's tasks as `sked.workflow_submit` reads
-/// them (durations as intervals), or a definition's name.
+/// The body as `sked.task_spawn` takes it: the sub-workflow as a workflow task's `workflow`
+/// is sent ([`sked_db::workflow::subworkflow_json`]: tasks as `sked.workflow_submit` reads
+/// them, durations as intervals), with `name` and `wait`. What a sub-workflow may be is the
+/// SQL's rule (`workflows_subworkflow_must_be_valid`, 422).
 fn spec_of(body: &SpawnWorkflow) -> Result<serde_json::Value> {
-    use serde_json::json;
-    let mut spec = match (&body.tasks, &body.definition) {
-        (Some(tasks), None) => {
-            if body.version.is_some() {
-                return Err(Error::InvalidRequest(
-                    "`version` names a version of a `definition`; this spawn gives `tasks`"
-                        .to_owned(),
-                ));
-            }
-            let workflow = SubmitWorkflow {
-                name: None,
-                tasks: tasks.clone(),
-                owner: None,
-                notify: body.notify.clone(),
-                params: body.params.clone(),
-            };
-            sked_db::workflow::spec_json(&workflow)?
-        }
-        (None, Some(definition)) => {
-            if body.notify.is_some() {
-                return Err(Error::InvalidRequest(
-                    "`notify` goes with `tasks`; a definition's run is told of as its spec says"
-                        .to_owned(),
-                ));
-            }
-            let mut spec = json!({ "definition": definition });
-            if let Some(version) = body.version {
-                spec["version"] = json!(version);
-            }
-            if let Some(params) = &body.params {
-                spec["params"] = serde_json::Value::Object(params.clone());
-            }
-            spec
-        }
-        _ => {
-            return Err(Error::InvalidRequest(
-                "a spawn gives either `tasks` (a workflow's) or `definition` (a stored \
-                 definition's name), exactly one of them"
-                    .to_owned(),
-            ));
-        }
-    };
-    if let Some(name) = &body.name {
-        spec["name"] = json!(name);
-    }
+    let mut spec = sked_db::workflow::subworkflow_json(&body.workflow)?;
     if let Some(wait) = body.wait {
-        spec["wait"] = json!(wait);
+        spec["wait"] = serde_json::json!(wait);
     }
     Ok(spec)
 }
@@ -249,22 +211,20 @@ mod tests {
     }
 
     #[test]
-    fn a_spawn_gives_tasks_or_a_definition() {
+    fn a_spawn_is_a_sub_workflow_with_wait_and_its_rules_are_the_sql_s() {
+        // Both, or neither: sent as they are, for `workflows_subworkflow_must_be_valid`.
+        let both = json!({"definition": "etl", "tasks": [{"name": "a", "command": ["true"]}]});
+        assert_eq!(spec_of(&body(both)).unwrap()["definition"], "etl");
+        assert_eq!(spec_of(&body(json!({}))).unwrap(), json!({"tasks": []}));
         for bad in [
-            json!({}),
-            json!({"name": "x"}),
-            json!({"definition": "etl", "tasks": [{"name": "a", "command": ["true"]}]}),
-            json!({"tasks": [{"name": "a", "command": ["true"]}], "version": 1}),
-            json!({"definition": "etl", "notify": {"on_failure": ["ops"]}}),
+            json!({"tasks": [], "x": 1}),
+            json!({"wait": "yes"}),
+            json!({"tasks": null, "definition": 3}),
         ] {
             assert!(
-                matches!(spec_of(&body(bad.clone())), Err(Error::InvalidRequest(_))),
+                sked_types::strict::from_value::<SpawnWorkflow>(bad.clone()).is_err(),
                 "{bad}"
             );
         }
-        assert!(
-            sked_types::strict::from_value::<SpawnWorkflow>(json!({"tasks": [], "x": 1})).is_err(),
-            "unknown keys are refused"
-        );
     }
 }

@@ -98,9 +98,9 @@ pub struct SubWorkflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The workflow's tasks, given inline; else `definition`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(nullable = true, no_recursion))]
-    pub tasks: Vec<WorkflowTask>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(no_recursion))]
+    pub tasks: Option<Vec<WorkflowTask>>,
     /// Who is told when it succeeds or fails (inline only), as a workflow's `notify`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
