@@ -535,6 +535,7 @@ declare
   roots uuid[];
   problem text;
   i integer;
+  has_subs boolean;
 begin
   if jsonb_typeof(spec) is distinct from 'object'
      or jsonb_typeof(spec -> 'tasks') is distinct from 'array'
@@ -570,12 +571,14 @@ begin
     cross join lateral (
       select e #>> '{}' as arg from jsonb_array_elements(
         case when jsonb_typeof(t.elem -> 'command') = 'array' then t.elem -> 'command' else '[]' end
-        || case when jsonb_typeof(t.elem -> 'args') = 'array' then t.elem -> 'args' else '[]' end
-        -- A sub-workflow's string parameters (sql/subworkflows.sql).
-        || case when jsonb_typeof(t.elem -> 'workflow' -> 'params') = 'object'
-                then (select coalesce(jsonb_agg(v), '[]') from jsonb_each(t.elem -> 'workflow' -> 'params') x(k, v))
-                else '[]' end) e
-       where jsonb_typeof(e) = 'string') a
+        || case when jsonb_typeof(t.elem -> 'args') = 'array' then t.elem -> 'args' else '[]' end) e
+       where jsonb_typeof(e) = 'string'
+      union all
+      -- A sub-workflow's string parameters (sql/subworkflows.sql).
+      select p.value #>> '{}' from jsonb_each(
+        case when jsonb_typeof(t.elem -> 'workflow' -> 'params') = 'object'
+             then t.elem -> 'workflow' -> 'params' end) p
+       where jsonb_typeof(p.value) = 'string') a
     cross join lateral unnest(sked.params_used(a.arg)) as u(name)
    where not coalesce(params ? u.name, false)
    limit 1;
@@ -635,6 +638,8 @@ begin
     from jsonb_array_elements(spec -> 'tasks') with ordinality as r(elem, ord);
   get diagnostics n = row_count;
   analyze workflow_nodes;
+  -- Whether any task runs a sub-workflow: the steps for them are skipped when none does.
+  has_subs := exists (select 1 from workflow_nodes w where w.subworkflow is not null);
 
   select w.ord into bad from workflow_nodes w where w.named is not true order by w.ord limit 1;
   if found then
@@ -741,14 +746,15 @@ begin
   -- Sub-workflow tasks (sql/subworkflows.sql) run their workflow and nothing else; their
   -- bodies are checked once the tasks are in (sked.subworkflow_error).
   select w.name, w.other_keys into bad from workflow_nodes w
-   where w.subworkflow is not null and w.other_keys is not null order by w.ord limit 1;
+   where has_subs and w.subworkflow is not null and w.other_keys is not null
+   order by w.ord limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_subworkflow_task_takes_only_its_place',
       format('task %L runs a sub-workflow; it takes name, depends_on, trigger_rule and workflow only, not %s',
              bad.name, bad.other_keys));
   end if;
   select w.name, w.subworkflow into bad from workflow_nodes w
-   where jsonb_typeof(w.subworkflow) <> 'object' order by w.ord limit 1;
+   where has_subs and jsonb_typeof(w.subworkflow) <> 'object' order by w.ord limit 1;
   if found then
     perform sked.workflow_rule_raise('workflows_subworkflow_must_be_valid',
       format('the sub-workflow of task %L: %s', bad.name, sked.subworkflow_error(bad.subworkflow, owner_, p_now)));
@@ -830,8 +836,7 @@ begin
   -- when it is inserted. (Set-returning functions of a select list run in step: `ord` is
   -- each task's place in `made`.)
   made := sked.tasks_from_json(
-    case when params is null
-              and not exists (select 1 from workflow_nodes w where w.subworkflow is not null)
+    case when params is null and not has_subs
          then spec -> 'tasks'
          else (select jsonb_agg(case when w.subworkflow is not null
                                      then jsonb_build_object('kind', 'workflow')
@@ -868,7 +873,7 @@ begin
          array_agg(w.subworkflow order by w.ord),
          array_agg(ids[w.ord] order by w.ord) filter (where w.depends_on = '{}')
     into sub_ids, sub_names, sub_bodies, roots
-    from workflow_nodes w where w.subworkflow is not null;
+    from workflow_nodes w where has_subs and w.subworkflow is not null;
   for i in 1 .. coalesce(cardinality(sub_ids), 0) loop
     problem := sked.subworkflow_error(sub_bodies[i], owner_, p_now);
     if problem is not null then
