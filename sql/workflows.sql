@@ -529,7 +529,6 @@ declare
   frontier integer[];
   made sked.tasks[];
   ids uuid[];
-  sub_ids uuid[];
   sub_names text[];
   sub_bodies jsonb[];
   roots uuid[];
@@ -604,7 +603,14 @@ begin
   ) on commit drop;
   create temp table if not exists workflow_arcs (parent integer, child integer) on commit drop;
   create index if not exists workflow_arcs_by_parent on workflow_arcs (parent);
-  truncate workflow_nodes, workflow_arcs;
+  -- Emptied by a delete while they are small: a truncate makes new files for them, which
+  -- cost a workflow of one task most of its submission, and the tables go at commit anyway.
+  if pg_relation_size('workflow_nodes') + pg_relation_size('workflow_arcs') > 1048576 then
+    truncate workflow_nodes, workflow_arcs;
+  else
+    delete from workflow_nodes;
+    delete from workflow_arcs;
+  end if;
   insert into workflow_nodes (ord, name, named, unknown_key, depends_on, depends_on_ok,
                               trigger_rule, other_owner, branch, sharded, kind, map_over,
                               map_max, map_trigger_rule, subworkflow, other_keys)
@@ -867,14 +873,18 @@ begin
                 group by a.child) a on a.child = g.ord;
   perform sked.tasks_insert(made);
 
-  -- Sub-workflow tasks: each body is checked (a trial submission, which fills the temporary
-  -- tables again: read them first), then those without parents start.
-  select array_agg(ids[w.ord] order by w.ord), array_agg(w.name order by w.ord),
-         array_agg(w.subworkflow order by w.ord),
-         array_agg(ids[w.ord] order by w.ord) filter (where w.depends_on = '{}')
-    into sub_ids, sub_names, sub_bodies, roots
-    from workflow_nodes w where has_subs and w.subworkflow is not null;
-  for i in 1 .. coalesce(cardinality(sub_ids), 0) loop
+  -- Sub-workflow tasks: each body is checked once however many tasks run it (a trial
+  -- submission, which fills the temporary tables again: read them first), then those
+  -- without parents start.
+  select array_agg(b.name order by b.ord), array_agg(b.subworkflow order by b.ord)
+    into sub_names, sub_bodies
+    from (select distinct on (w.subworkflow) w.name, w.subworkflow, w.ord
+            from workflow_nodes w where has_subs and w.subworkflow is not null
+           order by w.subworkflow, w.ord) b;
+  select array_agg(ids[w.ord] order by w.ord) into roots
+    from workflow_nodes w
+   where has_subs and w.subworkflow is not null and w.depends_on = '{}';
+  for i in 1 .. coalesce(cardinality(sub_bodies), 0) loop
     problem := sked.subworkflow_error(sub_bodies[i], owner_, p_now);
     if problem is not null then
       perform sked.workflow_rule_raise('workflows_subworkflow_must_be_valid',
