@@ -13,7 +13,7 @@
 
 use sked_db::task::TaskRow;
 use sked_db::token::Principal;
-use sked_types::{SubmitTask, TaskKind};
+use sked_types::{SubmitTask, TaskKind, WorkflowTask};
 use sqlx::PgConnection;
 
 use crate::error::Error;
@@ -81,13 +81,35 @@ pub fn rows_of_template(task: &serde_json::Value) -> u64 {
     )
 }
 
-/// [`rows_of`] for a workflow template as `sked.workflow_submit` takes it (a schedule's).
+/// [`rows_of`] for a workflow template as `sked.workflow_submit` takes it (a schedule's):
+/// its tasks' rows, and those of the inline sub-workflows of its sub-workflow tasks.
 pub fn rows_of_workflow_template(workflow: &serde_json::Value) -> u64 {
     workflow
         .get("tasks")
         .and_then(|t| t.as_array())
-        .map(|tasks| tasks.iter().map(rows_of_template).sum())
+        .map(|tasks| {
+            tasks
+                .iter()
+                .map(|task| match task.get("workflow") {
+                    Some(sub) if sub.is_object() => 1 + rows_of_workflow_template(sub),
+                    _ => rows_of_template(task),
+                })
+                .sum()
+        })
         .unwrap_or(0)
+}
+
+/// The rows of a workflow's tasks: each task's ([`rows_of`]), and for a sub-workflow task
+/// itself and the tasks of its inline sub-workflow (a stored definition's are inserted when
+/// it starts).
+pub fn rows_of_workflow(tasks: &[WorkflowTask]) -> u64 {
+    tasks
+        .iter()
+        .map(|t| match &t.workflow {
+            Some(sub) => 1 + rows_of_workflow(sub.tasks.as_deref().unwrap_or_default()),
+            None => rows_of(&t.task),
+        })
+        .sum()
 }
 
 /// [`rows_of`] for a task that exists: the rows a resubmission of it creates.
@@ -117,7 +139,11 @@ impl Quotas {
         tasks: impl IntoIterator<Item = &'a SubmitTask>,
         what: &str,
     ) -> Result<u64, Error> {
-        let rows: u64 = tasks.into_iter().map(rows_of).sum();
+        self.check_rows(tasks.into_iter().map(rows_of).sum(), what)
+    }
+
+    /// [`Quotas::check`] of a request of `rows` rows.
+    pub fn check_rows(&self, rows: u64, what: &str) -> Result<u64, Error> {
         if rows > self.max_rows_per_request {
             return Err(Error::TooLarge(format!(
                 "{what} would create {rows} task rows (tasks, shards and copies of services); \

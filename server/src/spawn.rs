@@ -21,7 +21,7 @@ use crate::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{Json, Path, TaskAuth};
 use crate::openapi::{QuotaExceeded, TaskId};
-use crate::quotas::{rows_of, rows_of_workflow_template};
+use crate::quotas::{rows_of_workflow, rows_of_workflow_template};
 
 /// What a running task spawns: a sub-workflow (as a workflow task's `workflow`: its tasks, or
 /// a stored definition of the task's owner), its `name` naming the new task too, and `wait`.
@@ -116,7 +116,7 @@ pub async fn spawn(
     let sub = &body.workflow;
     let rows = 1 + match &sub.definition {
         Some(name) => definition_rows(&state, &owner, name, sub.version).await?,
-        None => sub.tasks.iter().flatten().map(|t| rows_of(&t.task)).sum(),
+        None => rows_of_workflow(sub.tasks.as_deref().unwrap_or_default()),
     };
     if rows > state.quotas.max_rows_per_request {
         return Err(Error::TooLarge(format!(

@@ -22,6 +22,7 @@ use crate::awaits::WaitParams;
 use crate::error::{Error, Result};
 use crate::extract::{Auth, Json, Path, Query, listing_owner, may_act_for};
 use crate::openapi::{NoSuchWorkflow, OwnerForbidden, QuotaExceeded, WorkflowId};
+use crate::quotas::rows_of_workflow;
 use crate::shown::Shown;
 use crate::tasks::{DEFAULT_PAGE, MAX_PAGE, page_size, validate};
 
@@ -65,7 +66,7 @@ pub async fn submit(
     }
     let rows = state
         .quotas
-        .check(workflow.tasks.iter().map(|t| &t.task), "this workflow")?;
+        .check_rows(rows_of_workflow(&workflow.tasks), "this workflow")?;
     let mut tx = sked_db::begin(&state.pool).await?;
     state
         .quotas

@@ -751,7 +751,8 @@ async fn rest_submits_a_sub_workflow_and_shows_both_ends_of_the_link() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert!(
-        bad.to_string().contains("alice has no workflow definition 'nope' of version 2"),
+        bad.to_string()
+            .contains("alice has no workflow definition 'nope' of version 2"),
         "a version read as any integer of a request: {bad}"
     );
     let worker = start_worker(&api.db, config(&["default"]));
@@ -994,4 +995,29 @@ async fn the_cli_submits_a_yaml_sub_workflow_and_shows_both_ends() {
         )),
         "{below}"
     );
+}
+
+#[tokio::test]
+async fn the_tasks_of_an_inline_sub_workflow_count_toward_the_quota() {
+    let api = Api::with_quotas(sked_server::Quotas {
+        max_rows_per_request: 5,
+        ..sked_server::Quotas::default()
+    })
+    .await;
+    let inner = |n: usize| -> Value {
+        let tasks: Vec<Value> = (0..n)
+            .map(|i| json!({"name": format!("t{i}"), "kind": "noop"}))
+            .collect();
+        json!({"tasks": [{"name": "sub", "workflow": {"tasks": tasks}}]})
+    };
+    // The task and its sub-workflow's five tasks: six rows, over the five a request may make.
+    let (status, body) = api.post("/api/v1/workflows", &api.alice, inner(5)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body.to_string().contains("would create 6 task rows"),
+        "{body}"
+    );
+    assert_eq!(workflows_count(&api.db.pool).await, 0);
+    let (status, body) = api.post("/api/v1/workflows", &api.alice, inner(4)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
 }
