@@ -201,32 +201,14 @@ pub(super) fn Graph(
                         let href = href.clone();
                         move || navigate(&href, Default::default())
                     };
-                    let go_key = go.clone();
-                    Some(view! {
-                        <text
-                            class="node-control"
-                            x=NODE_W - 8.0
-                            y="32"
-                            text-anchor="end"
-                            tabindex="0"
-                            role="link"
-                            data-action="open-subworkflow"
-                            data-href=href
-                            on:click=move |ev| {
-                                ev.stop_propagation();
-                                go()
-                            }
-                            on:keydown=move |ev| {
-                                if ev.key() == "Enter" {
-                                    ev.stop_propagation();
-                                    go_key()
-                                }
-                            }
-                        >
-                            <title>"Open the sub-workflow"</title>
-                            "open ↗"
-                        </text>
-                    })
+                    Some(node_control(
+                        "open-subworkflow",
+                        "link",
+                        Some(href),
+                        "Open the sub-workflow".to_owned(),
+                        "open ↗",
+                        go,
+                    ))
                 }
             });
             let open = {
@@ -236,13 +218,6 @@ pub(super) fn Graph(
             let open_key = open.clone();
             let list_href = format!("/tasks?shard_of={id}");
             let control = sharded.then(|| {
-                let (action, text) = if total > INLINE_MAX {
-                    ("shards-list", "list ↗")
-                } else if is_open {
-                    ("shards-hide", "hide")
-                } else {
-                    ("shards-show", "show")
-                };
                 let navigate = navigate.clone();
                 let href = list_href.clone();
                 let go = move || {
@@ -256,41 +231,17 @@ pub(super) fn Graph(
                         });
                     }
                 };
-                let go_key = go.clone();
-                let role = if total > INLINE_MAX { "link" } else { "button" };
-                view! {
-                    <text
-                        class="node-control"
-                        x=NODE_W - 8.0
-                        y="32"
-                        text-anchor="end"
-                        tabindex="0"
-                        role=role
-                        data-action=action
-                        data-href=(total > INLINE_MAX).then(|| list_href.clone())
-                        on:click=move |ev| {
-                            ev.stop_propagation();
-                            go()
-                        }
-                        on:keydown=move |ev| {
-                            if ev.key() == "Enter" {
-                                ev.stop_propagation();
-                                go_key()
-                            }
-                        }
-                    >
-                        <title>
-                            {if total > INLINE_MAX {
-                                "List the shards".to_owned()
-                            } else if is_open {
-                                "Fold the shards into this box".to_owned()
-                            } else {
-                                format!("Draw the {total} shards")
-                            }}
-                        </title>
-                        {text}
-                    </text>
-                }
+                let (action, text, role, href, title) = if total > INLINE_MAX {
+                    let title = "List the shards".to_owned();
+                    ("shards-list", "list ↗", "link", Some(list_href.clone()), title)
+                } else if is_open {
+                    let title = "Fold the shards into this box".to_owned();
+                    ("shards-hide", "hide", "button", None, title)
+                } else {
+                    let title = format!("Draw the {total} shards");
+                    ("shards-show", "show", "button", None, title)
+                };
+                node_control(action, role, href, title, text, go)
             });
             let caption_line = move || {
                 if sharded {
@@ -386,6 +337,44 @@ pub(super) fn Graph(
 }
 
 /// `text`, cut to `max` characters with an ellipsis when longer.
+/// A box's control at its top right (a sub-workflow's "open ↗", a sharded task's "list ↗",
+/// "show" or "hide"): `act` on a click or Enter, without opening the box's task.
+fn node_control(
+    action: &'static str,
+    role: &'static str,
+    href: Option<String>,
+    title: String,
+    text: &'static str,
+    act: impl Fn() + Clone + 'static,
+) -> impl IntoView {
+    let act_key = act.clone();
+    view! {
+        <text
+            class="node-control"
+            x=NODE_W - 8.0
+            y="32"
+            text-anchor="end"
+            tabindex="0"
+            role=role
+            data-action=action
+            data-href=href
+            on:click=move |ev| {
+                ev.stop_propagation();
+                act()
+            }
+            on:keydown=move |ev| {
+                if ev.key() == "Enter" {
+                    ev.stop_propagation();
+                    act_key()
+                }
+            }
+        >
+            <title>{title}</title>
+            {text}
+        </text>
+    }
+}
+
 fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() > max {
         let mut s: String = text.chars().take(max - 1).collect();
