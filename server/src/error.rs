@@ -135,32 +135,19 @@ impl From<DbError> for Error {
                 constraint,
                 message,
             } if constraint == SPAWN_NEEDS_ITS_RUNNING_ATTEMPT => {
-                Error::Forbidden(spawn_message(message, &constraint))
+                Error::Forbidden(rule_message(message, &constraint))
             }
-            // The spawn's rules on the spawning task and the body (sql/subworkflows.sql writes
-            // their messages for people, naming the request's own values).
+            // The workflow, service and spawn rules' messages are written by
+            // sked.workflow_submit, sql/services.sql and sked.task_spawn for people (they name
+            // the task or field at fault), not database text.
             DbError::Rejected {
                 constraint,
                 message,
-            } if constraint.starts_with("tasks_spawn_")
-                || (constraint.starts_with("workflows_") && message.starts_with("spawn: ")) =>
+            } if constraint.starts_with("workflows_")
+                || constraint.starts_with("services_")
+                || constraint.starts_with("tasks_spawn_") =>
             {
-                Error::Rejected(spawn_message(message, &constraint))
-            }
-            // The workflow and service rules' messages are written by sked.workflow_submit
-            // and sql/services.sql for people (they name the task or field at fault), not
-            // database text.
-            DbError::Rejected {
-                constraint,
-                message,
-            } if constraint.starts_with("workflows_") || constraint.starts_with("services_") => {
-                Error::Rejected(
-                    message
-                        .strip_prefix("workflow: ")
-                        .or_else(|| message.strip_prefix("service: "))
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| describe_rule(&constraint)),
-                )
+                Error::Rejected(rule_message(message, &constraint))
             }
             // The alert rules' messages (sql/alerts.sql) are written for people and name
             // only the request's own values (the target it names).
@@ -201,19 +188,15 @@ impl From<DbError> for Error {
 /// one (403).
 pub const SPAWN_NEEDS_ITS_RUNNING_ATTEMPT: &str = "tasks_spawn_needs_its_running_attempt";
 
-/// The message of a refusal of `sked.task_spawn`, without its `spawn: `; the rule read from
-/// the constraint's name when there is none.
-fn spawn_message(message: String, constraint: &str) -> String {
-    let text = ["spawn: ", "workflow: "]
+/// The message of a rule whose function writes it for people, without the prefix naming its
+/// subject (`workflow: `, `service: `, `spawn: `); the rule read from the constraint's name
+/// when there is none.
+fn rule_message(message: String, constraint: &str) -> String {
+    ["workflow: ", "service: ", "spawn: "]
         .iter()
         .find_map(|prefix| message.strip_prefix(prefix))
-        .unwrap_or(&message)
-        .trim();
-    if text.is_empty() {
-        describe_rule(constraint)
-    } else {
-        text.to_owned()
-    }
+        .map(str::to_owned)
+        .unwrap_or_else(|| describe_rule(constraint))
 }
 
 impl From<sqlx::Error> for Error {
