@@ -165,7 +165,7 @@ begin
                     where w.id = r.workflow_id and jsonb_typeof(r.subworkflow -> 'params') = 'object');
         body := r.subworkflow - 'params';
         -- The new workflow row names the task (sked.workflow_submit_from reads the setting
-        -- once, at its insert, and clears it).
+        -- once, at its insert, and clears it; an error rolls it back with the rest).
         perform set_config('sked.subworkflow_of', r.id::text, true);
         if body ? 'definition' then
           wf := sked.workflow_run(body ->> 'definition', (body ->> 'version')::integer, params,
@@ -177,13 +177,11 @@ begin
                                else '{}' end,
                   r.owner, null::uuid, p_now);
         end if;
-        perform set_config('sked.subworkflow_of', '', true);
       end if;
     exception
       when deadlock_detected or serialization_failure or lock_not_available then
         raise; -- transient: the caller's transaction is tried again
       when others then
-        perform set_config('sked.subworkflow_of', '', true);
         update sked.tasks t
            set state = 'failed', attempt = t.attempt + 1, started_at = p_now,
                finished_at = p_now, max_attempts = greatest(t.max_attempts, t.attempt + 1),
